@@ -1,0 +1,29 @@
+"""sparsify: exact, fast sparsity while training — the framework-neutral core.
+
+NumPy only: this package never imports TensorFlow or PyTorch. The adapters
+``sparsify_tf`` and ``sparsify_torch`` convert weights to the canonical layout,
+call :class:`PruningEngine` (or the patterns directly) and write masks back.
+
+Example:
+    >>> import numpy as np, sparsify
+    >>> cfg = sparsify.PruningConfig(target_sparsity=0.5, pattern="2:4", end_step=0)
+    >>> sparsify.PruningEngine(cfg).compute_masks({"w": np.array([[4.0, 1.0, 3.0, 2.0]])}, step=0)["w"].tolist()
+    [[True, False, True, False]]
+"""
+from .config import PruningConfig
+from .criteria import magnitude, snip, snip_momentum
+from .engine import PruningEngine, select_names
+from .layout import canonical_to_tf, from_2d, tf_to_canonical, to_2d
+from .patterns import Pattern, PatternNInM, PatternNxM, get_pattern, register_pattern, registered_patterns
+from .schedules import ConstantSchedule, DecaySchedule, GradualSchedule, get_schedule
+from .selection import exact_prune_count, lowest_k_mask
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PruningConfig", "PruningEngine", "select_names",
+    "GradualSchedule", "ConstantSchedule", "DecaySchedule", "get_schedule",
+    "Pattern", "PatternNxM", "PatternNInM", "get_pattern", "register_pattern", "registered_patterns",
+    "exact_prune_count", "lowest_k_mask", "magnitude", "snip", "snip_momentum",
+    "to_2d", "from_2d", "tf_to_canonical", "canonical_to_tf", "__version__",
+]

@@ -1,0 +1,249 @@
+"""One validated configuration for every pruning setting.
+
+Every field is checked at construction; a bad value raises ``ValueError``
+(or ``TypeError`` for a wrong type) naming the field, the value and what is
+allowed. Loadable from a dict or a YAML file and round-trips to a dict.
+
+Example:
+    >>> cfg = PruningConfig(target_sparsity=0.9, pattern="4x1", end_step=1000)
+    >>> PruningConfig.from_dict(cfg.to_dict()) == cfg
+    True
+    >>> PruningConfig(target_sparsity=1.2)
+    Traceback (most recent call last):
+    ...
+    ValueError: target_sparsity must be in [0, 1), got 1.2
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .criteria import CRITERIA
+from .patterns import BLOCK_REDUCTIONS, PatternNInM, get_pattern
+from .schedules import DECAY_TYPES, ConstantSchedule, DecaySchedule, GradualSchedule, Schedule
+
+__all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES"]
+
+SCOPES = ("global", "local")
+SCHEDULE_TYPES = ("gradual", "constant", *DECAY_TYPES)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@dataclass
+class PruningConfig:
+    """Every pruning setting, validated at construction.
+
+    Attributes:
+        target_sparsity: final fraction of pruned weights, in [0, 1).
+        pattern: ``"1x1"`` (unstructured), ``"NxM"`` blocks, ``"channelx1"``,
+            ``"1xchannel"`` or ``"N:M"`` (N pruned of every M, e.g. ``"2:4"``).
+        pruning_scope: ``"local"`` (every layer the same ratio) or ``"global"``
+            (one threshold over all layers).
+        start_step, end_step: schedule window (optimizer steps).
+        pruning_frequency: steps between mask updates (<= 0: every step).
+        sparsity_decay_type: ``"gradual"`` (polynomial, ``exponent``),
+            ``"constant"``, ``"linear"``, ``"exp"``, ``"cos"``, ``"cube"``.
+        init_sparsity: sparsity at ``start_step``.
+        exponent: exponent of the gradual schedule.
+        leave_enabled: keep masking after ``end_step``.
+        max_sparsity_ratio_per_layer, min_sparsity_ratio_per_layer: per-layer clamps.
+        op_names: regexes (``re.search``) selecting weights by name.
+        excluded_op_names: regexes removing weights from the selection.
+        criterion: ``"magnitude"``, ``"snip"`` or ``"snip_momentum"``.
+        criterion_momentum: averaging factor of ``snip_momentum``.
+        block_score_reduce: how a block scores its elements: sum, mean or max.
+        skip_incompatible_layers: leave layers the pattern does not fit dense
+            instead of raising.
+        monotone: pruned weights stay pruned (new masks are subsets of old).
+
+    Example:
+        >>> PruningConfig(pattern="2:4", target_sparsity=0.5).pattern_obj().N
+        2
+    """
+
+    target_sparsity: float = 0.9
+    pattern: str = "1x1"
+    pruning_scope: str = "local"
+    start_step: int = 0
+    end_step: int = 1000
+    pruning_frequency: int = 100
+    sparsity_decay_type: str = "gradual"
+    init_sparsity: float = 0.0
+    exponent: float = 3.0
+    leave_enabled: bool = True
+    max_sparsity_ratio_per_layer: float = 0.98
+    min_sparsity_ratio_per_layer: float = 0.0
+    op_names: list[str] = field(default_factory=lambda: [".*"])
+    excluded_op_names: list[str] = field(default_factory=list)
+    criterion: str = "magnitude"
+    criterion_momentum: float = 0.9
+    block_score_reduce: str = "sum"
+    skip_incompatible_layers: bool = False
+    monotone: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("target_sparsity", "init_sparsity", "max_sparsity_ratio_per_layer",
+                     "min_sparsity_ratio_per_layer", "criterion_momentum"):
+            self._ratio(name)
+        for name in ("start_step", "end_step", "pruning_frequency"):
+            v = getattr(self, name)
+            if not _is_int(v):
+                raise TypeError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
+        if self.start_step < 0:
+            raise ValueError(f"start_step must be >= 0, got {self.start_step}")
+        if self.end_step < self.start_step and not (self.end_step == -1 and self.sparsity_decay_type == "constant"):
+            raise ValueError(f"end_step must be >= start_step ({self.start_step}), got {self.end_step}")
+        self._choice("pruning_scope", SCOPES)
+        self._choice("sparsity_decay_type", SCHEDULE_TYPES)
+        self._choice("criterion", CRITERIA)
+        self._choice("block_score_reduce", BLOCK_REDUCTIONS)
+        if not _is_num(self.exponent) or not math.isfinite(self.exponent) or self.exponent <= 0:
+            raise ValueError(f"exponent must be a positive number, got {self.exponent!r}")
+        for name in ("leave_enabled", "skip_incompatible_layers", "monotone"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name in ("op_names", "excluded_op_names"):
+            self._regex_list(name)
+        if self.min_sparsity_ratio_per_layer > self.max_sparsity_ratio_per_layer:
+            raise ValueError(f"min_sparsity_ratio_per_layer ({self.min_sparsity_ratio_per_layer}) must be <= "
+                             f"max_sparsity_ratio_per_layer ({self.max_sparsity_ratio_per_layer})")
+        if self.init_sparsity > self.target_sparsity:
+            raise ValueError(f"init_sparsity ({self.init_sparsity}) must be <= target_sparsity ({self.target_sparsity})")
+        if not isinstance(self.pattern, str):
+            raise TypeError(f"pattern must be a string such as '1x1', '4x1', 'channelx1' or '2:4', got {self.pattern!r}")
+        try:
+            pat = get_pattern(self.pattern)
+        except ValueError as e:
+            raise ValueError(f"pattern: {e}") from None
+        if isinstance(pat, PatternNInM) and self.target_sparsity > pat.max_ratio + 1e-12:
+            raise ValueError(f"target_sparsity for pattern {self.pattern!r} must be <= N/M = {pat.max_ratio:g}, "
+                             f"got {self.target_sparsity}")
+
+    # ----- validation helpers ----------------------------------------------------------
+    def _ratio(self, name: str) -> None:
+        v = getattr(self, name)
+        if not _is_num(v):
+            raise TypeError(f"{name} must be a number in [0, 1), got {v!r} ({type(v).__name__})")
+        if math.isnan(v) or not 0.0 <= v < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {v!r}")
+        setattr(self, name, float(v))
+
+    def _choice(self, name: str, allowed: tuple[str, ...]) -> None:
+        v = getattr(self, name)
+        if v not in allowed:
+            hint = difflib.get_close_matches(str(v), allowed, n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ValueError(f"{name} must be one of {allowed}, got {v!r}{extra}")
+
+    def _regex_list(self, name: str) -> None:
+        import re
+
+        v = getattr(self, name)
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+            raise TypeError(f"{name} must be a list of regular expressions (strings), got {v!r}")
+        for rx in v:
+            try:
+                re.compile(rx)
+            except re.error as e:
+                raise ValueError(f"{name} holds an invalid regular expression {rx!r}: {e}") from None
+        setattr(self, name, list(v))
+
+    # ----- construction / export -------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PruningConfig":
+        """Build from a dict; unknown keys raise ``ValueError`` with a "did you mean" hint.
+
+        Example:
+            >>> PruningConfig.from_dict({"target_sparsty": 0.5})
+            Traceback (most recent call last):
+            ...
+            ValueError: unknown config key 'target_sparsty' (did you mean 'target_sparsity'?)
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"config must be a dict, got {type(data).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in data:
+            if key not in names:
+                hint = difflib.get_close_matches(str(key), names, n=1)
+                extra = f" (did you mean {hint[0]!r}?)" if hint else f"; allowed keys: {', '.join(names)}"
+                raise ValueError(f"unknown config key {key!r}{extra}")
+        return cls(**dict(data))
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> "PruningConfig":
+        """Load from a YAML file (``yaml.safe_load``); a top-level ``pruning:`` key is accepted."""
+        import yaml
+
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = yaml.safe_load(fh)
+        except OSError as e:
+            raise ValueError(f"config file {os.fspath(path)!r} cannot be read: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ValueError(f"config file {os.fspath(path)!r} is not valid YAML: {e}") from None
+        if data is None:
+            data = {}
+        if isinstance(data, Mapping) and set(data) == {"pruning"}:
+            data = data["pruning"]
+        return cls.from_dict(data)
+
+    @classmethod
+    def coerce(cls, config: "PruningConfig | Mapping[str, Any] | str | os.PathLike") -> "PruningConfig":
+        """Accept a ``PruningConfig``, a dict or a YAML path.
+
+        Example:
+            >>> PruningConfig.coerce({"pattern": "4x1"}).pattern
+            '4x1'
+        """
+        if isinstance(config, cls):
+            return config
+        if isinstance(config, Mapping):
+            return cls.from_dict(config)
+        if isinstance(config, (str, os.PathLike)):
+            return cls.from_yaml(config)
+        raise TypeError(f"config must be a PruningConfig, a dict or a YAML file path, got {type(config).__name__}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (lists copied) that ``from_dict`` turns back into an equal config."""
+        return dataclasses.asdict(self)
+
+    def to_yaml(self, path: str | os.PathLike) -> None:
+        """Write the config as YAML."""
+        import yaml
+
+        with open(path, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(self.to_dict(), fh, sort_keys=False)
+
+    def replace(self, **changes: Any) -> "PruningConfig":
+        """A validated copy with ``changes`` applied."""
+        return type(self).from_dict({**self.to_dict(), **changes})
+
+    # ----- derived objects -------------------------------------------------------------
+    def schedule(self) -> Schedule:
+        """The schedule this config describes."""
+        kind = self.sparsity_decay_type
+        if kind == "constant":
+            return ConstantSchedule(self.target_sparsity, self.start_step, self.end_step,
+                                    self.pruning_frequency, self.leave_enabled)
+        if kind == "gradual":
+            return GradualSchedule(self.init_sparsity, self.target_sparsity, self.start_step, self.end_step,
+                                   self.pruning_frequency, self.exponent, self.leave_enabled)
+        return DecaySchedule(kind, self.init_sparsity, self.target_sparsity, self.start_step, self.end_step,
+                             self.pruning_frequency, self.leave_enabled)
+
+    def pattern_obj(self):
+        """The :class:`~sparsify.patterns.Pattern` this config describes."""
+        return get_pattern(self)

@@ -1,0 +1,130 @@
+"""Canonical weight layout and the 2-D view that patterns work on.
+
+The core sees every weight in PyTorch layout (Linear ``(out, in)``, Conv
+``(out, in/groups, *kernel)``). Patterns work on the 2-D view
+``(out, prod(kernel) * in)`` with the input channel fastest, i.e. torch's
+``w.permute(0, 2, 3, 1).reshape(out, -1)``. 1-D weights are one row.
+
+TensorFlow layouts are converted here too (NumPy only), so both TF paths
+share one implementation.
+
+Example:
+    >>> import numpy as np
+    >>> w = np.arange(2 * 3 * 1 * 2).reshape(2, 3, 1, 2)   # (out, in, kh, kw)
+    >>> to_2d(w).shape
+    (2, 6)
+    >>> bool((from_2d(to_2d(w), w.shape) == w).all())
+    True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["to_2d", "from_2d", "tf_to_canonical", "canonical_to_tf", "TF_LAYOUTS"]
+
+
+def to_2d(w: np.ndarray) -> np.ndarray:
+    """The 2-D view of a canonical weight (a copy only for rank >= 3)."""
+    w = np.asarray(w)
+    if w.ndim == 0:
+        raise ValueError(f"weight must have at least 1 dimension, got a scalar of shape {w.shape}")
+    if w.ndim == 1:
+        return w.reshape(1, -1)
+    if w.ndim == 2:
+        return w
+    axes = (0, *range(2, w.ndim), 1)
+    return np.ascontiguousarray(w.transpose(axes)).reshape(w.shape[0], -1)
+
+
+def from_2d(view: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Inverse of :func:`to_2d` for a canonical ``shape``."""
+    shape = tuple(shape)
+    view = np.asarray(view)
+    if len(shape) <= 2:
+        return view.reshape(shape)
+    permuted = (shape[0], *shape[2:], shape[1])
+    inv = (0, len(shape) - 1, *range(1, len(shape) - 1))
+    return np.ascontiguousarray(view.reshape(permuted).transpose(inv))
+
+
+# TF kind -> (forward transform, inverse transform) on NumPy arrays.
+def _dense_fwd(k):            # (in, out) -> (out, in)
+    return np.ascontiguousarray(k.T)
+
+
+def _conv_fwd(k):             # (*kernel, in, out) -> (out, in, *kernel)
+    nd = k.ndim
+    return np.ascontiguousarray(k.transpose(nd - 1, nd - 2, *range(nd - 2)))
+
+
+def _conv_inv(w):             # (out, in, *kernel) -> (*kernel, in, out)
+    nd = w.ndim
+    return np.ascontiguousarray(w.transpose(*range(2, nd), 1, 0))
+
+
+def _conv_t_fwd(k):           # Conv*DTranspose (*kernel, out, in) -> torch ConvTranspose (in, out, *kernel)
+    nd = k.ndim
+    return np.ascontiguousarray(k.transpose(nd - 1, nd - 2, *range(nd - 2)))
+
+
+def _depthwise_fwd(k):        # (kh, kw, in, mult) -> (in*mult, 1, kh, kw)
+    kh, kw, cin, mult = k.shape
+    return np.ascontiguousarray(k.reshape(kh, kw, cin * mult).transpose(2, 0, 1)[:, None])
+
+
+def _depthwise_inv_shape(w, tf_shape):
+    kh, kw, cin, mult = tf_shape
+    return np.ascontiguousarray(w[:, 0].transpose(1, 2, 0).reshape(kh, kw, cin, mult))
+
+
+TF_LAYOUTS = ("dense", "conv", "conv_transpose", "depthwise", "embedding")
+
+
+def tf_to_canonical(kernel: np.ndarray, kind: str) -> np.ndarray:
+    """Convert a TF/Keras kernel to the canonical (torch) layout.
+
+    ``kind`` is one of ``"dense"`` (``(in, out)``), ``"conv"``
+    (``(*kernel, in, out)``), ``"conv_transpose"`` (``(*kernel, out, in)``),
+    ``"depthwise"`` (``(kh, kw, in, mult)``) or ``"embedding"`` (already
+    ``(num, dim)``, unchanged).
+
+    Example:
+        >>> tf_to_canonical(np.zeros((3, 3, 4, 8)), "conv").shape
+        (8, 4, 3, 3)
+    """
+    k = np.asarray(kernel)
+    if kind == "dense":
+        return _dense_fwd(k)
+    if kind == "conv":
+        return _conv_fwd(k)
+    if kind == "conv_transpose":
+        return _conv_t_fwd(k)
+    if kind == "depthwise":
+        if k.ndim != 4:
+            raise ValueError(f"depthwise kernel must be 4-D (kh, kw, in, mult), got shape {k.shape}")
+        return _depthwise_fwd(k)
+    if kind == "embedding":
+        return k
+    raise ValueError(f"kind must be one of {TF_LAYOUTS}, got {kind!r}")
+
+
+def canonical_to_tf(w: np.ndarray, kind: str, tf_shape: tuple[int, ...]) -> np.ndarray:
+    """Inverse of :func:`tf_to_canonical`; ``tf_shape`` is the TF kernel shape.
+
+    Example:
+        >>> k = np.arange(24.0).reshape(2, 3, 4)
+        >>> bool((canonical_to_tf(tf_to_canonical(k, "conv"), "conv", k.shape) == k).all())
+        True
+    """
+    w = np.asarray(w)
+    if kind == "dense":
+        out = np.ascontiguousarray(w.T)
+    elif kind in ("conv", "conv_transpose"):
+        out = _conv_inv(w)
+    elif kind == "depthwise":
+        out = _depthwise_inv_shape(w, tuple(tf_shape))
+    elif kind == "embedding":
+        out = w
+    else:
+        raise ValueError(f"kind must be one of {TF_LAYOUTS}, got {kind!r}")
+    return out.reshape(tuple(tf_shape))

@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+from sparsify.engine import PruningEngine, select_names
+
+
+def test_select_layers_by_regex_and_ndim():
+    eng = PruningEngine({"op_names": ["conv", "fc"], "excluded_op_names": ["fc2"]})
+    names = ["conv1.weight", "conv1.bias", "fc1.weight", "fc2.weight", "head.weight"]
+    shapes = {"conv1.weight": (4, 3, 3, 3), "conv1.bias": (4,), "fc1.weight": (2, 4), "fc2.weight": (2, 2),
+              "head.weight": (1, 2)}
+    assert eng.select_layers(names, shapes) == ["conv1.weight", "fc1.weight"]
+    assert select_names(names, [".*"], ["bias"]) == ["conv1.weight", "fc1.weight", "fc2.weight", "head.weight"]
+    with pytest.raises(ValueError, match=r"match no prunable weight; prunable weights are: \[conv1.weight"):
+        PruningEngine({"op_names": ["nothing"]}).select_layers(names, shapes)
+
+
+def test_check_layers_names_the_layer():
+    eng = PruningEngine({"pattern": "4x1"})
+    eng.check_layers({"ok": (8, 4)})
+    with pytest.raises(ValueError, match="layer 'bad'"):
+        eng.check_layers({"ok": (8, 4), "bad": (6, 4)})
+
+
+def test_schedule_following_and_masks_at_update_points():
+    eng = PruningEngine({"target_sparsity": 0.75, "start_step": 0, "end_step": 4, "pruning_frequency": 2,
+                         "exponent": 1.0})
+    w = {"w": np.arange(1.0, 9.0).reshape(2, 4)}
+    assert [eng.target_sparsity(t) for t in range(6)] == [0.0, 0.0, 0.375, 0.375, 0.75, 0.75]
+    assert eng.update_due(-1, 0) and not eng.update_due(0, 1) and eng.update_due(1, 3)
+    m = eng.compute_masks(w, 2)["w"]
+    assert m.astype(int).tolist() == [[0, 0, 0, 1], [1, 1, 1, 1]]
+    m2 = eng.compute_masks({"w": w["w"][:, ::-1].copy()}, 4, pre_masks={"w": m})["w"]
+    assert (m2 <= m).all() and (~m2).sum() == 6
+
+
+def test_non_monotone_config_can_revive():
+    eng = PruningEngine({"target_sparsity": 0.5, "end_step": 0, "monotone": False})
+    pre = {"w": np.array([[False, True, True, True]])}
+    m = eng.compute_masks({"w": np.array([[9.0, 1.0, 2.0, 8.0]])}, 0, pre)["w"]
+    assert m.tolist() == [[True, False, False, True]]
+
+
+def test_gradient_criteria_need_scores():
+    eng = PruningEngine({"criterion": "snip", "end_step": 0, "target_sparsity": 0.5})
+    assert eng.needs_gradients
+    with pytest.raises(ValueError, match="needs scores"):
+        eng.compute_masks({"w": np.ones((2, 2))}, 0)
+    m = eng.compute_masks({"w": np.ones((2, 2))}, 0, scores={"w": np.array([[3.0, 1.0], [2.0, 0.0]])})["w"]
+    assert m.tolist() == [[True, False], [True, False]]
+
+
+def test_masking_active_after_end():
+    eng = PruningEngine({"end_step": 10, "leave_enabled": False})
+    assert eng.masking_active(10) and not eng.masking_active(11)
+    assert PruningEngine({"end_step": 10}).masking_active(1000)

@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from sparsify.layout import canonical_to_tf, from_2d, tf_to_canonical, to_2d
+
+
+def test_2d_view_puts_input_channel_fastest():
+    w = np.arange(2 * 3 * 2 * 2).reshape(2, 3, 2, 2)         # (out, in, kh, kw)
+    view = to_2d(w)
+    assert view.shape == (2, 12)
+    # element (o=0, kh=0, kw=1) across input channels 0..2 are consecutive
+    assert view[0, 3:6].tolist() == [w[0, 0, 0, 1], w[0, 1, 0, 1], w[0, 2, 0, 1]]
+    assert to_2d(np.arange(4.0)).shape == (1, 4)
+    with pytest.raises(ValueError, match="scalar"):
+        to_2d(np.float32(1.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=5))
+def test_roundtrip_any_rank(shape):
+    w = np.arange(int(np.prod(shape))).reshape(shape)
+    assert (from_2d(to_2d(w), w.shape) == w).all()
+
+
+def test_tf_dense_and_conv_match_torch_layout():
+    k = np.arange(6).reshape(2, 3)                          # Dense (in=2, out=3)
+    assert tf_to_canonical(k, "dense").tolist() == [[0, 3], [1, 4], [2, 5]]
+    kc = np.random.default_rng(0).random((3, 2, 4, 5))      # Conv2D (kh, kw, in, out)
+    c = tf_to_canonical(kc, "conv")
+    assert c.shape == (5, 4, 3, 2)
+    assert c[1, 2, 0, 1] == kc[0, 1, 2, 1]
+
+
+def test_tf_depthwise_layout():
+    k = np.random.default_rng(0).random((3, 3, 4, 2))       # (kh, kw, in, mult)
+    c = tf_to_canonical(k, "depthwise")
+    assert c.shape == (8, 1, 3, 3)
+    assert c[2 * 1 + 1, 0, 2, 0] == k[2, 0, 1, 1]           # out channel = in * mult + m
+
+
+@pytest.mark.parametrize("kind,shape", [("dense", (3, 4)), ("conv", (3, 3, 2, 5)), ("conv", (3, 2, 5)),
+                                        ("conv_transpose", (3, 3, 5, 2)), ("depthwise", (3, 3, 4, 2)),
+                                        ("embedding", (10, 4))])
+def test_tf_roundtrip(kind, shape):
+    k = np.random.default_rng(0).random(shape)
+    assert (canonical_to_tf(tf_to_canonical(k, kind), kind, shape) == k).all()
+
+
+def test_unknown_kind():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        tf_to_canonical(np.zeros((2, 2)), "lstm")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        canonical_to_tf(np.zeros((2, 2)), "lstm", (2, 2))
