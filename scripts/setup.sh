@@ -8,3 +8,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[all,test]"
+# The CUDA torch wheel pulls in triton, a GPU kernel compiler that CPU runs never use. Loaded after
+# TensorFlow (e.g. by torchvision or torch.compile) its libtriton segfaults the process, so drop it.
+if .venv/bin/python -m pip show -q triton >/dev/null 2>&1; then
+  .venv/bin/python -m pip uninstall -y -q triton
+fi
