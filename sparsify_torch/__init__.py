@@ -1,0 +1,21 @@
+"""PyTorch adapter of sparsify: mask parametrizations driven by the core engine.
+
+``prune(model, config)`` registers a :class:`MaskParametrization` on every
+selected weight and returns a :class:`Pruner`; call ``pruner.step()`` once per
+optimizer step and ``pruner.remove()`` to bake the masks in. Structured
+channel pruning lives in ``sparsify_torch.channels`` (import it explicitly).
+
+Example:
+    >>> import torch, sparsify_torch
+    >>> model = torch.nn.Linear(4, 4)
+    >>> pruner = sparsify_torch.prune(model, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+    >>> round(pruner.total_sparsity(), 2)
+    0.5
+"""
+from __future__ import annotations
+
+from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights
+from .parametrization import MaskParametrization
+from .pruner import Pruner, prune
+
+__all__ = ["MaskParametrization", "Pruner", "prune", "prunable_weights", "PrunableWeight", "SUPPORTED_MODULES"]

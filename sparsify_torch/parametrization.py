@@ -1,0 +1,76 @@
+"""The mask parametrization: a weight read returns ``original * mask``.
+
+The mask is a registered buffer (same dtype and device as the weight) that
+is only ever updated in place, so its identity never changes: optimizers,
+hooks and ``torch.compile`` graphs keep pointing at the same tensor. Like
+``torch.ao.pruning``'s ``FakeSparsity``, but the mask values come from the
+framework-neutral core (:class:`sparsify.PruningEngine`).
+
+Example:
+    >>> import torch
+    >>> from torch.nn.utils import parametrize
+    >>> lin = torch.nn.Linear(2, 2, bias=False)
+    >>> _ = torch.nn.init.ones_(lin.weight)
+    >>> p = MaskParametrization(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+    >>> _ = parametrize.register_parametrization(lin, "weight", p)
+    >>> lin.weight.tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    >>> p.set_mask(torch.ones(2, 2, dtype=torch.bool))
+    >>> lin.weight.tolist()
+    [[1.0, 1.0], [1.0, 1.0]]
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["MaskParametrization"]
+
+
+class MaskParametrization(nn.Module):
+    """Parametrization ``weight = original * mask`` with the mask as an in-place buffer.
+
+    Args:
+        mask: initial mask, boolean or 0/1 floats (True / 1 = kept). It is
+            stored as a buffer named ``mask`` in the weight's dtype.
+
+    Example:
+        >>> p = MaskParametrization(torch.tensor([True, False]))
+        >>> p(torch.tensor([3.0, 4.0])).tolist()
+        [3.0, 0.0]
+    """
+
+    mask: torch.Tensor
+
+    def __init__(self, mask: torch.Tensor) -> None:
+        super().__init__()
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+        m = mask.detach().clone()
+        if not m.is_floating_point():
+            m = m.to(torch.get_default_dtype())
+        self.register_buffer("mask", m)
+
+    def forward(self, original: torch.Tensor) -> torch.Tensor:
+        """``original * mask`` (gradients of pruned entries are therefore zero)."""
+        return original * self.mask
+
+    @torch.no_grad()
+    def set_mask(self, mask: torch.Tensor) -> None:
+        """Copy ``mask`` (bool or 0/1) into the buffer in place.
+
+        Raises:
+            ValueError: if the shape differs from the buffer's.
+        """
+        if tuple(mask.shape) != tuple(self.mask.shape):
+            raise ValueError(f"mask shape {tuple(mask.shape)} differs from the parametrized weight's "
+                             f"shape {tuple(self.mask.shape)}")
+        self.mask.copy_(mask.to(device=self.mask.device, dtype=self.mask.dtype))
+
+    def bool_mask(self) -> torch.Tensor:
+        """The mask as a boolean tensor (True = kept)."""
+        return self.mask != 0
+
+    def extra_repr(self) -> str:
+        kept = int(torch.count_nonzero(self.mask))
+        return f"shape={tuple(self.mask.shape)}, kept={kept}/{self.mask.numel()}"

@@ -1,0 +1,131 @@
+"""Bad input: clear errors, raised before anything changes."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from sparsify_torch import MaskParametrization, prune
+from torch_helpers import cnn, digits, mlp
+
+ONE_SHOT = {"target_sparsity": 0.5, "start_step": 0, "end_step": 0}
+
+
+def _untouched(model: nn.Module, before: dict) -> None:
+    assert not any(parametrize.is_parametrized(m) for m in model.modules())
+    after = model.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_model_must_be_a_module():
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got dict"):
+        prune({"w": torch.ones(2, 2)}, ONE_SHOT)
+
+
+def test_bad_config_names_the_field():
+    model = mlp()
+    with pytest.raises(ValueError, match="target_sparsity must be in \\[0, 1\\), got 1.5"):
+        prune(model, {"target_sparsity": 1.5})
+    with pytest.raises(ValueError, match="pattern"):
+        prune(model, {"pattern": "3y1"})
+    _untouched(model, mlp().state_dict())
+
+
+def test_config_matching_no_parameter():
+    model = mlp()
+    before = model.state_dict()
+    with pytest.raises(ValueError, match=r"match no prunable weight.*fc1\.weight, fc2\.weight, head\.weight"):
+        prune(model, {**ONE_SHOT, "op_names": ["conv"]})
+    _untouched(model, before)
+
+
+def test_model_without_prunable_layers():
+    with pytest.raises(ValueError, match="no prunable weights; supported layers are Linear"):
+        prune(nn.Sequential(nn.ReLU(), nn.LayerNorm(3)), ONE_SHOT)
+
+
+def test_pattern_that_does_not_fit_applies_nothing():
+    model = cnn()                       # head 2-D view (10, 32): 10 rows do not split into 4x1 blocks
+    before = model.state_dict()
+    with pytest.raises(ValueError, match=r"layer 'head.weight' with 2-D view \(10, 32\) does not fit pattern '4x1'"):
+        prune(model, {**ONE_SHOT, "pattern": "4x1"})
+    _untouched(model, before)            # conv1/conv2/fc fit, but none of them was parametrized
+    pruner = prune(model, {**ONE_SHOT, "pattern": "4x1", "skip_incompatible_layers": True})
+    assert pruner.sparsity()["head.weight"] == 0.0 and pruner.sparsity()["fc.weight"] == 0.5
+
+
+def test_pruning_twice_and_foreign_parametrizations():
+    model = mlp()
+    prune(model, ONE_SHOT)
+    with pytest.raises(ValueError, match="already pruned"):
+        prune(model, ONE_SHOT)
+    other = mlp()
+    parametrize.register_parametrization(other.fc2, "weight", MaskParametrization(torch.ones(16, 32)))
+    with pytest.raises(ValueError, match="already pruned"):
+        prune(other, ONE_SHOT)
+    third = mlp()
+    parametrize.register_parametrization(third.fc2, "weight", nn.Identity())
+    with pytest.raises(ValueError, match="weight 'fc2.weight' already has a parametrization"):
+        prune(third, ONE_SHOT)
+    assert not parametrize.is_parametrized(third.fc1)
+
+
+def test_tied_weights():
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10, bias=False))
+    model[1].weight = model[0].weight
+    with pytest.raises(ValueError, match="weights '0.weight' and '1.weight' are the same \\(tied\\) parameter"):
+        prune(model, ONE_SHOT)
+    assert not parametrize.is_parametrized(model[0])
+    assert prune(model, {**ONE_SHOT, "excluded_op_names": ["^1"]}).names == ["0.weight"]
+
+
+def test_step_arguments_and_missing_gradients():
+    pruner = prune(mlp(), ONE_SHOT)
+    with pytest.raises(ValueError, match="num_steps must be a positive integer, got 0"):
+        pruner.step(0)
+    assert pruner.step_count == 0
+    snip = prune(mlp(), {**ONE_SHOT, "criterion": "snip"})
+    with pytest.raises(RuntimeError, match="needs gradients.*loss.backward"):
+        snip.step()
+
+
+def test_step_and_load_after_remove():
+    pruner = prune(mlp(), ONE_SHOT)
+    state = pruner.state_dict()
+    pruner.remove()
+    with pytest.raises(RuntimeError, match=r"Pruner.step\(\) called after Pruner.remove\(\)"):
+        pruner.step()
+    with pytest.raises(RuntimeError, match=r"Pruner.load_state_dict\(\) called after Pruner.remove\(\)"):
+        pruner.load_state_dict(state)
+
+
+def test_state_dict_from_a_different_model_changes_nothing():
+    x, _ = digits(8)
+    model = mlp()
+    pruner = prune(model, ONE_SHOT)
+    masks, out = pruner.masks(), model(x)
+    other = prune(cnn(), ONE_SHOT).state_dict()
+    with pytest.raises(ValueError, match=r"state was saved for pruned weights \['conv1.weight'"):
+        pruner.load_state_dict(other)
+    narrow = prune(nn.Sequential(nn.Linear(64, 16)), ONE_SHOT).state_dict()
+    narrow["names"] = pruner.names
+    narrow["masks"] = {n: torch.ones(2, 2, dtype=torch.bool) for n in pruner.names}
+    with pytest.raises(ValueError, match=r"state\['masks'\]\['fc1.weight'\] has shape \(2, 2\), but weight "
+                                         r"'fc1.weight' has shape \(32, 64\)"):
+        pruner.load_state_dict(narrow)
+    with pytest.raises(ValueError, match="missing keys"):
+        pruner.load_state_dict({"step": 3})
+    with pytest.raises(TypeError, match="state must be a dict"):
+        pruner.load_state_dict([1, 2])
+    assert pruner.step_count == 0 and torch.equal(model(x), out)
+    assert all(torch.equal(pruner.masks()[n], masks[n]) for n in masks)
+
+
+def test_mask_parametrization_checks():
+    with pytest.raises(TypeError, match="mask must be a torch.Tensor"):
+        MaskParametrization([1, 0])
+    p = MaskParametrization(torch.ones(2, 2))
+    with pytest.raises(ValueError, match=r"mask shape \(3,\) differs from the parametrized weight's shape \(2, 2\)"):
+        p.set_mask(torch.ones(3))
