@@ -1,0 +1,33 @@
+"""sparsify_tf: the TensorFlow adapter of sparsify.
+
+Graph mode (``tf.compat.v1``): the seed API (:mod:`sparsify_tf.mask_pruning`),
+the high-level :func:`prune_graph` entry point with :class:`PruningHook`, and
+export of clean inference graphs (:mod:`sparsify_tf.export`). The Keras
+callback lives in ``sparsify_tf.keras`` (imported on demand, not here).
+
+Example:
+    >>> import sparsify_tf
+    >>> callable(sparsify_tf.prune_graph)
+    True
+"""
+from .export import export_frozen_graph, export_saved_model
+from .graph_pruning import GraphPruning, PruningHook, prune_graph
+from .graph_utils import get_prunable_ops_and_inputs, is_prunable_op
+from .mask_creator import CoreMaskCreator, get_mask_creator
+from .mask_pruning import (
+    PruningOpVars, PruningScope, apply_op_vars_masks, create_constant_op_pruning, create_graph_ops_pruning,
+    create_ks_schedule_ops, create_ks_scheduled_constant_graph_ops, create_op_pruning,
+    create_op_pruning_no_update, create_summaries_pruning, get_or_create_graph_ops_pruning,
+    get_or_create_ks_schedule_ops, get_or_create_ks_scheduled_graph_ops, get_scheduled_update_op,
+)
+from .schedule_ops import schedule_tensors
+
+__all__ = [
+    "prune_graph", "GraphPruning", "PruningHook", "export_frozen_graph", "export_saved_model",
+    "PruningOpVars", "PruningScope", "create_op_pruning_no_update", "create_op_pruning",
+    "create_constant_op_pruning", "create_graph_ops_pruning", "get_or_create_graph_ops_pruning",
+    "create_summaries_pruning", "apply_op_vars_masks", "create_ks_schedule_ops",
+    "get_or_create_ks_schedule_ops", "get_scheduled_update_op", "get_or_create_ks_scheduled_graph_ops",
+    "create_ks_scheduled_constant_graph_ops", "CoreMaskCreator", "get_mask_creator",
+    "get_prunable_ops_and_inputs", "is_prunable_op", "schedule_tensors",
+]
