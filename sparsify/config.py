@@ -26,10 +26,44 @@ from .criteria import CRITERIA
 from .patterns import BLOCK_REDUCTIONS, PatternNInM, get_pattern
 from .schedules import DECAY_TYPES, ConstantSchedule, DecaySchedule, GradualSchedule, Schedule
 
-__all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES"]
+__all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES", "yaml_loader"]
 
 SCOPES = ("global", "local")
 SCHEDULE_TYPES = ("gradual", "constant", *DECAY_TYPES)
+
+
+def yaml_loader():
+    r"""A ``yaml.SafeLoader`` without YAML 1.1's base-60 numbers.
+
+    Plain ``yaml.safe_load`` reads an unquoted ``pattern: 2:4`` as the integer
+    124; with this loader it stays the string ``"2:4"``. Everything else
+    (ints, floats, booleans, no Python objects) loads as with ``safe_load``.
+
+    Example:
+        >>> import yaml
+        >>> yaml.load("pattern: 2:4\nend_step: 1_000", Loader=yaml_loader())
+        {'pattern': '2:4', 'end_step': 1000}
+    """
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        ch: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+        for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:int",
+        re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+        list("-+0123456789"))
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+                   r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."))
+    return Loader
 
 
 def _is_int(v: Any) -> bool:
@@ -184,12 +218,15 @@ class PruningConfig:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "PruningConfig":
-        """Load from a YAML file (``yaml.safe_load``); a top-level ``pruning:`` key is accepted."""
+        """Load from a YAML file (safe loading; ``pattern: 2:4`` may stay unquoted).
+
+        A top-level ``pruning:`` key is accepted.
+        """
         import yaml
 
         try:
             with open(path, encoding="utf-8") as fh:
-                data = yaml.safe_load(fh)
+                data = yaml.load(fh, Loader=yaml_loader())
         except OSError as e:
             raise ValueError(f"config file {os.fspath(path)!r} cannot be read: {e.strerror}") from None
         except yaml.YAMLError as e:

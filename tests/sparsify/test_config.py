@@ -28,6 +28,13 @@ def test_yaml_roundtrip(tmp_path):
     assert PruningConfig.coerce(str(path)) == cfg
 
 
+def test_yaml_unquoted_n_in_m_pattern_stays_a_string(tmp_path):
+    path = tmp_path / "nm.yaml"
+    path.write_text("pattern: 2:4\ntarget_sparsity: 0.5\nend_step: 1_000\nleave_enabled: false\n")
+    cfg = PruningConfig.from_yaml(path)
+    assert (cfg.pattern, cfg.target_sparsity, cfg.end_step, cfg.leave_enabled) == ("2:4", 0.5, 1000, False)
+
+
 def test_yaml_errors(tmp_path):
     with pytest.raises(ValueError, match="cannot be read"):
         PruningConfig.from_yaml(tmp_path / "missing.yaml")

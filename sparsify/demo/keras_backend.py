@@ -1,0 +1,86 @@
+"""Demo backend: Keras 3 (TensorFlow backend) with ``sparsify_tf.keras.PruningCallback`` in ``model.fit``.
+
+The dense phase is a plain ``fit``; the pruning phase recompiles with a fresh
+optimizer (its ``iterations`` restart at 0, which is what the callback's
+schedule follows) and fits again with the callback. ``strip_pruning`` then
+leaves a plain model, saved as ``model.keras``.
+
+Keras is imported lazily (``importlib``) so the core never needs it.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._frameworks import import_tensorflow
+from ..config import PruningConfig
+from ..layout import tf_to_canonical
+from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, set_bar_sparsity
+from .data import Digits, batch_indices
+
+__all__ = ["train"]
+
+
+def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, out: Path | None = None) -> BackendRun:
+    """Train dense, then prune with ``PruningCallback`` for ``steps`` steps each."""
+    tf = import_tensorflow()
+    keras = importlib.import_module("keras")
+    sk = importlib.import_module("sparsify_tf.keras")
+    keras.utils.set_random_seed(seed)
+
+    class Progress(keras.callbacks.Callback):
+        def __init__(self, cb: Any = None) -> None:
+            super().__init__()
+            self.cb, self.i = cb, 0
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if self.cb is not None and (self.i % 10 == 0 or self.i == steps - 1):
+                set_bar_sparsity(bar, "pruning", self.cb.sparsity["total"])
+            self.i += 1
+            bar.update(1)
+
+    layers: list[Any] = [keras.Input((SIZES[0],))]
+    for i, name in enumerate(LAYERS):
+        layers.append(keras.layers.Dense(SIZES[i + 1], activation=None if name == LAYERS[-1] else "relu", name=name))
+    model = keras.Sequential(layers, name="digits_mlp")
+
+    def dataset(phase_seed: int) -> Any:
+        idx = np.stack(list(batch_indices(len(data.x_train), BATCH_SIZE, steps, phase_seed)))
+        return tf.data.Dataset.from_tensor_slices((data.x_train[idx], data.y_train[idx]))   # one element = one batch
+
+    def compile_fresh() -> None:
+        model.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+
+    def accuracy() -> float:
+        return float(model.evaluate(data.x_test, data.y_test, verbose=0, return_dict=True)["accuracy"])
+
+    set_bar_sparsity(bar, "dense")
+    compile_fresh()
+    model.fit(dataset(seed), epochs=1, verbose=0, shuffle=False, callbacks=[Progress()])
+    dense_acc = accuracy()
+
+    pruning = sk.PruningCallback(config)
+    compile_fresh()
+    set_bar_sparsity(bar, "pruning", 0.0)
+    model.fit(dataset(seed + 1), epochs=1, verbose=0, shuffle=False, callbacks=[pruning, Progress(pruning)])
+    pruned_acc = accuracy()
+    final_step = int(model.optimizer.iterations.numpy())
+    paths = list(pruning.pruned_weights)
+    model = sk.strip_pruning(model)
+    weights = {}
+    for path in paths:
+        layer = path.split("/")[0]
+        kernel = model.get_layer(layer).kernel.numpy()
+        weights[layer] = tf_to_canonical(kernel, "dense")
+    files: list[str] = []
+    if out is not None:
+        p = os.path.join(os.fspath(out), "model.keras")
+        model.save(p)
+        files.append(p)
+    notes = ["model.keras: a plain Keras model (strip_pruning removed the pruning state)"] if files else []
+    return BackendRun(dense_acc, pruned_acc, weights, final_step, files, notes)

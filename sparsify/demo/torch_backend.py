@@ -1,0 +1,81 @@
+"""Demo backend: PyTorch with ``sparsify_torch.prune`` (mask parametrizations + ``Pruner.step()``).
+
+torch is imported lazily (``importlib``) so the core never needs it.
+"""
+from __future__ import annotations
+
+import importlib
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from .._frameworks import import_torch
+from ..config import PruningConfig
+from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, set_bar_sparsity
+from .data import Digits, batch_indices
+
+__all__ = ["train"]
+
+
+def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, out: Path | None = None) -> BackendRun:
+    """Train dense, then prune with ``sparsify_torch.prune`` for ``steps`` steps each."""
+    torch = import_torch()
+    sparsify_torch = importlib.import_module("sparsify_torch")
+    nn = torch.nn
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)            # a tiny MLP: one thread is fastest and leaves the other cores alone
+    try:
+        return _train(torch, sparsify_torch, config, data, steps, seed, bar, out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any,
+           out: Path | None) -> BackendRun:
+    nn = torch.nn
+    torch.manual_seed(seed)
+    layers: list[tuple[str, Any]] = []
+    for i, name in enumerate(LAYERS):
+        layers.append((name, nn.Linear(SIZES[i], SIZES[i + 1])))
+        if name != LAYERS[-1]:
+            layers.append((f"relu{i + 1}", nn.ReLU()))
+    model = nn.Sequential(OrderedDict(layers))
+    xtr, ytr = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
+    xte, yte = torch.from_numpy(data.x_test), torch.from_numpy(data.y_test)
+
+    def accuracy() -> float:
+        with torch.no_grad():
+            return float((model(xte).argmax(1) == yte).float().mean())
+
+    def fit(n: int, phase_seed: int, pruner: Any = None) -> None:
+        opt = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+        for i, idx in enumerate(batch_indices(len(xtr), BATCH_SIZE, n, phase_seed)):
+            loss = nn.functional.cross_entropy(model(xtr[idx]), ytr[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if pruner is not None:
+                pruner.step()
+                if i % 10 == 0 or i == n - 1:
+                    set_bar_sparsity(bar, "pruning", pruner.total_sparsity())
+            bar.update(1)
+
+    set_bar_sparsity(bar, "dense")
+    fit(steps, seed)
+    dense_acc = accuracy()
+    pruner = sparsify_torch.prune(model, config)
+    set_bar_sparsity(bar, "pruning", pruner.total_sparsity())
+    fit(steps, seed + 1, pruner)
+    pruned_acc = accuracy()
+    final_step = pruner.step_count
+    pruned = {n.rsplit(".", 1)[0]: n for n in pruner.names}
+    pruner.remove()
+    weights = {short: model.get_submodule(short).weight.detach().numpy().copy() for short in pruned}
+
+    files = []
+    if out is not None:
+        torch.save(model.state_dict(), Path(out) / "model.pt")
+        files.append(str(Path(out) / "model.pt"))
+    return BackendRun(dense_acc, pruned_acc, weights, final_step, files,
+                      ["model.pt: a plain torch state_dict (Pruner.remove() baked the masks in)"] if files else [])
+

@@ -1,0 +1,161 @@
+"""Plots of what pruning did: schedule curve, per-layer sparsity, mask heat-map.
+
+Matplotlib is an optional extra (``pip install 'sparsify[plot]'``) imported
+only when a function here is called. The functions use matplotlib's
+object-oriented API (no global ``pyplot`` state): each takes an optional
+``ax`` to draw into and an optional ``path`` to save a PNG to, and returns
+the :class:`matplotlib.figure.Figure`.
+
+Example:
+    >>> from sparsify import PruningConfig
+    >>> fig = plot_schedule(PruningConfig(end_step=100, pruning_frequency=10))  # doctest: +SKIP
+    >>> fig.savefig("schedule.png")  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from .config import PruningConfig
+from .layout import to_2d
+
+__all__ = ["plot_schedule", "plot_layer_sparsity", "plot_mask", "schedule_points"]
+
+
+def _figure(ax: Any, figsize: tuple[float, float]):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError("plots need matplotlib: pip install 'sparsify[plot]'") from None
+    if ax is not None:
+        return ax.figure, ax
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _save(fig: Any, path: str | os.PathLike | None) -> None:
+    if path is not None:
+        p = os.fspath(path)
+        parent = os.path.dirname(p)
+        if parent and not os.path.isdir(parent):
+            raise ValueError(f"path {p!r}: directory {parent!r} does not exist")
+        fig.savefig(p, dpi=100)
+
+
+def schedule_points(config: PruningConfig | Mapping[str, Any] | str, steps: int | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(steps, sparsity applied at each step, update-point flags)`` of a config.
+
+    The applied sparsity is the schedule read at the last update point, i.e.
+    the staircase the masks follow. ``steps`` defaults to 10% past ``end_step``.
+
+    Example:
+        >>> s, y, upd = schedule_points({"end_step": 4, "pruning_frequency": 2, "target_sparsity": 0.5})
+        >>> s.tolist(), upd.tolist()
+        ([0, 1, 2, 3, 4, 5], [True, False, True, False, True, False])
+    """
+    cfg = PruningConfig.coerce(config)
+    sched = cfg.schedule()
+    if steps is None:
+        end = cfg.end_step if cfg.end_step >= 0 else cfg.start_step + 1000
+        steps = max(end + max(1, (end - cfg.start_step) // 10), 1) + 1
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps <= 0:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    s = np.arange(int(steps), dtype=np.int64)
+    last = np.asarray(sched.last_update_step(s))
+    applied = np.where(last >= 0, np.asarray(sched.sparsity(np.maximum(last, 0)), dtype=float), 0.0)
+    if not cfg.leave_enabled and cfg.end_step >= 0:
+        applied = np.where(s > cfg.end_step, 0.0, applied)
+    return s, applied, np.asarray(sched.update_ready(s), dtype=bool)
+
+
+def plot_schedule(config: PruningConfig | Mapping[str, Any] | str, steps: int | None = None, ax: Any = None,
+                  path: str | os.PathLike | None = None):
+    """Sparsity-vs-step curve of a config: the smooth schedule and the applied staircase.
+
+    Example:
+        >>> plot_schedule({"end_step": 1000}, path="schedule.png")  # doctest: +SKIP
+    """
+    cfg = PruningConfig.coerce(config)
+    s, applied, upd = schedule_points(cfg, steps)
+    smooth = np.asarray(cfg.schedule().sparsity(s), dtype=float)
+    fig, ax = _figure(ax, (6.0, 3.5))
+    ax.plot(s, 100 * smooth, color="0.6", lw=1, label="schedule")
+    ax.step(s, 100 * applied, where="post", lw=2, label="applied (mask updates)")
+    ax.plot(s[upd], 100 * applied[upd], "o", ms=3, label="update points")
+    ax.set_xlabel("step")
+    ax.set_ylabel("sparsity (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"{cfg.sparsity_decay_type} schedule to {100 * cfg.target_sparsity:g}% ({cfg.pattern})")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize="small")
+    _save(fig, path)
+    return fig
+
+
+def plot_layer_sparsity(sparsity: Mapping[str, float], target: Mapping[str, float] | float | None = None,
+                        ax: Any = None, path: str | os.PathLike | None = None, title: str = "sparsity per layer"):
+    """Horizontal bar chart of each layer's achieved sparsity (and its target).
+
+    Args:
+        sparsity: layer name -> achieved sparsity in [0, 1].
+        target: one target for every layer, or per-layer targets (drawn as ticks).
+
+    Example:
+        >>> plot_layer_sparsity({"fc1": 0.9, "fc2": 0.9}, target=0.9)  # doctest: +SKIP
+    """
+    if not sparsity:
+        raise ValueError("sparsity must map at least one layer name to its sparsity, got an empty mapping")
+    names = list(sparsity)
+    vals = np.array([float(sparsity[n]) for n in names])
+    fig, ax = _figure(ax, (6.0, 0.45 * len(names) + 1.2))
+    y = np.arange(len(names))
+    ax.barh(y, 100 * vals, color="tab:blue", label="achieved")
+    for yi, v in zip(y, vals):
+        ax.text(min(100 * v + 1, 88), yi, f"{100 * v:.1f}%", va="center", fontsize="small")
+    if target is not None:
+        tv = [float(target) if not isinstance(target, Mapping) else float(target.get(n, np.nan)) for n in names]
+        ax.plot(100 * np.array(tv), y, "|", color="tab:red", ms=16, mew=2, label="target")
+    ax.set_yticks(y, labels=names)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("sparsity (%)")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize="small")
+    _save(fig, path)
+    return fig
+
+
+def plot_mask(mask: np.ndarray, name: str = "", ax: Any = None, path: str | os.PathLike | None = None,
+              max_cells: int = 256):
+    """Heat-map of the 2-D view of one canonical-layout mask (or weight: zero = pruned).
+
+    Large views are shown as the fraction kept per cell of a coarse grid of at
+    most ``max_cells`` x ``max_cells``.
+
+    Example:
+        >>> import numpy as np
+        >>> plot_mask(np.eye(8, dtype=bool), name="fc1")  # doctest: +SKIP
+    """
+    m = np.asarray(mask)
+    if m.ndim == 0 or m.size == 0:
+        raise ValueError(f"mask must be a non-empty array of rank >= 1, got shape {m.shape}")
+    kept = to_2d(m != 0).astype(float)
+    rows, cols = kept.shape
+    fr, fc = -(-rows // max_cells), -(-cols // max_cells)
+    if fr > 1 or fc > 1:
+        pr, pc = (-rows) % fr, (-cols) % fc
+        padded = np.pad(kept, ((0, pr), (0, pc)), constant_values=np.nan)
+        kept = np.nanmean(padded.reshape(padded.shape[0] // fr, fr, padded.shape[1] // fc, fc), axis=(1, 3))
+    fig, ax = _figure(ax, (6.0, max(2.0, min(6.0, 6.0 * kept.shape[0] / max(kept.shape[1], 1)) + 1.0)))
+    im = ax.imshow(kept, cmap="gray_r", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    sparsity = 1.0 - float(np.count_nonzero(m)) / m.size
+    ax.set_title(f"{name + ': ' if name else ''}mask {rows}x{cols} (2-D view), {100 * sparsity:.1f}% pruned")
+    ax.set_xlabel("column of the 2-D view (kernel position x input channel)")
+    ax.set_ylabel("output channel")
+    fig.colorbar(im, ax=ax, label="kept")
+    _save(fig, path)
+    return fig
+

@@ -1,0 +1,166 @@
+"""The `sparsify` command: `schedule`, `report` and error handling (the demo is in tests/test_demo.py)."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sparsify.cli import build_config, main
+
+SPARSIFY = str(Path(sys.executable).with_name("sparsify"))
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("SPARSIFY_DEBUG", None)
+    return subprocess.run([SPARSIFY, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+
+
+def _write_yaml(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+# ----- schedule ------------------------------------------------------------------------------------
+def test_schedule_table_literal(capsys):
+    rc = main(["schedule", "--set", "target_sparsity=0.5", "--set", "end_step=4", "--set", "pruning_frequency=2"])
+    assert rc == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [ln.split() for ln in lines[2:]]
+    # gradual, exponent 3: 0.5 * (1 - (1 - 2/4) ** 3) = 43.75% at step 2
+    assert rows == [["0", "0.00%", "0.00%", "yes"], ["2", "43.75%", "43.75%", "yes"], ["4", "50.00%", "50.00%", "yes"]]
+    assert lines[0].startswith("gradual schedule: 0% -> 50% from step 0 to 4")
+
+
+def test_schedule_every_and_json_from_yaml(tmp_path, capsys):
+    cfg = _write_yaml(tmp_path / "c.yaml", "pruning:\n  target_sparsity: 0.8\n  end_step: 10\n"
+                                           "  pruning_frequency: 5\n  sparsity_decay_type: linear\n")
+    assert main(["schedule", "--config", str(cfg), "--json", "--every", "5", "--steps", "12"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["steps"] == [0, 5, 10, 11]
+    assert d["update"] == [True, True, True, False]
+    assert d["config"]["sparsity_decay_type"] == "linear"
+    assert d["sparsity"][-1] == pytest.approx(0.8)
+
+
+def test_schedule_plot_writes_png(tmp_path):
+    png = tmp_path / "schedule.png"
+    res = run_cli("schedule", "--set", "end_step=100", "--set", "pruning_frequency=10", "--plot", str(png))
+    assert res.returncode == 0, res.stderr
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert f"plot written to {png}" in res.stdout
+
+
+def test_build_config_precedence(tmp_path):
+    cfg = _write_yaml(tmp_path / "c.yaml", "pattern: 4x1\ntarget_sparsity: 0.7\nend_step: 50\n")
+    c = build_config(str(cfg), ["target_sparsity=0.8", "op_names=[fc]"], pattern=None)
+    assert (c.pattern, c.target_sparsity, c.end_step, c.op_names) == ("4x1", 0.8, 50, ["fc"])
+    assert build_config(str(cfg), None, pattern="2:4", target_sparsity=0.5).pattern == "2:4"
+
+
+# ----- report --------------------------------------------------------------------------------------
+@pytest.fixture
+def torch_file(tmp_path):
+    import torch
+
+    sd = {"fc.weight": torch.tensor([[0.0, 1.0, 0.0, 2.0], [3.0, 0.0, 4.0, 0.0]]), "fc.bias": torch.ones(2)}
+    path = tmp_path / "model.pt"
+    torch.save(sd, path)
+    return path
+
+
+def test_report_text_and_json(torch_file, capsys):
+    assert main(["report", str(torch_file), "--pattern", "2:4"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("fc.weight"))
+    assert row.split() == ["fc.weight", "2x4", "float32", "50.00%", "4", "/", "8", "yes"]
+    assert "total (weights, rank >= 2)" in out and "every weight that fits it conforms" in out
+    assert main(["report", str(torch_file), "--json", "--pattern", "1:4"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["format"] == "torch" and d["pattern"] == "1:4" and d["pattern_conforms"] is True
+    assert d["total"] == {"tensors": 2, "size": 10, "zeros": 4, "sparsity": 0.4}
+
+
+def test_report_via_console_script(torch_file):
+    res = run_cli("report", str(torch_file), "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["weights_total"]["sparsity"] == 0.5
+    res = subprocess.run([sys.executable, "-m", "sparsify", "report", str(torch_file)], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0 and "fc.weight" in res.stdout
+
+
+# ----- bad input: one line on stderr, non-zero exit, no traceback -----------------------------------
+def _assert_one_line_error(res: subprocess.CompletedProcess, needle: str, rc: int = 1) -> None:
+    assert res.returncode == rc, (res.stdout, res.stderr)
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1, res.stderr
+    assert "Traceback" not in res.stderr and needle in err[0], err
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("not weights")
+    (tmp_path / "bad.pt").write_bytes(b"PK\x03\x04garbage")
+    bad_key = _write_yaml(tmp_path / "bad.yaml", "target_sparsty: 0.5\n")
+    bad_value = _write_yaml(tmp_path / "bad_value.yaml", "pattern: 2:4\ntarget_sparsity: 0.9\n")
+    bad_yaml = _write_yaml(tmp_path / "broken.yaml", "a: [1, 2\n")
+    cases = [
+        (("report", str(tmp_path / "missing.pt")), "does not exist"),
+        (("report", str(tmp_path / "notes.txt")), "unknown format"),
+        (("report", str(tmp_path / "bad.pt")), "corrupt"),
+        (("report", str(tmp_path / "notes.txt"), "--format", "torch"), "cannot be read as a torch state_dict"),
+        (("schedule", "--config", str(bad_key)), "unknown config key 'target_sparsty' (did you mean 'target_sparsity'?)"),
+        (("schedule", "--config", str(bad_value)), "must be <= N/M = 0.5"),
+        (("schedule", "--config", str(bad_yaml)), "is not valid YAML"),
+        (("schedule", "--config", str(tmp_path / "nope.yaml")), "cannot be read"),
+        (("schedule", "--set", "pattern"), "--set expects KEY=VALUE"),
+        (("schedule", "--plot", str(tmp_path / "no_dir" / "s.png")), "does not exist"),
+    ]
+    for args, needle in cases:      # in-process: main() is what catches the errors
+        rc = main(list(args))
+        out = capsys.readouterr()
+        _assert_one_line_error(subprocess.CompletedProcess(args, rc, out.out, out.err), needle)
+    # and through the installed console script
+    _assert_one_line_error(run_cli("report", str(tmp_path / "notes.txt")), "unknown format")
+    _assert_one_line_error(run_cli("schedule", "--config", str(bad_key)), "did you mean 'target_sparsity'?")
+
+
+def test_unquoted_nm_pattern_in_yaml(tmp_path, capsys):
+    # YAML 1.1 reads an unquoted 2:4 as the base-60 integer 124; the command keeps it a pattern
+    cfg = _write_yaml(tmp_path / "c.yaml", "pattern: 2:4\ntarget_sparsity: 0.5\nend_step: 10\n")
+    assert main(["schedule", "--config", str(cfg), "--set", "exponent=1e0"]) == 0
+    assert "pattern 2:4" in capsys.readouterr().out
+    assert build_config(None, ["pattern=1:4", "target_sparsity=0.25"]).pattern == "1:4"
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["report"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the following arguments are required: path" in err[0]
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--framework", "jax"])
+    assert e.value.code == 2 and "invalid choice: 'jax'" in capsys.readouterr().err
+    assert main([]) == 2
+    with pytest.raises(SystemExit):
+        main(["schedule", "--every", "0"])
+    assert "--every must be a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_report_npz_json_matches_numpy(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=(16, 8)) * (rng.random((16, 8)) > 0.7)
+    np.savez(tmp_path / "w.npz", w=w)
+    assert main(["report", str(tmp_path / "w.npz"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["tensors"][0]["zeros"] == int((w == 0).sum())
