@@ -1,0 +1,180 @@
+"""One-call structured pruning: calibrate, select labels, prune, optionally re-estimate BatchNorm.
+
+Example:
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+    ...                           torch.nn.Conv2d(8, 2, 1))
+    >>> data = [torch.randn(2, 3, 8, 8)]
+    >>> small = calibrate_and_prune_model_equal(net, data, lambda out, x: out.pow(2).mean(), pruning_ratio=0.5)
+    >>> small[0].out_channels
+    4
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+
+import torch
+from torch import nn
+
+from sparsify.channel_selection import check_pruning_ratio
+
+from .calibration import calibrate_model_for_pruning
+from .optimal import OptimalPruningLabelSelector
+from .samples import default_sample_to_model_inputs, default_sample_to_n_samples
+from .selection import PruningLabelSelector, UniformPruningLabelSelector
+from .surgery import prune_model
+
+__all__ = ["calibrate_and_prune_model", "calibrate_and_prune_model_equal", "calibrate_and_prune_model_optimal",
+           "finetune_batchnorm"]
+
+LossFunction = Callable[[Any, Any], torch.Tensor]
+SampleToInputs = Callable[[Any], Tuple[Tuple[Any, ...], Dict[str, Any]]]
+
+
+def finetune_batchnorm(model: nn.Module, dataloader: Iterable[Any], n_steps: Optional[int] = None,
+                       sample_to_model_inputs: SampleToInputs = default_sample_to_model_inputs) -> int:
+    """Re-estimate BatchNorm running statistics from ``dataloader`` (cumulative average).
+
+    Only BatchNorm buffers change; the model's modes are restored. Returns the
+    number of batches used.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.BatchNorm2d(2))
+        >>> finetune_batchnorm(net, [torch.ones(2, 1, 3, 3)])
+        1
+    """
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not bns:
+        return 0
+    modes = {m: m.training for m in model.modules()}
+    momenta = {m: m.momentum for m in bns}
+    steps = 0
+    try:
+        model.eval()
+        for m in bns:
+            m.reset_running_stats()
+            m.momentum = None
+            m.train()
+        with torch.no_grad():
+            for sample in dataloader:
+                args, kwargs = sample_to_model_inputs(sample)
+                model(*args, **kwargs)
+                steps += 1
+                if n_steps is not None and steps >= n_steps:
+                    break
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+        for m, momentum in momenta.items():
+            m.momentum = momentum
+    return steps
+
+
+def calibrate_and_prune_model(
+    label_selector: PruningLabelSelector,
+    model: nn.Module,
+    dataloader: Iterable[Any],
+    loss_function: LossFunction,
+    finetune_bn: bool = False,
+    calibration_steps: Optional[int] = None,
+    calibration_epochs: int = 1,
+    sample_to_n_samples: Callable[[Any], int] = default_sample_to_n_samples,
+    sample_to_model_inputs: SampleToInputs = default_sample_to_model_inputs,
+    show_tqdm: bool = False,
+    entry_point: str = "forward",
+    max_prunable_labels: int = 4096,
+) -> nn.Module:
+    """Calibrate ``model``, choose labels with ``label_selector`` and prune it in place.
+
+    Args:
+        label_selector: any :class:`PruningLabelSelector`.
+        model: model to prune (pruned in place and returned).
+        dataloader: calibration samples.
+        loss_function: ``loss_function(model_output, sample) -> scalar tensor``.
+        finetune_bn: re-estimate BatchNorm statistics on the calibration data after pruning.
+        calibration_steps: number of calibration batches (None: ``calibration_epochs`` passes).
+        calibration_epochs: passes over ``dataloader`` when ``calibration_steps`` is None.
+        sample_to_n_samples: batch size of a sample.
+        sample_to_model_inputs: sample -> ``(args, kwargs)`` for ``model``.
+        show_tqdm: progress bar during calibration.
+        entry_point: traced method, e.g. ``"backbone.forward"`` for detectors.
+        max_prunable_labels: groups with more channels are not pruned.
+
+    Returns:
+        The pruned model (a plain ``nn.Module``).
+
+    Raises:
+        TypeError / ValueError: bad arguments; the model is then unchanged.
+    """
+    if not isinstance(label_selector, PruningLabelSelector):
+        raise TypeError(f"label_selector must be a PruningLabelSelector, got {type(label_selector).__name__}")
+    if not isinstance(finetune_bn, bool):
+        raise TypeError(f"finetune_bn must be a bool, got {finetune_bn!r}")
+    info = calibrate_model_for_pruning(model, dataloader, loss_function, n_steps=calibration_steps,
+                                       epochs=calibration_epochs, sample_to_n_samples=sample_to_n_samples,
+                                       sample_to_model_inputs=sample_to_model_inputs, show_tqdm=show_tqdm,
+                                       entry_point=entry_point, max_prunable_labels=max_prunable_labels)
+    labels = label_selector.select(info)
+    pruned = prune_model(model, info, labels, inplace=True)
+    if finetune_bn:
+        finetune_batchnorm(pruned, dataloader, n_steps=calibration_steps, sample_to_model_inputs=sample_to_model_inputs)
+    return pruned
+
+
+def calibrate_and_prune_model_equal(
+    model: nn.Module,
+    dataloader: Iterable[Any],
+    loss_function: LossFunction,
+    pruning_ratio: float = 0.5,
+    finetune_bn: bool = False,
+    calibration_steps: Optional[int] = None,
+    calibration_epochs: int = 1,
+    sample_to_n_samples: Callable[[Any], int] = default_sample_to_n_samples,
+    sample_to_model_inputs: SampleToInputs = default_sample_to_model_inputs,
+    show_tqdm: bool = False,
+    entry_point: str = "forward",
+    max_prunable_labels: int = 4096,
+) -> nn.Module:
+    """Prune the same fraction ``pruning_ratio`` (in [0, 1)) of every prunable group.
+
+    See :func:`calibrate_and_prune_model` for the other arguments.
+    """
+    check_pruning_ratio(pruning_ratio)
+    return calibrate_and_prune_model(UniformPruningLabelSelector(pruning_ratio), model, dataloader, loss_function,
+                                     finetune_bn=finetune_bn, calibration_steps=calibration_steps,
+                                     calibration_epochs=calibration_epochs, sample_to_n_samples=sample_to_n_samples,
+                                     sample_to_model_inputs=sample_to_model_inputs, show_tqdm=show_tqdm,
+                                     entry_point=entry_point, max_prunable_labels=max_prunable_labels)
+
+
+def calibrate_and_prune_model_optimal(
+    model: nn.Module,
+    dataloader: Iterable[Any],
+    loss_function: LossFunction,
+    latency_calculation_function: Callable[[nn.Module], float],
+    target_latency: float,
+    finetune_bn: bool = False,
+    calibration_steps: Optional[int] = None,
+    calibration_epochs: int = 1,
+    sample_to_n_samples: Callable[[Any], int] = default_sample_to_n_samples,
+    sample_to_model_inputs: SampleToInputs = default_sample_to_model_inputs,
+    show_tqdm: bool = False,
+    entry_point: str = "forward",
+    n_search_steps: int = 200,
+    architecture_optimization_strategy=None,
+    max_prunable_labels: int = 4096,
+) -> nn.Module:
+    """Prune to meet ``target_latency`` as measured by ``latency_calculation_function``.
+
+    Uses :class:`OptimalPruningLabelSelector` (optuna TPE, ``n_search_steps`` trials).
+    See :func:`calibrate_and_prune_model` for the other arguments.
+    """
+    kwargs = {} if architecture_optimization_strategy is None else \
+        {"architecture_optimization_strategy": architecture_optimization_strategy}
+    selector = OptimalPruningLabelSelector(model, latency_calculation_function, target_latency,
+                                           n_search_steps=n_search_steps, **kwargs)
+    return calibrate_and_prune_model(selector, model, dataloader, loss_function, finetune_bn=finetune_bn,
+                                     calibration_steps=calibration_steps, calibration_epochs=calibration_epochs,
+                                     sample_to_n_samples=sample_to_n_samples,
+                                     sample_to_model_inputs=sample_to_model_inputs, show_tqdm=show_tqdm,
+                                     entry_point=entry_point, max_prunable_labels=max_prunable_labels)

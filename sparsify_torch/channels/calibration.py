@@ -1,0 +1,266 @@
+"""Calibration: per-channel gates that measure first-order Taylor importance.
+
+Inside :class:`PruningCalibrator` every conv/linear that reads a prunable
+channel multiplies that input channel by a gate ``g_c = 1`` (one gate per group
+channel, shared by all its readers), so the outputs are bit-identical. After
+each backward pass ``(dL/dg_c)^2`` is added to the channel's importance: the
+squared first-order estimate of the loss change when the channel is removed.
+On exit the hooks are removed and the model is exactly as before.
+
+Example:
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    >>> with PruningCalibrator(net) as calibrator:
+    ...     net(torch.randn(8, 3)).pow(2).mean().backward()
+    >>> calibrator.pruning_info.n_prunable_groups
+    1
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from .graph import analyze_channel_groups, build_dependency_graph, preserved_state, resolve_entry_point
+from .info import ModelPruningInfo
+from .samples import default_sample_to_model_inputs, default_sample_to_n_samples, map_tensors
+
+__all__ = ["PruningCalibrator", "calibrate_model_for_pruning"]
+
+
+def _check_max_labels(max_prunable_labels: int) -> None:
+    if isinstance(max_prunable_labels, bool) or not isinstance(max_prunable_labels, int) or max_prunable_labels < 2:
+        raise ValueError(f"max_prunable_labels must be an integer >= 2, got {max_prunable_labels!r}")
+
+
+class PruningCalibrator:
+    """Context manager that collects channel importances while the user runs backward passes.
+
+    Args:
+        model: the model to calibrate; it is left unchanged.
+        entry_point: the method traced for dependency analysis, e.g. ``"forward"``
+            or ``"backbone.forward"`` (only channels inside it are pruned).
+        max_prunable_labels: groups with more channels than this are not pruned.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module`` or ``entry_point`` is not a string.
+        ValueError: ``entry_point`` does not exist or ``max_prunable_labels`` < 2.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 1, 1))
+        >>> with PruningCalibrator(net) as c:
+        ...     net(torch.randn(2, 1, 6, 6)).sum().backward()
+        >>> c.pruning_info.group_criteria[0].shape
+        (4,)
+    """
+
+    def __init__(self, model: nn.Module, entry_point: str = "forward", max_prunable_labels: int = 4096) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        resolve_entry_point(model, entry_point)
+        _check_max_labels(max_prunable_labels)
+        self.model = model
+        self.entry_point = entry_point
+        self.max_prunable_labels = max_prunable_labels
+        self._info: Optional[ModelPruningInfo] = None
+        self._active = False
+
+    # --- context protocol -------------------------------------------------------------------------
+    def __enter__(self) -> "PruningCalibrator":
+        if self._active:
+            raise RuntimeError("PruningCalibrator is already active; it cannot be entered twice")
+        self._owner, self._method = resolve_entry_point(self.model, self.entry_point)
+        self._had_instance_attr = self._method in self._owner.__dict__
+        self._old_attr = self._owner.__dict__.get(self._method)
+        self._original = getattr(self._owner, self._method)
+        self._groups = None
+        self._example = None
+        self._gates: Dict[int, torch.Tensor] = {}
+        self._importance: Dict[int, np.ndarray] = {}
+        self._handles: List[Any] = []
+        self._n_steps = 0
+        self._info = None
+        self._active = True
+        original = self._original
+
+        def entry(*args, **kwargs):
+            if self._groups is None:
+                self._setup(args, kwargs)
+            self._fold_gradients()
+            self._n_steps += 1
+            return original(*args, **kwargs)
+
+        object.__setattr__(self._owner, self._method, entry)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._fold_gradients()
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self._handles = []
+            if self._had_instance_attr:
+                object.__setattr__(self._owner, self._method, self._old_attr)
+            else:
+                self._owner.__dict__.pop(self._method, None)
+            self._active = False
+        if exc_type is None and self._groups is not None:
+            criteria = {i: self._importance[i] for i in self._gates}
+            self._info = ModelPruningInfo(self._groups, criteria, self.entry_point, self._example, self._n_steps)
+        self._gates = {}
+
+    # --- results ----------------------------------------------------------------------------------
+    @property
+    def pruning_info(self) -> ModelPruningInfo:
+        """The :class:`ModelPruningInfo`; RuntimeError before the context ran a forward pass."""
+        if self._active:
+            raise RuntimeError("pruning_info is available after the PruningCalibrator context exits")
+        if self._info is None:
+            raise RuntimeError(f"no calibration data: the entry point {self.entry_point!r} was never called "
+                               "inside the PruningCalibrator context")
+        return self._info
+
+    # --- internals --------------------------------------------------------------------------------
+    def _setup(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+        example = (map_tensors(args, lambda t: t.detach().clone()), map_tensors(kwargs, lambda t: t.detach().clone()))
+        graph = build_dependency_graph(self.model, self.entry_point, args, kwargs, call=self._original)
+        self._groups = analyze_channel_groups(self.model, self.entry_point, args, kwargs,
+                                              self.max_prunable_labels, graph_and_outputs=graph)
+        self._example = example
+        modules = dict(self.model.named_modules())
+        device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
+        slots: Dict[str, List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
+        for i, group in enumerate(self._groups):
+            if not group.prunable:
+                continue
+            gate = torch.ones(group.n_channels, device=device, requires_grad=True)
+            self._gates[i] = gate
+            self._importance[i] = np.zeros(group.n_channels, dtype=np.float64)
+            for slot in group.consumers:
+                slots.setdefault(slot.module_name, []).append(
+                    (gate, torch.as_tensor(slot.input_idxs, device=device), torch.as_tensor(slot.root_idxs,
+                                                                                          device=device)))
+        for name, entries in slots.items():
+            self._handles.append(modules[name].register_forward_pre_hook(_make_gate_hook(modules[name], entries)))
+
+    def _fold_gradients(self) -> None:
+        for i, gate in self._gates.items():
+            if gate.grad is not None:
+                self._importance[i] += gate.grad.detach().double().cpu().numpy() ** 2
+                gate.grad = None
+
+
+def _make_gate_hook(module: nn.Module, entries):
+    dim = -1 if isinstance(module, nn.Linear) else 1
+    needed = max(int(idx.max()) for _, idx, _ in entries) + 1
+
+    def hook(_module, args):
+        if not args or not isinstance(args[0], torch.Tensor) or args[0].ndim < 2:
+            return None
+        x = args[0]
+        n = x.shape[dim]
+        if n < needed or not torch.is_grad_enabled():
+            return None
+        g = torch.ones(n, dtype=x.dtype, device=x.device)
+        for gate, idx, ridx in entries:
+            g = g.index_put((idx,), gate[ridx].to(x.dtype))
+        shape = [1] * x.ndim
+        shape[dim] = n
+        return (x * g.view(shape),) + tuple(args[1:])
+
+    return hook
+
+
+def calibrate_model_for_pruning(
+    model: nn.Module,
+    dataloader: Iterable[Any],
+    loss_function: Callable[[Any, Any], torch.Tensor],
+    n_steps: Optional[int] = None,
+    epochs: int = 1,
+    sample_to_n_samples: Callable[[Any], int] = default_sample_to_n_samples,
+    sample_to_model_inputs: Callable[[Any], Tuple[Tuple[Any, ...], Dict[str, Any]]] = default_sample_to_model_inputs,
+    show_tqdm: bool = False,
+    entry_point: str = "forward",
+    max_prunable_labels: int = 4096,
+) -> ModelPruningInfo:
+    """Run forward + backward over calibration data and return the channel importances.
+
+    The model runs in its current mode; parameters get no gradients and buffers
+    (BatchNorm statistics) are restored, so the model is left exactly as it was.
+
+    Args:
+        model: model to calibrate.
+        dataloader: iterable of samples (re-iterated once per epoch).
+        loss_function: ``loss_function(model_output, sample) -> scalar tensor``.
+        n_steps: stop after this many batches in total (None: ``epochs`` full passes).
+        epochs: passes over ``dataloader`` when ``n_steps`` is None.
+        sample_to_n_samples: batch size of a sample (for the progress bar).
+        sample_to_model_inputs: sample -> ``(args, kwargs)`` of ``model``.
+        show_tqdm: show a tqdm progress bar.
+        entry_point: traced method, see :class:`PruningCalibrator`.
+        max_prunable_labels: groups with more channels are not pruned.
+
+    Raises:
+        ValueError: bad ``n_steps``/``epochs``, or ``dataloader`` yields nothing.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+        >>> data = [(torch.randn(4, 3), torch.randn(4, 1))]
+        >>> info = calibrate_model_for_pruning(net, data, lambda out, s: ((out - s[1]) ** 2).mean())
+        >>> info.n_steps
+        1
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if n_steps is not None and (isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1):
+        raise ValueError(f"n_steps must be None or a positive integer, got {n_steps!r}")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    if not callable(loss_function):
+        raise TypeError(f"loss_function must be callable, got {type(loss_function).__name__}")
+    calibrator = PruningCalibrator(model, entry_point=entry_point, max_prunable_labels=max_prunable_labels)
+    total = n_steps
+    if total is None:
+        try:
+            total = epochs * len(dataloader)  # type: ignore[arg-type]
+        except TypeError:
+            total = None
+    bar = None
+    if show_tqdm:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total, desc="calibration", unit="batch")
+    grads = [(p, p.grad) for p in model.parameters()]
+    steps = samples = 0
+    try:
+        with preserved_state(model, params_require_grad=False), calibrator:
+            for _ in range(epochs if n_steps is None else 10 ** 9):
+                seen_in_epoch = 0
+                for sample in dataloader:
+                    seen_in_epoch += 1
+                    args, kwargs = sample_to_model_inputs(sample)
+                    output = model(*args, **kwargs)
+                    loss = loss_function(output, sample)
+                    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                        raise ValueError(f"loss_function must return a scalar tensor, got {loss!r}")
+                    if loss.requires_grad:
+                        loss.backward()
+                    steps += 1
+                    samples += sample_to_n_samples(sample)
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix(samples=samples)
+                    if n_steps is not None and steps >= n_steps:
+                        break
+                if seen_in_epoch == 0 or (n_steps is not None and steps >= n_steps):
+                    break
+    finally:
+        if bar is not None:
+            bar.close()
+        for p, g in grads:
+            p.grad = g
+    if steps == 0:
+        raise ValueError("dataloader yielded no samples; calibration needs at least one batch")
+    return calibrator.pruning_info

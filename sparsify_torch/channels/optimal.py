@@ -1,0 +1,162 @@
+"""Latency-driven label selection with optuna's TPE sampler.
+
+For every prunable group the search picks how many channels to keep, from the
+range allowed by ``architecture_optimization_strategy``; the least important
+channels are pruned. A candidate is feasible when the pruned copy of the model
+meets ``target_latency``; among feasible candidates the one that removes the
+least total importance wins.
+
+Example:
+    >>> import torch
+    >>> from sparsify_torch.channels import PruningCalibrator
+    >>> from sparsify_torch.channels.metrics import count_macs
+    >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3), torch.nn.ReLU(), torch.nn.Conv2d(32, 2, 1))
+    >>> x = torch.randn(2, 3, 8, 8)
+    >>> with PruningCalibrator(net) as c:
+    ...     net(x).sum().backward()
+    >>> latency = lambda m: count_macs(m, x[:1])
+    >>> sel = OptimalPruningLabelSelector(net, latency, target_latency=0.6 * latency(net), n_search_steps=20)
+    >>> labels = sel.select(c.pruning_info)
+    >>> sel.baseline_latency > sel.minimal_network_latency
+    True
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+from torch import nn
+
+from sparsify.channel_selection import (check_pruning_config, default_architecture_optimization_strategy,
+                                        get_least_important_labels_by_config, iterate_over_gate_criteria)
+
+from .info import ModelPruningInfo
+from .selection import PruningLabelSelector
+from .surgery import prune_model
+
+__all__ = ["OptimalPruningLabelSelector"]
+
+
+class OptimalPruningLabelSelector(PruningLabelSelector):
+    """Search per-group pruning amounts that meet a latency target.
+
+    Args:
+        model: the calibrated model (not modified; candidates are pruned copies).
+        latency_calculation_function: ``f(model) -> float``, any monotone cost
+            (seconds, MACs, ...).
+        target_latency: the cost the pruned model must not exceed.
+        architecture_optimization_strategy: ``f(n_channels) -> (min_channels, step)``.
+        n_search_steps: number of optuna trials (>= 1).
+        seed: sampler seed, for reproducible searches.
+
+    Attributes (after ``select``):
+        baseline_latency, minimal_network_latency, pruning_cfg (channels pruned per group).
+
+    Raises:
+        ValueError: ``target_latency`` not positive, ``n_search_steps`` < 1 (at
+            construction) or below the minimal network's latency (at ``select``).
+    """
+
+    def __init__(self, model: nn.Module, latency_calculation_function: Callable[[nn.Module], float],
+                 target_latency: float,
+                 architecture_optimization_strategy: Callable[[int], Tuple[int, int]] =
+                 default_architecture_optimization_strategy,
+                 n_search_steps: int = 200, seed: Optional[int] = 0) -> None:
+        super().__init__()
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if not callable(latency_calculation_function):
+            raise TypeError("latency_calculation_function must be callable, got "
+                            f"{type(latency_calculation_function).__name__}")
+        if isinstance(target_latency, bool) or not isinstance(target_latency, (int, float)) \
+                or not math.isfinite(target_latency) or target_latency <= 0:
+            raise ValueError(f"target_latency must be a positive finite number, got {target_latency!r}")
+        if isinstance(n_search_steps, bool) or not isinstance(n_search_steps, int) or n_search_steps < 1:
+            raise ValueError(f"n_search_steps must be a positive integer, got {n_search_steps!r}")
+        self.model = model
+        self.latency_calculation_function = latency_calculation_function
+        self.target_latency = float(target_latency)
+        self.architecture_optimization_strategy = architecture_optimization_strategy
+        self.n_search_steps = n_search_steps
+        self.seed = seed
+        self.baseline_latency: Optional[float] = None
+        self.minimal_network_latency: Optional[float] = None
+        self.pruning_cfg: Optional[List[int]] = None
+
+    def _latency(self, pruning_info: ModelPruningInfo, cfg: Sequence[int]) -> float:
+        labels = get_least_important_labels_by_config(pruning_info, cfg)
+        if not labels:
+            return float(self.latency_calculation_function(self.model))
+        return float(self.latency_calculation_function(prune_model(self.model, pruning_info, labels, inplace=False)))
+
+    def _select(self, pruning_info: ModelPruningInfo) -> Sequence[int]:
+        import optuna
+
+        groups = list(iterate_over_gate_criteria(pruning_info))
+        sizes = [len(labels) for labels, _ in groups]
+        space = []
+        for n in sizes:
+            min_keep, step = self.architecture_optimization_strategy(n)
+            if not (isinstance(min_keep, (int, np.integer)) and isinstance(step, (int, np.integer))
+                    and 1 <= min_keep <= n and step >= 1):
+                raise ValueError(f"architecture_optimization_strategy({n}) returned ({min_keep!r}, {step!r}); "
+                                 f"need 1 <= min_channels <= {n} and step >= 1")
+            space.append((int(min_keep), int(step)))
+        self.baseline_latency = self._latency(pruning_info, [0] * len(sizes))
+        minimal_cfg = [n - k for n, (k, _) in zip(sizes, space)]
+        for shrink in np.linspace(1.0, 0.0, 11):  # a concat branch may not be emptied: back off until valid
+            cfg = [int(c * shrink) for c in minimal_cfg]
+            try:
+                self.minimal_network_latency = self._latency(pruning_info, cfg)
+                minimal_cfg = cfg
+                break
+            except ValueError:
+                continue
+        if self.target_latency < self.minimal_network_latency:
+            raise ValueError(f"target_latency={self.target_latency:g} is below the latency of the smallest network "
+                             f"the search space allows ({self.minimal_network_latency:g}; baseline "
+                             f"{self.baseline_latency:g})")
+        if self.target_latency >= self.baseline_latency:
+            self.pruning_cfg = [0] * len(sizes)
+            return []
+        # cost of pruning k channels of group i = sum of its k smallest importances
+        cum = [np.concatenate([[0.0], np.cumsum(np.sort(c))]) for _, c in groups]
+
+        def cfg_of(trial) -> List[int]:
+            cfg = []
+            for i, (n, (min_keep, step)) in enumerate(zip(sizes, space)):
+                if min_keep >= n:
+                    cfg.append(0)
+                    continue
+                choices = list(range(min_keep, n, step)) + [n]
+                keep = trial.suggest_categorical(f"g{i}", choices)
+                cfg.append(n - int(keep))
+            return cfg
+
+        def objective(trial) -> float:
+            cfg = cfg_of(trial)
+            try:
+                latency = self._latency(pruning_info, cfg)
+            except ValueError:  # e.g. the choice would empty one layer of a concatenation
+                latency = math.inf
+            latency = min(latency, 1e300)
+            trial.set_user_attr("latency", latency)
+            trial.set_user_attr("cfg", cfg)
+            trial.set_user_attr("violation", max(0.0, latency - self.target_latency))
+            trial.set_constraint("latency", latency - self.target_latency)
+            return float(sum(c[k] for c, k in zip(cum, cfg)))
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        sampler = optuna.samplers.TPESampler(seed=self.seed,
+                                             n_startup_trials=min(10, self.n_search_steps))
+        study = optuna.create_study(direction="minimize", sampler=sampler)
+        study.enqueue_trial({f"g{i}": n - c for i, (n, c, (k, step)) in enumerate(zip(sizes, minimal_cfg, space))
+                             if k < n and (n - c) in list(range(k, n, step)) + [n]})
+        study.optimize(objective, n_trials=self.n_search_steps)
+        feasible = [t for t in study.trials if t.value is not None and t.user_attrs.get("violation", 1.0) <= 0]
+        # the enqueued minimal network is feasible unless the latency function is noisy
+        self.pruning_cfg = list(min(feasible, key=lambda t: (t.value, t.number)).user_attrs["cfg"]) if feasible \
+            else minimal_cfg
+        check_pruning_config(self.pruning_cfg, pruning_info)
+        return get_least_important_labels_by_config(pruning_info, self.pruning_cfg)

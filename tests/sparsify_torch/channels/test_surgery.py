@@ -1,0 +1,130 @@
+"""prune_model: zero channels are selected and removing them changes nothing."""
+import io
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from conftest import ResidualNet, mse_loss
+from sparsify_torch.channels import (TopKPruningLabelSelector, calibrate_model_for_pruning,
+                                     get_labels_for_uniform_pruning, prune_model)
+from sparsify_torch.channels.metrics import count_macs, count_params
+
+
+def zeroed_net():
+    """ResidualNet whose channels conv1[1, 4], stream[3, 9] and head[0] output exactly zero."""
+    torch.manual_seed(0)
+    net = ResidualNet().eval()
+    with torch.no_grad():
+        for conv, bn, chans in [(net.conv1, net.bn1, [1, 4]), (net.head, None, [0])]:
+            conv.weight[chans] = 0.0
+            conv.bias[chans] = 0.0 if bn is None else -1.0
+            if bn is not None:
+                bn.bias[chans] = 0.0
+                bn.running_mean[chans] = 0.0
+        # stream channel 3: stem output and the residual branch are zero -> x[:, 3] == 0
+        for conv, bn in [(net.stem, net.stem_bn), (net.conv2, net.bn2)]:
+            conv.weight[3] = 0.0
+            conv.bias[3] = 0.0
+            bn.bias[3] = 0.0
+            bn.running_mean[3] = 0.0
+        # concat channel 9 = side output 1
+        net.side.weight[1] = 0.0
+        net.side.bias[1] = -1.0
+        net.dw.bias[[3, 9]] = 0.0  # the depthwise conv carries both channels on
+    return net
+
+
+def test_zero_channels_are_selected_and_removal_is_exact():
+    net = zeroed_net()
+    data = [torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    info = calibrate_model_for_pruning(net, data, mse_loss)
+    crit = info.group_criteria
+    assert [c.size for c in crit] == [6, 12, 5]
+    assert np.flatnonzero(crit[0] == 0).tolist() == [1, 4]
+    assert np.flatnonzero(crit[1] == 0).tolist() == [3, 9]
+    # head channel 3 is dead after its ReLU on this data even without zeroing: also exactly zero
+    dead = []
+    hook = net.head.register_forward_hook(lambda m, i, o: dead.append((torch.relu(o) == 0).all(dim=(0, 2, 3))))
+    with torch.no_grad():
+        for x in data:
+            net(x)
+    hook.remove()
+    assert torch.nonzero(dead[0] & dead[1]).flatten().tolist() == [0, 3]
+    assert np.flatnonzero(crit[2] == 0).tolist() == [0, 3]
+    # uniform 2/6 of conv1, 2/12 of the stream, 2/5 of head are exactly the zero channels
+    labels = [1, 4] + [6 + 3, 6 + 9] + [18 + 0, 18 + 3]
+    assert get_labels_for_uniform_pruning(info, 0.2) == [1, 6 + 3, 6 + 9, 18]  # ties: lower index first
+    assert TopKPruningLabelSelector([2, 2, 2]).select(info) == labels
+    x = torch.randn(4, 3, 8, 8)
+    with torch.no_grad():
+        expected = net(x)
+    pruned = prune_model(net, info, labels, inplace=False)
+    assert (pruned.conv1.out_channels, pruned.bn1.num_features, pruned.conv2.in_channels) == (4, 4, 4)
+    assert (pruned.stem.out_channels, pruned.side.out_channels, pruned.dw.in_channels, pruned.head.in_channels,
+            pruned.head.out_channels, pruned.fc.in_features) == (7, 3, 10, 10, 3, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(pruned(x), expected, rtol=1e-5, atol=1e-6)
+    assert net.conv1.out_channels == 6  # inplace=False kept the original
+
+
+def test_prune_model_inplace_saves_and_loads(residual_net, batches):
+    info = calibrate_model_for_pruning(residual_net, batches, mse_loss)
+    macs, params = count_macs(residual_net, batches[0]), count_params(residual_net)
+    labels = get_labels_for_uniform_pruning(info, 0.5)
+    assert len(labels) == 3 + 6 + 3
+    pruned = prune_model(residual_net, info, labels)
+    assert pruned is residual_net and type(pruned) is ResidualNet
+    assert (count_macs(pruned, batches[0]), count_params(pruned)) < (macs, params)
+    assert (count_params(pruned), count_macs(pruned, batches[0])) == (444, 38848)
+    buf = io.BytesIO()
+    torch.save(pruned, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    state = io.BytesIO()
+    torch.save(pruned.state_dict(), state)
+    state.seek(0)
+    with torch.no_grad():
+        assert torch.equal(loaded(batches[0]), pruned(batches[0]))
+    for m in loaded.modules():
+        assert not m._forward_pre_hooks and not m._forward_hooks
+
+
+def test_no_labels_is_identity(residual_net, batches):
+    info = calibrate_model_for_pruning(residual_net, batches, mse_loss)
+    assert prune_model(residual_net, info, []).conv1.out_channels == 6
+
+
+def model_state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("labels,error,match", [
+    ([26], ValueError, "label 26 does not exist: labels are 0..25"),
+    ([-1], ValueError, "label -1 does not exist"),
+    ([23], ValueError, "labels \\[23\\] belong to group 3, which is not prunable"),
+    ([0, 1, 2, 3, 4, 5], ValueError, "would prune all 6 channels of group 0"),
+    ([2, 2], ValueError, "labels are repeated: \\[2\\]"),
+    ([0.0], ValueError, "labels must be integers, got 0.0"),
+    ("12", TypeError, "prune_labels must be a sequence of integer labels"),
+    (5, TypeError, "prune_labels must be a sequence of integer labels"),
+])
+def test_bad_labels_leave_model_unchanged(residual_net, batches, labels, error, match):
+    info = calibrate_model_for_pruning(residual_net, batches, mse_loss)
+    before = model_state(residual_net)
+    with pytest.raises(error, match=match):
+        prune_model(residual_net, info, labels)
+    after = residual_net.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_model_that_does_not_match_info(residual_net, batches):
+    info = calibrate_model_for_pruning(residual_net, batches, mse_loss)
+    other = nn.Sequential(nn.Conv2d(3, 4, 1))
+    with pytest.raises(ValueError, match="model does not match pruning_info: group 0 root 'conv1'"):
+        prune_model(other, info, [0])
+    with pytest.raises(TypeError, match="pruning_info must be a ModelPruningInfo, got dict"):
+        prune_model(residual_net, {}, [0])
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got NoneType"):
+        prune_model(None, info, [0])
