@@ -1,7 +1,8 @@
 """sparsify_tf: the TensorFlow adapter of sparsify.
 
 Graph mode (``tf.compat.v1``): the seed API (:mod:`sparsify_tf.mask_pruning`),
-the high-level :func:`prune_graph` entry point with :class:`PruningHook`, and
+the high-level :func:`prune_graph` entry point with :class:`PruningHook` (pruned
+weights and their optimizer slots stay exactly zero through training), and
 export of clean inference graphs (:mod:`sparsify_tf.export`). The Keras
 callback lives in ``sparsify_tf.keras`` (imported on demand, not here).
 
@@ -20,6 +21,7 @@ from .mask_pruning import (
     create_op_pruning_no_update, create_summaries_pruning, get_or_create_graph_ops_pruning,
     get_or_create_ks_schedule_ops, get_or_create_ks_scheduled_graph_ops, get_scheduled_update_op,
 )
+from .optimizer_slots import find_optimizer_slots
 from .schedule_ops import schedule_tensors
 
 __all__ = [
@@ -29,5 +31,5 @@ __all__ = [
     "create_summaries_pruning", "apply_op_vars_masks", "create_ks_schedule_ops",
     "get_or_create_ks_schedule_ops", "get_scheduled_update_op", "get_or_create_ks_scheduled_graph_ops",
     "create_ks_scheduled_constant_graph_ops", "CoreMaskCreator", "get_mask_creator",
-    "get_prunable_ops_and_inputs", "is_prunable_op", "schedule_tensors",
+    "get_prunable_ops_and_inputs", "is_prunable_op", "schedule_tensors", "find_optimizer_slots",
 ]

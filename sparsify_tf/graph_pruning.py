@@ -8,6 +8,14 @@ together with :class:`sparsify.PruningEngine` (local or global scope, any
 pattern). Run the update after every training step: with
 :class:`PruningHook`, with :meth:`GraphPruning.wrap_train_op`, or by hand.
 
+When masks change, the update also zeroes the pruned entries of the
+optimizer's slots (Momentum accumulator, Adam ``m``/``v``, RMSProp ``ms``/``mom``,
+see :mod:`sparsify_tf.optimizer_slots`), so with a zero gradient through the
+mask a pruned weight stays exactly 0.0 through training with any
+``tf.compat.v1.train`` optimizer. Slots are found in the graph when the update
+op is built: :meth:`GraphPruning.wrap_train_op` and :class:`PruningHook` build
+it after the optimizer exists; by hand, use :meth:`GraphPruning.build_update_op`.
+
 Example:
     >>> import numpy as np, tensorflow as tf
     >>> tf1 = tf.compat.v1
@@ -27,6 +35,7 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -44,6 +53,7 @@ from .graph_utils import (
 )
 from .mask_pruning import PruningOpVars, PruningScope, _check_group, create_op_pruning_no_update, \
     create_summaries_pruning, apply_op_vars_masks
+from .optimizer_slots import find_optimizer_slots, unknown_apply_ops
 from .schedule_ops import schedule_tensors
 
 __all__ = ["prune_graph", "GraphPruning", "PruningHook"]
@@ -62,6 +72,9 @@ class GraphPruning:
         graph, ks_group, global_step: where the ops live.
         update_op: run after each training step (a no-op unless an update point
             was passed since the last update; never loses an update when steps are skipped).
+            It zeroes the slots of optimizers that existed when :func:`prune_graph` ran
+            (``slots``); :meth:`build_update_op`, :meth:`wrap_train_op` and :meth:`hook`
+            also cover optimizers built later.
         update_ready: bool tensor, True when ``update_op`` will recompute masks.
         sparsity: float64 tensor, the target sparsity of the latest update point
             (``engine.target_sparsity(global_step)``).
@@ -73,6 +86,7 @@ class GraphPruning:
         op_vars: ``PruningOpVars`` of every pruned op (shared weights share masks).
         layer_sparsity: layer name -> float tensor, fraction of zeros of its mask.
         total_sparsity: float64 tensor, fraction of zeros over all masks.
+        slots: layer name -> optimizer slot variables zeroed by ``update_op`` where the mask is 0.
     """
 
     config: PruningConfig
@@ -92,27 +106,66 @@ class GraphPruning:
     op_vars: list[PruningOpVars]
     layer_sparsity: dict[str, tf.Tensor]
     total_sparsity: tf.Tensor
-    _build_update: Callable[[], tf.Operation] = field(repr=False, default=None)
+    slots: dict[str, list[tf.Variable]] = field(default_factory=dict)
+    _build_update: Callable[..., tf.Operation] = field(repr=False, default=None)
+    _updates: dict = field(repr=False, default_factory=dict)
 
     @property
     def layer_names(self) -> list[str]:
         """Pruned layer (weight variable) names in graph order."""
         return list(self.masks)
 
+    def optimizer_slots(self) -> dict[str, list[tf.Variable]]:
+        """The optimizer slots of each pruned weight in the graph now (see :mod:`sparsify_tf.optimizer_slots`)."""
+        return find_optimizer_slots(self.graph, self.masks)
+
+    def _current_slots(self) -> dict[str, list[tf.Variable]]:
+        unknown = unknown_apply_ops(self.graph, self.masks)
+        if unknown:
+            warnings.warn(f"optimizer apply ops {unknown} update pruned weights but their slot variables are "
+                          "unknown to sparsify_tf; they are not zeroed, so pruned weights may drift from 0 "
+                          "between mask updates (the forward pass still reads weight * mask)", stacklevel=3)
+        return self.optimizer_slots()
+
+    def build_update_op(self) -> tf.Operation:
+        """The update op, also zeroing the slots of every optimizer built so far.
+
+        Build the optimizer first, then call this and run the result after
+        each training step instead of ``update_op``. Returns ``update_op`` when
+        the slots are those it already zeroes; ops are built once per set of slots.
+
+        Example:
+                train_op = opt.minimize(loss, global_step=pruning.global_step)
+                update = pruning.build_update_op()      # zeroes Momentum/Adam slots of pruned weights
+        """
+        slots = self._current_slots()
+        key = _slots_key(slots)
+        op = self._updates.get(key)
+        if op is None:
+            check_graph_editable(self.graph)
+            with self.graph.as_default():
+                op = self._build_update(slots)
+            self._updates[key] = op
+        return op
+
     def wrap_train_op(self, train_op: tf.Operation | tf.Tensor) -> tf.Operation:
         """A train op that runs ``train_op`` and then the pruning update, in one ``sess.run``.
+
+        The update also zeroes the pruned entries of the optimizer slots found in
+        the graph now (build ``train_op`` first, as usual).
 
         Example:
                 train_op = pruning.wrap_train_op(opt.minimize(loss, global_step=gs))
         """
         check_graph_editable(self.graph)
+        slots = self._current_slots()
         with self.graph.as_default(), tf.control_dependencies([train_op]):
-            update = self._build_update()
+            update = self._build_update(slots)
         with self.graph.as_default():
             return tf.group(train_op, update, name="nm_train_and_prune")
 
     def hook(self, run_at_start: bool = True) -> "PruningHook":
-        """A :class:`PruningHook` running ``update_op`` after each step."""
+        """A :class:`PruningHook` running the update (zeroing optimizer slots too) after each step."""
         return PruningHook(self, run_at_start=run_at_start)
 
     def summaries(self) -> list[tf.Tensor]:
@@ -155,14 +208,21 @@ def _np_update_fn(engine: PruningEngine, names: list[str], kinds: dict[str, str]
     return fn
 
 
+def _slots_key(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple:
+    return tuple((n, tuple(v.op.name for v in vs)) for n, vs in slots.items())
+
+
 def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph | None = None,
                 global_step: tf.Variable | tf.Tensor | None = None, *, ks_group: str = "sparsify") -> GraphPruning:
     """Add scheduled pruning to every selected weight of a ``tf.compat.v1`` graph.
 
     Call it after building the model and before building the optimizer (so
     gradients flow through the masks and pruned weights get zero gradients),
-    then run ``update_op`` after every training step (:class:`PruningHook`,
-    :meth:`GraphPruning.wrap_train_op`). A second call for the same graph and
+    then run the update after every training step (:class:`PruningHook`,
+    :meth:`GraphPruning.wrap_train_op`, or :meth:`GraphPruning.build_update_op`
+    by hand). When masks change, the update also zeroes the pruned entries of
+    the optimizer slots (Momentum, Adam, RMSProp...), so pruned weights stay
+    exactly zero through training. A second call for the same graph and
     ``ks_group`` returns the same handles and creates nothing.
 
     Args:
@@ -258,7 +318,7 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         np_fn = _np_update_fn(engine, list(masks), layer_kinds)
         scope = PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)
 
-        def _build_update() -> tf.Operation:
+        def _build_update(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple[tf.Tensor, tf.Operation]:
             with tf1.name_scope(scope):
                 last = schedule_tensors(engine.schedule, global_step_tensor(gs))["last_update_step"]
                 ready = tf.greater(last, done.read_value())
@@ -273,6 +333,12 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                         o.set_shape(r.shape)
                         assigns.append(tf1.assign(masks[n], o, name=PruningScope.OP_MASK_ASSIGN))
                         assigns.append(tf1.assign(weights[n], r * o, name=PruningScope.OP_WEIGHT_UPDATE))
+                        keep = tf.cast(o, tf.bool) if slots.get(n) else None
+                        for slot in slots.get(n, ()):
+                            # optimizer state of pruned entries: zero, so a zero gradient keeps them at 0.0
+                            value = slot.read_value()
+                            assigns.append(tf1.assign(slot, tf.where(keep, value, tf.zeros_like(value)),
+                                                      name="nm_slot_zero"))
                     assigns.append(tf1.assign(done, last))
                     return tf.group(*assigns)
 
@@ -281,7 +347,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
 
                 return ready, v1_cond(ready, _update, _noop, name=PruningScope.OP_COND_UPDATE)
 
-        update_ready, update_op = _build_update()
+        initial_slots = find_optimizer_slots(graph, masks)
+        update_ready, update_op = _build_update(initial_slots)
         tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_COND_UPDATE), update_op)
         tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_UPDATE_READY), update_ready)
         tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_SPARSITY), sparsity)
@@ -293,13 +360,19 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
 
     pruning = GraphPruning(cfg, engine, graph, ks_group, gs, update_op, update_ready, sparsity, schedule_sparsity,
                            done, masks, weights, masked, layer_kinds, op_vars, layer_sparsity, total,
-                           _build_update=lambda: _build_update()[1])
+                           slots=initial_slots, _build_update=lambda slots: _build_update(slots)[1],
+                           _updates={_slots_key(initial_slots): update_op})
     _PRUNINGS.setdefault(graph, {})[ks_group] = pruning
     return pruning
 
 
 class PruningHook(tf1.train.SessionRunHook):
     """Runs the pruning update after every training step (MonitoredTrainingSession, Estimator).
+
+    Given a :class:`GraphPruning`, the hook builds its update op in ``begin()``
+    (before the session finalizes the graph, after the optimizer exists) with
+    :meth:`GraphPruning.build_update_op`, so it also zeroes the optimizer slots
+    of pruned weights.
 
     Args:
         pruning: a :class:`GraphPruning` or an update op.
@@ -313,14 +386,38 @@ class PruningHook(tf1.train.SessionRunHook):
 
     def __init__(self, pruning: GraphPruning | tf.Operation, run_at_start: bool = True) -> None:
         if isinstance(pruning, GraphPruning):
+            self._pruning: GraphPruning | None = pruning
             self._update = pruning.update_op
         elif isinstance(pruning, (tf.Operation, tf.Tensor)):
+            self._pruning = None
             self._update = pruning
         else:
             raise TypeError(f"pruning must be a GraphPruning (from prune_graph) or an update op, got {pruning!r}")
         if not isinstance(run_at_start, bool):
             raise TypeError(f"run_at_start must be True or False, got {run_at_start!r}")
         self._run_at_start = run_at_start
+
+    @property
+    def update_op(self) -> tf.Operation | tf.Tensor:
+        """The op the hook runs (set in ``begin()`` when given a :class:`GraphPruning`)."""
+        return self._update
+
+    def begin(self) -> None:
+        pr = self._pruning
+        if pr is None:
+            return
+        if not pr.graph.finalized:
+            self._update = pr.build_update_op()
+            return
+        slots = pr.optimizer_slots()
+        key = _slots_key(slots)
+        if key in pr._updates:
+            self._update = pr._updates[key]
+        else:
+            warnings.warn("PruningHook.begin() ran on a finalized graph: the optimizer slots of pruned weights "
+                          f"{ {n: [v.op.name for v in vs] for n, vs in slots.items() if vs} } are not zeroed; "
+                          "create the session after the optimizer (or call pruning.build_update_op() "
+                          "before finalizing)", stacklevel=2)
 
     def after_create_session(self, session: tf1.Session, coord: Any) -> None:
         if self._run_at_start:

@@ -199,23 +199,30 @@ def _ckpt_graph(cfg):
 def test_checkpoint_mid_schedule_restores_exactly(tmp_path):
     cfg = sparsify.PruningConfig(target_sparsity=0.75, start_step=10, end_step=150, pruning_frequency=20)
     g, m, pr, train, saver = _ckpt_graph(cfg)
+    slots = pr.optimizer_slots()
+    assert [s.op.name for s in slots["fc1/kernel"]] == ["fc1/kernel/Momentum"]
     with tf1.Session(graph=g, config=session_config()) as sess:
         sess.run(tf1.global_variables_initializer())
         sess.run(pr.update_op)
         _train(sess, train, m, 75)
         path = saver.save(sess, str(tmp_path / "ckpt"), global_step=pr.global_step)
         _train(sess, train, m, 95, 75)
-        want_masks, want_w = sess.run(pr.masks), sess.run(pr.weights)
+        want_masks, want_w, want_slots = sess.run(pr.masks), sess.run(pr.weights), sess.run(slots)
     assert int((want_masks["fc1/kernel"] == 0).sum()) == expected_pruned(2048, 0.75)
+    for n in want_masks:   # Momentum: pruned weights and their accumulator entries are exactly zero
+        assert np.all(want_w[n][want_masks[n] == 0] == 0.0)
+        assert np.all(want_slots[n][0][want_masks[n] == 0] == 0.0)
     g2, m2, pr2, train2, saver2 = _ckpt_graph(cfg)
+    slots2 = pr2.optimizer_slots()
     with tf1.Session(graph=g2, config=session_config()) as sess:
         saver2.restore(sess, path)
         assert sess.run(pr2.last_update_step) == 70 and sess.run(pr2.global_step) == 75
         _train(sess, train2, m2, 95, 75)
-        got_masks, got_w = sess.run(pr2.masks), sess.run(pr2.weights)
+        got_masks, got_w, got_slots = sess.run(pr2.masks), sess.run(pr2.weights), sess.run(slots2)
     for n in want_masks:
         np.testing.assert_array_equal(got_masks[n], want_masks[n])
         np.testing.assert_array_equal(got_w[n], want_w[n])
+        np.testing.assert_array_equal(got_slots[n][0], want_slots[n][0])
 
 
 # ----- idempotence, hook ----------------------------------------------------------------------
