@@ -1,0 +1,162 @@
+"""Training real small models with PruningCallback under tf-keras and Keras 3."""
+import glob
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import sparsify
+from sparsify_tf.keras import PruningCallback, find_prunable_weights
+from sparsify_tf.keras.compat import optimizer_slots
+
+from _keras_helpers import cnn, compile_, exact_pruned, first, inp, mlp
+
+
+def zero_checker(K, cb, model, record):
+    """A callback (after ours) asserting pruned weights and slots are 0 at every batch end."""
+    def check(batch, logs=None):
+        if cb.last_update_step < 0:
+            return
+        record.append(int(model.optimizer.iterations.numpy()))
+        for pw, m in zip(cb._state.pweights, cb._state.masks):
+            keep = m.numpy() != 0
+            assert not np.any(pw.variable.numpy()[~keep]), pw.path
+            for s in optimizer_slots(model.optimizer, pw.variable):
+                assert not np.any(s.numpy()[~keep]), pw.path
+    return K.callbacks.LambdaCallback(on_train_batch_end=check)
+
+
+def test_mlp_digits_exact_sparsity_zero_every_batch_and_logs(K, digits, tmp_path):
+    X, y = digits
+    X, y = X[:512], y[:512]
+    model = compile_(mlp(K), K)
+    cfg = {"target_sparsity": 0.8, "start_step": 2, "end_step": 20, "pruning_frequency": 6}
+    cb = PruningCallback(cfg, log_dir=str(tmp_path / "tb"))
+    seen = []
+    hist = model.fit(X, y, batch_size=64, epochs=4, verbose=0, shuffle=False,
+                     callbacks=[cb, zero_checker(K, cb, model, seen)])
+    assert seen[0] == 3 and seen[-1] == 32            # checked at every batch end from the first update on
+    for pw in find_prunable_weights(model):
+        k = pw.variable.numpy()
+        assert int((k == 0).sum()) == exact_pruned(0.8, k.size), pw.path
+        assert np.array_equal(k != 0, cb.masks[pw.path])
+    assert cb.last_update_step == 20
+    assert hist.history["sparsity"][-1] == pytest.approx(0.8, abs=1e-3)
+    assert set(hist.history) >= {"sparsity/fc1/kernel", "sparsity/fc2/kernel", "sparsity/out/kernel"}
+    # gradual schedule: epoch 1 runs steps 0-7 (update at 2, init sparsity 0), epoch 2 steps 8-15
+    # (updates at 8 and 14)
+    sched = sparsify.PruningEngine(cfg)
+    n = 64 * 32
+    assert hist.history["sparsity/fc1/kernel"][0] == 0.0
+    assert hist.history["sparsity/fc1/kernel"][1] == exact_pruned(sched.target_sparsity(14), n) / n > 0.5
+    assert hist.history["accuracy"][-1] > 0.3          # still learns (chance is 0.1)
+    events = glob.glob(str(tmp_path / "tb" / "*"))
+    assert events
+    tags = {v.tag for e in tf.compat.v1.train.summary_iterator(events[0]) for v in e.summary.value}
+    assert {"sparsity/total", "sparsity/fc1/kernel"} <= tags
+
+
+def test_cnn_digits_4x1_blocks(K, digits):
+    X, y = digits
+    X, y = X[:384].reshape(-1, 8, 8, 1), y[:384]
+    model = compile_(cnn(K), K)
+    cb = PruningCallback({"target_sparsity": 0.5, "pattern": "4x1", "start_step": 0, "end_step": 8,
+                          "pruning_frequency": 4, "excluded_op_names": ["^out/"]})
+    model.fit(X, y, batch_size=64, epochs=2, verbose=0, callbacks=[cb])
+    assert cb.pruned_weights == ["conv1/kernel", "conv2/kernel", "fc/kernel"]
+    ws = {pw.path: pw for pw in find_prunable_weights(model)}
+    for path in cb.pruned_weights:
+        pw = ws[path]
+        kept = pw.to_canonical(pw.variable.numpy() != 0)
+        view = kept.reshape(kept.shape[0], -1) if kept.ndim == 2 else \
+            kept.transpose(0, 2, 3, 1).reshape(kept.shape[0], -1)
+        blocks = view.reshape(view.shape[0] // 4, 4, view.shape[1])
+        assert (blocks.all(axis=1) | ~blocks.any(axis=1)).all(), path       # whole 4x1 blocks
+        assert (~blocks.any(axis=1)).sum() == exact_pruned(0.5, blocks.shape[0] * blocks.shape[2]), path
+    assert np.count_nonzero(model.get_layer("out").kernel.numpy() == 0) == 0
+
+
+def test_subclassed_model_steps_per_execution_4_loses_no_update(K, digits):
+    X, y = digits
+    X, y = X[:256], y[:256]
+
+    class Net(K.Model):
+        def __init__(self):
+            super().__init__()
+            self.hidden = K.layers.Dense(24, activation="relu", name="hidden")
+            self.head = K.layers.Dense(10, name="head")
+
+        def call(self, x):
+            return self.head(self.hidden(x))
+
+    K.utils.set_random_seed(1)
+    model = Net()
+    model(X[:1])
+    compile_(model, K, opt="sgd", lr=0.05, steps_per_execution=4)
+    updates = []
+    cfg = {"target_sparsity": 0.7, "start_step": 1, "end_step": 11, "pruning_frequency": 5}   # points 1, 6, 11
+    cb = PruningCallback(cfg)
+    orig = cb._update
+    cb._update = lambda step: (updates.append(step), orig(step))
+    model.fit(X, y, batch_size=32, epochs=2, verbose=0, callbacks=[cb])    # 16 steps, callbacks at 0, 4, 8, 12
+    assert updates == [4, 8, 12]           # each update point (1, 6, 11) caught at the next block start
+    assert cb.last_update_step == 12
+    for pw in find_prunable_weights(model):
+        assert int((pw.variable.numpy() == 0).sum()) == exact_pruned(0.7, pw.variable.numpy().size)
+
+
+def test_functional_shared_layer_global_scope(K, digits):
+    X, y = digits
+    X, y = X[:256], y[:256]
+    K.utils.set_random_seed(2)
+    shared = K.layers.Dense(16, activation="relu", name="shared")
+    a, b = inp(K, (32,)), inp(K, (32,))
+    h = K.layers.Concatenate()([shared(a), shared(b)])
+    out = K.layers.Dense(10, name="head")(K.layers.Dense(12, name="mid")(h))
+    model = compile_(K.Model([a, b], out), K)
+    cb = PruningCallback({"target_sparsity": 0.75, "pruning_scope": "global", "start_step": 0,
+                          "end_step": 6, "pruning_frequency": 3})
+    model.fit([X[:, :32], X[:, 32:]], y, batch_size=32, epochs=1, verbose=0, callbacks=[cb])
+    assert cb.pruned_weights == ["shared/kernel", "mid/kernel", "head/kernel"]
+    ks = [pw.variable.numpy() for pw in find_prunable_weights(model)]
+    total = sum(k.size for k in ks)
+    assert sum(int((k == 0).sum()) for k in ks) == int(np.floor(0.75 * total + 0.5))
+    per = [float((k == 0).mean()) for k in ks]
+    assert len(set(per)) > 1                      # one global threshold, not equal per-layer ratios
+    assert cb.sparsity["total"] == pytest.approx(0.75, abs=1 / total)
+
+
+def test_2_of_4_pattern(K, digits):
+    X, y = digits
+    X, y = X[:256], y[:256]
+    model = compile_(mlp(K), K)
+    cb = PruningCallback({"target_sparsity": 0.5, "pattern": "2:4", "start_step": 0, "end_step": 4,
+                          "pruning_frequency": 2, "op_names": ["fc"]})
+    model.fit(X, y, batch_size=32, epochs=1, verbose=0, callbacks=[cb])
+    assert cb.pruned_weights == ["fc1/kernel", "fc2/kernel"]
+    for name in ("fc1", "fc2"):
+        k = model.get_layer(name).kernel.numpy().T            # canonical (out, in)
+        groups = (k != 0).reshape(k.shape[0], -1, 4)
+        assert (groups.sum(axis=2) == 2).all(), name
+
+
+def test_literal_mask_on_a_tiny_dense_layer(K):
+    model = K.Sequential([first(K, (2,)), K.layers.Dense(2, use_bias=False, name="d")])
+    model.get_layer("d").set_weights([np.array([[1.0, -3.0], [0.5, 2.0]], np.float32)])  # (in, out)
+    model.compile(K.optimizers.SGD(0.0), "mse")
+    cb = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+    model.fit(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), batch_size=2, epochs=1,
+              verbose=0, callbacks=[cb])
+    # the two smallest magnitudes (0.5 and 1.0) are pruned
+    assert cb.masks["d/kernel"].tolist() == [[False, True], [False, True]]
+    assert model.get_layer("d").kernel.numpy().tolist() == [[0.0, -3.0], [0.0, 2.0]]
+
+
+def test_leave_enabled_false_releases_masks_after_end(K, digits):
+    X, y = digits
+    model = compile_(mlp(K), K)
+    cb = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 2, "pruning_frequency": 1,
+                          "leave_enabled": False})
+    model.fit(X[:192], y[:192], batch_size=32, epochs=1, verbose=0, callbacks=[cb])
+    assert cb.sparsity["total"] == 0.0
+    assert float((model.get_layer("fc1").kernel.numpy() == 0).mean()) < 0.5   # regrown

@@ -1,0 +1,165 @@
+"""Resume from checkpoints, strip_pruning, and loading saved models without sparsify."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from sparsify_tf.keras import STATE_ATTR, PruningCallback, find_prunable_weights, strip_pruning
+
+from _keras_helpers import FLAVORS, cnn, compile_, kmod, mlp
+
+CFG = {"target_sparsity": 0.8, "start_step": 0, "end_step": 24, "pruning_frequency": 5}   # points 0,5,...,20,24
+
+
+def _data(digits):
+    X, y = digits
+    return X[:256], y[:256]                  # 8 steps per epoch at batch 32
+
+
+def _fresh(K, init=None, seed=0):
+    model = compile_(mlp(K, seed=seed), K)
+    if init is not None:
+        model.set_weights(init)
+    return model
+
+
+_REFERENCE = {}
+
+
+def _reference(K, digits, init):
+    """The uninterrupted run (computed once per flavour; init is the same seed-0 init each time)."""
+    if K.__name__ in _REFERENCE:
+        return _REFERENCE[K.__name__]
+    X, y = _data(digits)
+    model = _fresh(K, init)
+    cb = PruningCallback(CFG)
+    model.fit(X, y, batch_size=32, epochs=4, verbose=0, shuffle=False, callbacks=[cb])
+    _REFERENCE[K.__name__] = model, cb
+    return model, cb
+
+
+def _assert_same(model_a, cb_a, model_b, cb_b):
+    assert cb_a.last_update_step == cb_b.last_update_step == 24
+    for a, b in zip(model_a.get_weights(), model_b.get_weights()):
+        assert np.array_equal(a, b)
+    ma, mb = cb_a.masks, cb_b.masks
+    assert ma.keys() == mb.keys() and all(np.array_equal(ma[k], mb[k]) for k in ma)
+    assert int(model_a.optimizer.iterations.numpy()) == int(model_b.optimizer.iterations.numpy()) == 32
+
+
+def test_resume_from_model_checkpoint_weights_equals_uninterrupted(K, digits, tmp_path):
+    X, y = _data(digits)
+    init = _fresh(K).get_weights()
+    ref, ref_cb = _reference(K, digits, init)
+    path = str(tmp_path / ("ckpt.weights.h5" if K.__name__ == "keras" else "ckpt"))
+    first = _fresh(K, init)
+    first.fit(X, y, batch_size=32, epochs=2, verbose=0, shuffle=False,
+              callbacks=[PruningCallback(CFG), K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    # a new process would do exactly this: new model, new callback, attach, load, continue
+    resumed = _fresh(K, seed=5)
+    if K.__name__ == "keras":
+        resumed.optimizer.build(resumed.trainable_variables)
+    cb = PruningCallback(CFG)
+    cb.attach(resumed)
+    resumed.load_weights(path)
+    assert cb.last_update_step == 15                       # mask state restored from the checkpoint
+    resumed.fit(X, y, batch_size=32, epochs=4, initial_epoch=2, verbose=0, shuffle=False, callbacks=[cb])
+    _assert_same(ref, ref_cb, resumed, cb)
+
+
+def test_backup_and_restore_resume_equals_uninterrupted(K, digits, tmp_path):
+    X, y = _data(digits)
+    init = _fresh(K).get_weights()
+    ref, ref_cb = _reference(K, digits, init)
+
+    def interrupt(epoch, logs=None):
+        if epoch == 2:
+            raise RuntimeError("preempted")
+
+    backup = str(tmp_path / "backup")
+    first = _fresh(K, init)
+    with pytest.raises(RuntimeError, match="preempted"):
+        first.fit(X, y, batch_size=32, epochs=4, verbose=0, shuffle=False,
+                  callbacks=[K.callbacks.BackupAndRestore(backup), PruningCallback(CFG),
+                             K.callbacks.LambdaCallback(on_epoch_begin=interrupt)])
+    resumed = _fresh(K, seed=7)
+    cb = PruningCallback(CFG)
+    resumed.fit(X, y, batch_size=32, epochs=4, verbose=0, shuffle=False,
+                callbacks=[K.callbacks.BackupAndRestore(backup), cb])
+    _assert_same(ref, ref_cb, resumed, cb)
+
+
+CLEAN_LOAD = textwrap.dedent("""
+    import json, os, sys
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    import numpy as np, tensorflow as tf
+    result = {}
+    for flavor, d in zip(sys.argv[1::2], sys.argv[2::2]):
+      K = __import__("tf_keras" if flavor == "tf_keras" else "keras")
+      x = np.load(os.path.join(d, "x.npy")); want = np.load(os.path.join(d, "y.npy"))
+      out = {}
+      for name in ("stripped.keras", "unstripped.keras"):
+          m = K.models.load_model(os.path.join(d, name))
+          out[name] = [float(np.abs(m.predict(x, verbose=0) - want).max()),
+                       float((m.get_layer("conv2").kernel.numpy() == 0).mean())]
+      sm = os.path.join(d, "savedmodel")
+      if flavor == "tf_keras":
+          pred = K.models.load_model(sm).predict(x, verbose=0)
+      else:
+          obj = tf.saved_model.load(sm)
+          pred = obj.serve(tf.constant(x)).numpy()
+      out["savedmodel"] = [float(np.abs(pred - want).max()), 0.0]
+      out["imported"] = sorted(m for m in sys.modules if m.split(".")[0] in ("sparsify", "sparsify_tf"))
+      result[flavor] = out
+    print(json.dumps(result))
+""")
+
+
+def _train_strip_save(K, digits, d):
+    X, y = digits
+    X, y = X[:256].reshape(-1, 8, 8, 1), y[:256]
+    model = compile_(cnn(K), K)
+    n_weights = len(model.weights)
+    cb = PruningCallback({"target_sparsity": 0.75, "start_step": 0, "end_step": 4, "pruning_frequency": 2})
+    model.fit(X, y, batch_size=32, epochs=1, verbose=0, callbacks=[cb])
+    model.save(os.path.join(d, "unstripped.keras"))
+    assert strip_pruning(model) is model
+    assert STATE_ATTR not in model.__dict__ and "train_step" not in model.__dict__
+    assert len(model.weights) == n_weights
+    k = model.get_layer("conv2").kernel.numpy()
+    assert (k == 0).sum() == int(np.floor(0.75 * k.size + 0.5))
+    model.save(os.path.join(d, "stripped.keras"))
+    if K.__name__ == "tf_keras":
+        model.save(os.path.join(d, "savedmodel"), save_format="tf")
+    else:
+        model.export(os.path.join(d, "savedmodel"), verbose=False)
+    np.save(os.path.join(d, "x.npy"), X[:16])
+    np.save(os.path.join(d, "y.npy"), model.predict(X[:16], verbose=0))
+    # the stripped model trains on as a plain model (no masking any more)
+    model.fit(X, y, batch_size=32, epochs=1, verbose=0)
+    assert (model.get_layer("conv2").kernel.numpy() == 0).mean() < 0.75
+    return float((k == 0).mean())
+
+
+def test_strip_and_reload_in_a_process_without_sparsify(digits, tmp_path):
+    args, zero_frac = [], {}
+    for flavor in FLAVORS:
+        d = tmp_path / flavor
+        d.mkdir()
+        zero_frac[flavor] = _train_strip_save(kmod(flavor), digits, str(d))
+        args += [flavor, str(d)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", CLEAN_LOAD, *args], capture_output=True,
+                       text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    for flavor in FLAVORS:
+        out = result[flavor]
+        assert out["imported"] == []
+        assert out["stripped.keras"] == [0.0, zero_frac[flavor]]
+        assert out["unstripped.keras"] == [0.0, zero_frac[flavor]]
+        assert out["savedmodel"][0] < 1e-5

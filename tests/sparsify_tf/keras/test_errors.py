@@ -1,0 +1,95 @@
+"""Bad input: clear errors naming the parameter or layer, raised before any state changes."""
+import numpy as np
+import pytest
+
+from sparsify_tf.keras import STATE_ATTR, PruningCallback, strip_pruning
+
+from _keras_helpers import compile_, first, mlp
+
+
+def _xy(digits, n=64):
+    X, y = digits
+    return X[:n], y[:n]
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"config": {"target_sparsty": 0.5}}, ValueError, "target_sparsty.*did you mean 'target_sparsity'"),
+    ({"config": {"target_sparsity": 1.5}}, ValueError, "target_sparsity must be in"),
+    ({"config": {"criterion": "snip"}}, ValueError, "criterion 'snip' needs gradients"),
+    ({"config": 3}, TypeError, "config must be"),
+    ({"config": {}, "log_dir": 5}, TypeError, "log_dir must be"),
+    ({"config": {}, "verbose": 2}, ValueError, "verbose must be 0 or 1, got 2"),
+    ({"config": {}, "log_per_layer": "yes"}, TypeError, "log_per_layer must be True or False"),
+])
+def test_constructor_rejects_bad_arguments(kwargs, exc, match):
+    cfg = kwargs.pop("config")
+    with pytest.raises(exc, match=match):
+        PruningCallback(cfg, **kwargs)
+
+
+def test_config_matching_no_weight_names_the_prunable_ones(K, digits):
+    model = compile_(mlp(K), K)
+    before = [w.copy() for w in model.get_weights()]
+    cb = PruningCallback({"op_names": ["^conv"]})
+    with pytest.raises(ValueError, match=r"op_names=\['\^conv'\].*fc1/kernel, fc2/kernel, out/kernel"):
+        model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[cb])
+    assert STATE_ATTR not in model.__dict__ and "train_step" not in model.__dict__
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    assert int(model.optimizer.iterations.numpy()) == 0
+
+
+def test_pattern_that_does_not_fit_names_the_layer(K, digits):
+    model = compile_(mlp(K), K)
+    cb = PruningCallback({"pattern": "4x1", "target_sparsity": 0.5})
+    with pytest.raises(ValueError, match=r"layer 'out/kernel' with 2-D view \(10, 16\) does not fit pattern '4x1'"):
+        model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[cb])
+    assert STATE_ATTR not in model.__dict__
+    assert int(model.optimizer.iterations.numpy()) == 0
+    # skip_incompatible_layers leaves such layers dense instead
+    ok = PruningCallback({"pattern": "4x1", "target_sparsity": 0.5, "end_step": 0,
+                          "skip_incompatible_layers": True})
+    model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[ok])
+    assert ok.sparsity["out/kernel"] == 0.0 and ok.sparsity["fc1/kernel"] == 0.5
+
+
+def test_unbuilt_model_is_refused(K, digits):
+    class Net(K.Model):
+        def __init__(self):
+            super().__init__(name="net")
+            self.d = K.layers.Dense(4)
+
+        def call(self, x):
+            return self.d(x)
+
+    net = Net()
+    with pytest.raises(ValueError, match="model 'net' is not built"):
+        PruningCallback({}).attach(net)
+    if K.__name__ == "tf_keras":      # Keras 3 builds subclassed models before callbacks run
+        net.compile("sgd", "mse")
+        with pytest.raises(ValueError, match="model 'net' is not built"):
+            net.fit(np.ones((8, 3), "float32"), np.ones((8, 4), "float32"), verbose=0,
+                    callbacks=[PruningCallback({})])
+
+
+def test_fit_with_a_different_model_is_refused(K, digits):
+    a, b = compile_(mlp(K, seed=0), K), compile_(mlp(K, seed=1), K)
+    cb = PruningCallback({"end_step": 2, "pruning_frequency": 1})
+    a.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[cb])
+    with pytest.raises(ValueError, match=f"bound to model '{a.name}' but fit was called on model '{b.name}'"):
+        b.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[cb])
+    assert STATE_ATTR not in b.__dict__
+    # after strip_pruning the callback may be reused
+    strip_pruning(a)
+    b.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[cb])
+    assert cb.pruned_weights == ["fc1/kernel", "fc2/kernel", "out/kernel"]
+
+
+def test_not_a_keras_model_and_different_selection_on_same_model(K):
+    with pytest.raises(TypeError, match="model must be a tf_keras.Model or a keras.Model"):
+        PruningCallback({}).attach(object())
+    with pytest.raises(TypeError, match="model must be a tf_keras.Model or a keras.Model"):
+        strip_pruning(object())
+    model = K.Sequential([first(K, (4,)), K.layers.Dense(3, name="a"), K.layers.Dense(2, name="b")])
+    PruningCallback({"op_names": ["^a/"]}).attach(model)
+    with pytest.raises(ValueError, match=r"already carries pruning state for \['a/kernel'\]"):
+        PruningCallback({"op_names": ["^b/"]}).attach(model)
