@@ -90,6 +90,10 @@ class PruningEngine:
         """Latest update point ``<= step`` (-1 if none)."""
         return int(self.schedule.last_update_step(step))
 
+    def next_update_step(self, step: int) -> int:
+        """First update point strictly after ``step`` (-1 if none is left)."""
+        return self.schedule.next_update_step(step)
+
     def masking_active(self, step: int) -> bool:
         """False after ``end_step`` when ``leave_enabled`` is off (masks no longer applied)."""
         return bool(self.config.leave_enabled or step <= self.schedule._end)

@@ -98,6 +98,25 @@ class Schedule:
                 grid = np.where(s >= self.end_step, self.end_step, grid)
         return np.where(s >= self.begin_step, grid, -1)
 
+    def next_update_step(self, step: int) -> int:
+        """First update point strictly after ``step``; -1 when none is left.
+
+        Example:
+            >>> s = GradualSchedule(0.0, 0.5, begin_step=3, end_step=12, update_frequency=4)
+            >>> [s.next_update_step(t) for t in (-1, 3, 10, 11, 12)]
+            [3, 7, 11, 12, -1]
+        """
+        s = int(step)
+        if s < self.begin_step:
+            return self.begin_step
+        if self.end_step != -1 and s >= self.end_step:
+            return -1
+        if self.update_frequency <= 0:
+            nxt = s + 1
+        else:
+            nxt = self.begin_step + ((s - self.begin_step) // self.update_frequency + 1) * self.update_frequency
+        return min(nxt, self.end_step) if self.end_step != -1 else nxt
+
     def update_due(self, done_step, step):
         """True if an update point lies in ``(done_step, step]``.
 

@@ -466,24 +466,10 @@ class PruningCallback(_keras3.callbacks.Callback):
 
     def _next_event(self) -> float:
         """First step > last update at which the callback must act (update point or release)."""
-        done, due = self._done, self.engine.update_due
-        hi = 1
-        while not due(done, done + hi):
-            hi *= 2
-            if hi > 2 ** 40:
-                nxt = float("inf")
-                break
-        else:
-            lo = hi // 2          # due(done, done + lo) is False (or lo == 0)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if due(done, done + mid):
-                    hi = mid
-                else:
-                    lo = mid
-            nxt = float(done + hi)
+        nxt_step = self.engine.next_update_step(self._done)
+        nxt = float("inf") if nxt_step < 0 else float(nxt_step)
         if not self.config.leave_enabled and self._any_pruned:
-            nxt = min(nxt, float(max(self.config.end_step + 1, done + 1)))
+            nxt = min(nxt, float(max(self.config.end_step + 1, self._done + 1)))
         return nxt
 
     def _update(self, step: int) -> None:

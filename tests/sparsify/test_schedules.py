@@ -106,6 +106,10 @@ def test_property_monotone_and_bounded(init, final, begin, length, freq, exponen
     assert (np.diff(v) >= -1e-12).all()
     assert v.min() >= 0 and v.max() <= final + 1e-12
     assert v[-1] == final
+    # next_update_step is the first update point after a step
+    for t in range(-1, begin + length + 3):
+        later = [u for u in range(t + 1, begin + length + 5) if s.update_ready(u)]
+        assert s.next_update_step(t) == (later[0] if later else -1)
     # the last update point never lies in the future and is itself an update point
     last = s.last_update_step(steps)
     assert (last <= steps).all()
