@@ -9,7 +9,12 @@ module chooses which labels to prune; it never imports torch or tensorflow.
 Anything exposing ``group_labels`` and ``group_criteria`` (one 1-D array per
 prunable group, same lengths) is accepted where the functions below take
 ``pruning_info``: the torch adapter's ``ModelPruningInfo`` and the NumPy
-:class:`ChannelScores` both do.
+:class:`ChannelScores` both do. An optional ``group_segments`` (one integer
+array per group, same lengths) names each channel's *segment*: the source layer
+it comes from when a group spans a concatenation (DenseNet, Inception, SSD
+heads). Every segment keeps at least ``min_channels`` channels (default 1), so
+a selection never empties a source layer; within that constraint the least
+important channels go first (a partition-matroid greedy, which is optimal).
 
 Example:
     >>> import numpy as np
@@ -19,13 +24,16 @@ Example:
     [1, 3, 5]
     >>> get_least_important_labels_by_config(info, [1, 0])
     [3]
+    >>> concat = ChannelScores([np.arange(5)], [np.array([3., 4., 5., 0., 1.])], [np.array([0, 0, 0, 1, 1])])
+    >>> get_labels_for_uniform_pruning(concat, 0.6)  # 3, then 4 would empty segment 1: 0 goes instead
+    [0, 1, 3]
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import Dict, Iterator, List, Mapping, Protocol, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -33,6 +41,11 @@ __all__ = [
     "ChannelScores",
     "GroupedScores",
     "least_important_indices",
+    "pruning_order",
+    "cumulative_pruning_cost",
+    "segment_min_channels",
+    "max_channels_to_prune",
+    "max_prunable_per_group",
     "check_pruning_ratio",
     "n_channels_to_prune",
     "iterate_over_gate_criteria",
@@ -45,8 +58,16 @@ __all__ = [
 ]
 
 
+MinChannels = Union[int, Callable[[int], int]]
+
+
 class GroupedScores(Protocol):
-    """What the selection functions need: labels and criteria per prunable group."""
+    """What the selection functions need: labels and criteria per prunable group.
+
+    An object may also expose ``group_segments`` (one integer array per group:
+    the segment, i.e. source layer, of each channel); without it every group is
+    one segment.
+    """
 
     @property
     def group_labels(self) -> Sequence[np.ndarray]: ...
@@ -57,20 +78,26 @@ class GroupedScores(Protocol):
 
 @dataclass(frozen=True)
 class ChannelScores:
-    """Labels and importance criteria of the prunable channel groups, NumPy only.
+    """Labels, importance criteria and segments of the prunable channel groups, NumPy only.
 
     Args:
         group_labels: one 1-D integer array of global labels per prunable group.
         group_criteria: one 1-D float array of importances per group, same lengths.
+        group_segments: optional, one 1-D integer array per group, same lengths:
+            the segment (source layer of a concatenation) of every channel.
+            None: every group is a single segment.
 
     Example:
         >>> import numpy as np
         >>> ChannelScores([np.array([0, 1])], [np.array([0.5, 0.1])]).n_groups
         1
+        >>> ChannelScores([np.array([0, 1])], [np.zeros(2)], [np.array([0, 1])]).group_segments[0].tolist()
+        [0, 1]
     """
 
     group_labels: Sequence[np.ndarray]
     group_criteria: Sequence[np.ndarray]
+    group_segments: Optional[Sequence[np.ndarray]] = None
 
     def __post_init__(self) -> None:
         labels = [np.asarray(x) for x in self.group_labels]
@@ -78,13 +105,24 @@ class ChannelScores:
         if len(labels) != len(criteria):
             raise ValueError(f"group_labels has {len(labels)} groups but group_criteria has {len(criteria)}; "
                              "they must have the same number of groups")
+        if self.group_segments is None:
+            segments = [np.zeros(lab.shape, dtype=np.int64) for lab in labels]
+        else:
+            segments = [np.asarray(x) for x in self.group_segments]
+            if len(segments) != len(labels):
+                raise ValueError(f"group_segments has {len(segments)} groups but group_labels has {len(labels)}; "
+                                 "they must have the same number of groups")
         seen: set = set()
-        for i, (lab, crit) in enumerate(zip(labels, criteria)):
+        for i, (lab, crit, seg) in enumerate(zip(labels, criteria, segments)):
             if lab.ndim != 1 or crit.ndim != 1 or lab.shape != crit.shape:
                 raise ValueError(f"group {i}: labels shape {lab.shape} and criteria shape {crit.shape} must be "
                                  "equal 1-D shapes")
+            if seg.shape != lab.shape:
+                raise ValueError(f"group {i}: segments shape {seg.shape} must equal labels shape {lab.shape}")
             if lab.size and not np.issubdtype(lab.dtype, np.integer):
                 raise ValueError(f"group {i}: labels must be integers, got dtype {lab.dtype}")
+            if seg.size and not np.issubdtype(seg.dtype, np.integer):
+                raise ValueError(f"group {i}: segments must be integers, got dtype {seg.dtype}")
             if np.isnan(crit).any():
                 raise ValueError(f"group {i}: criteria contain NaN")
             dup = seen.intersection(lab.tolist())
@@ -94,6 +132,7 @@ class ChannelScores:
             seen.update(lab.tolist())
         object.__setattr__(self, "group_labels", [lab.astype(np.int64) for lab in labels])
         object.__setattr__(self, "group_criteria", criteria)
+        object.__setattr__(self, "group_segments", [seg.astype(np.int64) for seg in segments])
 
     @property
     def n_groups(self) -> int:
@@ -105,22 +144,151 @@ def _group_sizes(pruning_info: GroupedScores) -> List[int]:
     return [int(len(x)) for x in pruning_info.group_labels]
 
 
-def least_important_indices(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` lowest scores; ties go to the lower index (DESIGN 2.6).
+def _group_segments(pruning_info: GroupedScores) -> List[np.ndarray]:
+    segments = getattr(pruning_info, "group_segments", None)
+    if segments is None:
+        return [np.zeros(n, dtype=np.int64) for n in _group_sizes(pruning_info)]
+    return [np.asarray(s, dtype=np.int64) for s in segments]
+
+
+def _check_scores(scores: np.ndarray, segments: Optional[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim != 1:
+        raise ValueError(f"scores must be 1-D, got shape {scores.shape}")
+    if np.isnan(scores).any():
+        raise ValueError("scores contain NaN")
+    if segments is None:
+        return scores, np.zeros(scores.size, dtype=np.int64)
+    segments = np.asarray(segments)
+    if segments.shape != scores.shape or (segments.size and not np.issubdtype(segments.dtype, np.integer)):
+        raise ValueError(f"segments must be integers with the shape of scores {scores.shape}, got "
+                         f"{segments.dtype} {segments.shape}")
+    return scores, segments.astype(np.int64)
+
+
+def segment_min_channels(segments: np.ndarray, min_channels: MinChannels = 1) -> Tuple[np.ndarray, np.ndarray]:
+    """Per segment: (sizes, channels that must stay), segments in ascending id order.
+
+    Args:
+        segments: segment id of every channel of one group.
+        min_channels: channels each segment keeps: an integer >= 1, or a function
+            of the segment size (e.g. an architecture strategy's minimum);
+            clipped to the segment size.
+
+    Raises:
+        ValueError: ``min_channels`` (or its result) is not an integer >= 1.
+
+    Example:
+        >>> sizes, keep = segment_min_channels(np.array([0, 0, 0, 1]), lambda n: 2)
+        >>> sizes.tolist(), keep.tolist()
+        ([3, 1], [2, 1])
+    """
+    _, sizes = np.unique(np.asarray(segments, dtype=np.int64), return_counts=True)
+    mins = []
+    for size in sizes.tolist():
+        m = min_channels(size) if callable(min_channels) else min_channels
+        if isinstance(m, (bool, np.bool_)) or not isinstance(m, (Integral, np.integer)) or m < 1:
+            raise ValueError(f"min_channels must be an integer >= 1 or a function returning one, got {m!r} "
+                             f"for a segment of {size} channels")
+        mins.append(min(int(m), size))
+    return sizes.astype(np.int64), np.asarray(mins, dtype=np.int64)
+
+
+def max_channels_to_prune(segments: np.ndarray, min_channels: MinChannels = 1) -> int:
+    """Most channels one group can lose: its size minus what every segment must keep.
+
+    Example:
+        >>> max_channels_to_prune(np.array([0, 0, 0, 1, 1])), max_channels_to_prune(np.zeros(4, int), 2)
+        (3, 2)
+    """
+    sizes, mins = segment_min_channels(segments, min_channels)
+    return int(sizes.sum() - mins.sum())
+
+
+def pruning_order(scores: np.ndarray, segments: Optional[np.ndarray] = None,
+                  min_channels: MinChannels = 1) -> np.ndarray:
+    """Channel indices in the order they are pruned, as many as may be pruned.
+
+    Least important first (ties: lower index first), skipping a channel once
+    its segment is down to ``min_channels``. The first ``k`` entries are the
+    cheapest ``k`` channels to prune under that constraint (the constraint is a
+    partition matroid, on which this greedy is optimal).
+
+    Example:
+        >>> pruning_order(np.array([3., 4., 5., 0., 1.]), np.array([0, 0, 0, 1, 1])).tolist()
+        [3, 0, 1]
+    """
+    scores, segments = _check_scores(scores, segments)
+    if not scores.size:
+        return np.zeros(0, dtype=np.int64)
+    _, inverse = np.unique(segments, return_inverse=True)
+    sizes, mins = segment_min_channels(segments, min_channels)
+    caps = sizes - mins
+    order = np.argsort(scores, kind="stable")
+    seg_in_order = inverse.reshape(-1)[order]
+    by_segment = np.argsort(seg_in_order, kind="stable")  # positions grouped by segment, order kept
+    grouped = seg_in_order[by_segment]
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[by_segment] = np.arange(order.size) - np.searchsorted(grouped, grouped, side="left")
+    return order[rank < caps[seg_in_order]].astype(np.int64)
+
+
+def cumulative_pruning_cost(scores: np.ndarray, segments: Optional[np.ndarray] = None,
+                            min_channels: MinChannels = 1) -> np.ndarray:
+    """``cost[k]`` = total importance removed by pruning the cheapest ``k`` channels.
+
+    Length ``max_channels_to_prune + 1``; ``cost[0] == 0``. This is the
+    objective the latency-driven search minimises.
+
+    Example:
+        >>> cumulative_pruning_cost(np.array([3., 4., 5., 0., 1.]), np.array([0, 0, 0, 1, 1])).tolist()
+        [0.0, 0.0, 3.0, 7.0]
+    """
+    scores, segments = _check_scores(scores, segments)
+    order = pruning_order(scores, segments, min_channels)
+    return np.concatenate([[0.0], np.cumsum(scores[order])])
+
+
+def least_important_indices(scores: np.ndarray, k: int, segments: Optional[np.ndarray] = None,
+                            min_channels: MinChannels = 1) -> np.ndarray:
+    """Sorted indices of the ``k`` cheapest channels to prune; ties go to the lower index (DESIGN 2.6).
+
+    Without ``segments`` any ``k`` up to the number of scores is allowed;
+    with them, every segment keeps ``min_channels`` (see :func:`pruning_order`).
+
+    Raises:
+        ValueError: ``k`` not an integer in [0, n] (or above what the segments allow).
 
     Example:
         >>> least_important_indices(np.array([2., 1., 1., 0.]), 2)
         array([1, 3])
+        >>> least_important_indices(np.array([2., 1., 1., 0.]), 2, np.array([0, 0, 1, 1])).tolist()
+        [1, 3]
+        >>> least_important_indices(np.array([2., 1., 1., 0.]), 2, np.array([0, 0, 0, 1])).tolist()
+        [1, 2]
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    if scores.ndim != 1:
-        raise ValueError(f"scores must be 1-D, got shape {scores.shape}")
+    scores, seg = _check_scores(scores, segments)
     if not isinstance(k, Integral) or isinstance(k, bool) or not 0 <= k <= scores.size:
         raise ValueError(f"k must be an integer in [0, {scores.size}], got {k!r}")
-    if np.isnan(scores).any():
-        raise ValueError("scores contain NaN")
-    order = np.argsort(scores, kind="stable")
+    if segments is None:
+        return np.sort(np.argsort(scores, kind="stable")[: int(k)])
+    order = pruning_order(scores, seg, min_channels)
+    if k > order.size:
+        raise ValueError(f"k = {k} is too large: the segments must keep {scores.size - order.size} of "
+                         f"{scores.size} channels, so at most {order.size} can be pruned")
     return np.sort(order[: int(k)])
+
+
+def max_prunable_per_group(pruning_info: GroupedScores, min_channels: MinChannels = 1) -> List[int]:
+    """Most channels each prunable group can lose while every segment keeps ``min_channels``.
+
+    Example:
+        >>> info = ChannelScores([np.arange(4), np.arange(4, 7)], [np.zeros(4), np.zeros(3)],
+        ...                      [np.array([0, 0, 1, 1]), np.zeros(3, int)])
+        >>> max_prunable_per_group(info)
+        [2, 2]
+    """
+    return [max_channels_to_prune(seg, min_channels) if seg.size else 0 for seg in _group_segments(pruning_info)]
 
 
 def n_channels_to_prune(n_channels: int, pruning_ratio: float) -> int:
@@ -171,11 +339,14 @@ def get_criteria_label_dict(pruning_info: GroupedScores) -> Dict[int, float]:
     return out
 
 
-def get_labels_for_uniform_pruning(pruning_info: GroupedScores, pruning_ratio: float) -> List[int]:
+def get_labels_for_uniform_pruning(pruning_info: GroupedScores, pruning_ratio: float,
+                                   min_channels: MinChannels = 1) -> List[int]:
     """Prune the same fraction of every prunable group, least important first.
 
     Each group of n channels loses ``min(floor(ratio * n + 0.5), n - 1)``
-    channels, so at least one channel survives.
+    channels, so at least one channel survives; a group that spans several
+    segments (a concatenation) loses at most what leaves ``min_channels`` in
+    every segment, and exactly the requested count whenever that allows it.
 
     Raises:
         ValueError: ``pruning_ratio`` outside [0, 1).
@@ -184,18 +355,24 @@ def get_labels_for_uniform_pruning(pruning_info: GroupedScores, pruning_ratio: f
         >>> info = ChannelScores([np.array([0, 1, 2, 3])], [np.array([3., 1., 2., 0.])])
         >>> get_labels_for_uniform_pruning(info, 0.5)
         [1, 3]
+        >>> info = ChannelScores([np.arange(4)], [np.array([3., 1., 2., 0.])], [np.array([0, 0, 0, 1])])
+        >>> get_labels_for_uniform_pruning(info, 0.5), get_labels_for_uniform_pruning(info, 0.9)
+        ([1, 2], [1, 2])
     """
     check_pruning_ratio(pruning_ratio)
-    cfg = [n_channels_to_prune(n, pruning_ratio) if n else 0 for n in _group_sizes(pruning_info)]
-    return get_least_important_labels_by_config(pruning_info, cfg)
+    cfg = [min(n_channels_to_prune(n, pruning_ratio), most) if n else 0
+           for n, most in zip(_group_sizes(pruning_info), max_prunable_per_group(pruning_info, min_channels))]
+    return get_least_important_labels_by_config(pruning_info, cfg, min_channels)
 
 
-def check_pruning_config(pruning_cfg: Sequence[int], pruning_info: GroupedScores) -> None:
+def check_pruning_config(pruning_cfg: Sequence[int], pruning_info: GroupedScores,
+                         min_channels: MinChannels = 1) -> None:
     """Validate a pruning config: one count of channels to prune per prunable group.
 
     Raises:
         ValueError: wrong length, a non-integer entry, or an entry outside
-            ``[0, n_channels - 1]`` for its group (one channel must survive).
+            ``[0, n_channels - 1]`` for its group (one channel must survive),
+            or above what leaves ``min_channels`` in every segment of the group.
 
     Example:
         >>> info = ChannelScores([np.array([0, 1, 2])], [np.zeros(3)])
@@ -204,35 +381,52 @@ def check_pruning_config(pruning_cfg: Sequence[int], pruning_info: GroupedScores
         Traceback (most recent call last):
         ...
         ValueError: pruning_cfg[0] = 3 is not allowed: group 0 has 3 channels, so at most 2 can be pruned
+        >>> check_pruning_config([2], ChannelScores([np.arange(3)], [np.zeros(3)], [np.array([0, 0, 1])]))
+        Traceback (most recent call last):
+        ...
+        ValueError: pruning_cfg[0] = 2 is not allowed: group 0 has 3 channels, so at most 1 can be pruned (its 2 segments, the source layers of a concatenation, keep at least [1, 1] channels)
     """
     sizes = _group_sizes(pruning_info)
     if isinstance(pruning_cfg, (str, bytes, Mapping)) or not hasattr(pruning_cfg, "__len__"):
         raise ValueError(f"pruning_cfg must be a sequence of {len(sizes)} integers, got {pruning_cfg!r}")
     if len(pruning_cfg) != len(sizes):
         raise ValueError(f"pruning_cfg has {len(pruning_cfg)} entries but there are {len(sizes)} prunable groups")
-    for i, (value, size) in enumerate(zip(pruning_cfg, sizes)):
+    for i, (value, size, seg) in enumerate(zip(pruning_cfg, sizes, _group_segments(pruning_info))):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Integral, np.integer)):
             raise ValueError(f"pruning_cfg[{i}] must be an integer, got {value!r}")
-        if not 0 <= int(value) <= max(size - 1, 0):
+        seg_sizes, mins = segment_min_channels(seg, min_channels) if size else (np.zeros(0), np.zeros(0))
+        most = int(seg_sizes.sum() - mins.sum())
+        if not 0 <= int(value) <= max(most, 0):
+            why = "" if seg_sizes.size <= 1 and most == size - 1 else \
+                (f" (its {seg_sizes.size} segments, the source layers of a concatenation, keep at least "
+                 f"{mins.tolist()} channels)" if seg_sizes.size > 1 else f" (it keeps at least {int(mins.sum())})")
             raise ValueError(f"pruning_cfg[{i}] = {value} is not allowed: group {i} has {size} channels, "
-                             f"so at most {max(size - 1, 0)} can be pruned")
+                             f"so at most {max(most, 0)} can be pruned{why}")
 
 
-def get_least_important_labels_by_config(pruning_info: GroupedScores, pruning_cfg: Sequence[int]) -> List[int]:
+def get_least_important_labels_by_config(pruning_info: GroupedScores, pruning_cfg: Sequence[int],
+                                         min_channels: MinChannels = 1) -> List[int]:
     """Labels of the ``pruning_cfg[i]`` least important channels of every group ``i``.
 
-    Ties between equal criteria prune the channel listed first. The result is sorted.
+    Ties between equal criteria prune the channel listed first. In a group that
+    spans several segments every segment keeps ``min_channels``; the choice is
+    the least total importance under that constraint. The result is sorted.
 
     Example:
         >>> info = ChannelScores([np.array([0, 1, 2]), np.array([3, 4])],
         ...                      [np.array([1., 1., 0.]), np.array([2., 1.])])
         >>> get_least_important_labels_by_config(info, [2, 1])
         [0, 2, 4]
+        >>> concat = ChannelScores([np.arange(5)], [np.array([3., 4., 5., 0., 1.])], [np.array([0, 0, 0, 1, 1])])
+        >>> get_least_important_labels_by_config(concat, [2])
+        [0, 3]
     """
-    check_pruning_config(pruning_cfg, pruning_info)
+    check_pruning_config(pruning_cfg, pruning_info, min_channels)
     out: List[int] = []
-    for (labels, criteria), k in zip(iterate_over_gate_criteria(pruning_info), pruning_cfg):
-        out.extend(labels[least_important_indices(criteria, int(k))].tolist())
+    for (labels, criteria), seg, k in zip(iterate_over_gate_criteria(pruning_info), _group_segments(pruning_info),
+                                          pruning_cfg):
+        if k:
+            out.extend(labels[np.sort(pruning_order(criteria, seg, min_channels)[: int(k)])].tolist())
     return sorted(int(x) for x in out)
 
 
@@ -266,18 +460,26 @@ def default_architecture_optimization_strategy(current_layer_channels: int, abso
 
 
 def split_labels_by_group(labels: Sequence[int], group_offsets: Sequence[int], group_sizes: Sequence[int],
-                          prunable: Sequence[bool]) -> Dict[int, np.ndarray]:
+                          prunable: Sequence[bool],
+                          group_segments: Optional[Sequence[np.ndarray]] = None) -> Dict[int, np.ndarray]:
     """Turn global labels into ``{group index: sorted local channel indices}``.
 
     Group ``g`` owns labels ``offsets[g] .. offsets[g] + sizes[g] - 1``.
+    ``group_segments`` (one array per group, all groups) gives each channel's
+    segment; no segment may lose all its channels.
 
     Raises:
         ValueError: a label that is not an integer, does not exist, is repeated,
-            belongs to an unprunable group, or would leave a group with no channel.
+            belongs to an unprunable group, or would leave a group or a segment
+            with no channel.
 
     Example:
         >>> split_labels_by_group([4, 0, 5], [0, 3], [3, 4], [True, True])
         {0: array([0]), 1: array([1, 2])}
+        >>> split_labels_by_group([3, 4], [0, 3], [3, 4], [True, True], [np.zeros(3, int), np.array([0, 0, 1, 1])])
+        Traceback (most recent call last):
+        ...
+        ValueError: labels would prune all 2 channels of segment 0 (labels 3..4) of group 1; at least one channel of each segment (source layer of a concatenation) must stay
     """
     n_total = int(sum(group_sizes))
     values: List[int] = []
@@ -302,5 +504,15 @@ def split_labels_by_group(labels: Sequence[int], group_offsets: Sequence[int], g
         if local.size >= group_sizes[g]:
             raise ValueError(f"labels would prune all {group_sizes[g]} channels of group {g}; "
                              "at least one channel must stay")
+        if group_segments is not None:
+            seg = np.asarray(group_segments[g], dtype=np.int64)
+            ids, sizes = np.unique(seg, return_counts=True)
+            for s, size in zip(ids.tolist(), sizes.tolist()):
+                if int((seg[local] == s).sum()) >= size:
+                    where = np.flatnonzero(seg == s) + offsets[g]
+                    span = f"{where[0]}..{where[-1]}" if where[-1] - where[0] + 1 == where.size else where.tolist()
+                    raise ValueError(f"labels would prune all {size} channels of segment {s} (labels "
+                                     f"{span}) of group {g}; at least one channel of each "
+                                     "segment (source layer of a concatenation) must stay")
         out[int(g)] = local
     return dict(sorted(out.items()))

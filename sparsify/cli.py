@@ -42,7 +42,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 # ----- config helpers --------------------------------------------------------------------------
-from .config import yaml_loader as _yaml_loader  # noqa: E402  (keeps `pattern: 2:4` a string)
+from .config import load_yaml_mapping, yaml_loader as _yaml_loader  # noqa: E402  (keeps `pattern: 2:4` a string)
 
 
 def _load_yaml_value(raw: str) -> Any:
@@ -55,24 +55,10 @@ def _load_yaml_value(raw: str) -> Any:
 
 
 def _load_config_file(path: str) -> dict[str, Any]:
-    from collections.abc import Mapping
-
-    import yaml
-
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=_yaml_loader())
-    except OSError as e:
-        raise CLIError(f"config file {path!r} cannot be read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise CLIError(f"config file {path!r} is not valid YAML: {' '.join(str(e).split())}") from None
-    if data is None:
-        data = {}
-    if isinstance(data, Mapping) and set(data) == {"pruning"}:
-        data = data["pruning"]
-    if not isinstance(data, Mapping):
-        raise CLIError(f"config file {path!r} must hold a mapping of config keys, got {type(data).__name__}")
-    return dict(data)
+        return load_yaml_mapping(path)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
 
 
 def _parse_set(items: Sequence[str] | None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from .criteria import CRITERIA
 from .patterns import BLOCK_REDUCTIONS, PatternNInM, get_pattern
 from .schedules import DECAY_TYPES, ConstantSchedule, DecaySchedule, GradualSchedule, Schedule
 
-__all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES", "yaml_loader"]
+__all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES", "yaml_loader", "load_yaml_mapping"]
 
 SCOPES = ("global", "local")
 SCHEDULE_TYPES = ("gradual", "constant", *DECAY_TYPES)
@@ -64,6 +64,31 @@ def yaml_loader():
                    r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
         list("-+0123456789."))
     return Loader
+
+
+def load_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
+    """The config keys of a YAML file (a top-level ``pruning:`` key is unwrapped).
+
+    Raises ``ValueError`` naming the file if it cannot be read, is not YAML
+    or does not hold a mapping.
+    """
+    import yaml
+
+    name = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.load(fh, Loader=yaml_loader())
+    except OSError as e:
+        raise ValueError(f"config file {name!r} cannot be read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"config file {name!r} is not valid YAML: {' '.join(str(e).split())}") from None
+    if data is None:
+        data = {}
+    if isinstance(data, Mapping) and set(data) == {"pruning"}:
+        data = data["pruning"]
+    if not isinstance(data, Mapping):
+        raise ValueError(f"config file {name!r} must hold a mapping of config keys, got {type(data).__name__}")
+    return dict(data)
 
 
 def _is_int(v: Any) -> bool:
@@ -222,20 +247,7 @@ class PruningConfig:
 
         A top-level ``pruning:`` key is accepted.
         """
-        import yaml
-
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = yaml.load(fh, Loader=yaml_loader())
-        except OSError as e:
-            raise ValueError(f"config file {os.fspath(path)!r} cannot be read: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise ValueError(f"config file {os.fspath(path)!r} is not valid YAML: {e}") from None
-        if data is None:
-            data = {}
-        if isinstance(data, Mapping) and set(data) == {"pruning"}:
-            data = data["pruning"]
-        return cls.from_dict(data)
+        return cls.from_dict(load_yaml_mapping(path))
 
     @classmethod
     def coerce(cls, config: "PruningConfig | Mapping[str, Any] | str | os.PathLike") -> "PruningConfig":

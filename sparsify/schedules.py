@@ -117,6 +117,18 @@ class Schedule:
             nxt = self.begin_step + ((s - self.begin_step) // self.update_frequency + 1) * self.update_frequency
         return min(nxt, self.end_step) if self.end_step != -1 else nxt
 
+    def _ramp(self, step, fraction):
+        """0 before begin, ``init`` at begin, ``init + (final-init)*fraction(p)`` between, ``final`` from end."""
+        s = np.asarray(step, dtype=np.float64)
+        b, e = self.begin_step, self.end_step
+        if e == b:
+            out = np.where(s >= b, self.final_sparsity, 0.0)
+        else:
+            p = np.clip((s - b) / (e - b), 0.0, 1.0)
+            mid = self.init_sparsity + (self.final_sparsity - self.init_sparsity) * fraction(p)
+            out = np.where(s < b, 0.0, np.where(s >= e, self.final_sparsity, mid))
+        return out[()] if out.ndim == 0 else out
+
     def update_due(self, done_step, step):
         """True if an update point lies in ``(done_step, step]``.
 
@@ -157,15 +169,7 @@ class GradualSchedule(Schedule):
 
     def sparsity(self, step):
         """Target sparsity at ``step`` (float or array of floats)."""
-        s = np.asarray(step, dtype=np.float64)
-        b, e = self.begin_step, self.end_step
-        if e == b:
-            out = np.where(s >= b, self.final_sparsity, 0.0)
-        else:
-            p = np.clip((s - b) / (e - b), 0.0, 1.0)
-            mid = self.init_sparsity + (self.final_sparsity - self.init_sparsity) * (1.0 - (1.0 - p) ** self.exponent)
-            out = np.where(s < b, 0.0, np.where(s >= e, self.final_sparsity, mid))
-        return out[()] if out.ndim == 0 else out
+        return self._ramp(step, lambda p: 1.0 - (1.0 - p) ** self.exponent)
 
 
 @dataclass
@@ -233,15 +237,8 @@ class DecaySchedule(Schedule):
         return (1.0 - np.cos(math.pi * p)) / 2.0
 
     def sparsity(self, step):
-        s = np.asarray(step, dtype=np.float64)
-        b, e = self.begin_step, self.end_step
-        if e == b:
-            out = np.where(s >= b, self.final_sparsity, 0.0)
-        else:
-            p = np.clip((s - b) / (e - b), 0.0, 1.0)
-            mid = self.init_sparsity + (self.final_sparsity - self.init_sparsity) * self._fraction(p)
-            out = np.where(s < b, 0.0, np.where(s >= e, self.final_sparsity, mid))
-        return out[()] if out.ndim == 0 else out
+        """Target sparsity at ``step`` (float or array of floats)."""
+        return self._ramp(step, self._fraction)
 
 
 def get_schedule(config: Mapping[str, Any] | Any) -> Schedule:
