@@ -286,9 +286,18 @@ class Pattern:
         return {n: masks[n] for n in scores}
 
     def _allocate(self, prepared, sizes, limits, total):
-        """Per layer: a kept-unit array (free layers) or a fixed pruned count (clamped layers)."""
+        """Pruned-unit count per layer (or the kept-unit array where the global cut is used as is).
+
+        The answer is defined by walking all units in global order (score, then
+        layer order, then index): after the first tau units, layer l prunes
+        ``clip(c_l(tau), min_l, max_l)``, where ``c_l(tau)`` counts its units
+        among them; tau is the first point where the counts add up to ``total``.
+        Each round cuts the free layers at the remaining budget; if clipping
+        would add units some layer is surely held at its minimum, if it would
+        remove units some layer is surely held at its maximum. Fix those, repeat.
+        """
         fixed: dict[str, int] = {}
-        for _ in range(2 * len(prepared) + 1):
+        for _ in range(len(prepared) + 1):
             free = [n for n in prepared if n not in fixed]
             budget = total - sum(fixed.values())
             if not free:
@@ -301,12 +310,15 @@ class Pattern:
                 parts[n] = kept[off:off + sizes[n]].reshape(prepared[n][1].shape)
                 off += sizes[n]
             counts = {n: sizes[n] - int(np.count_nonzero(parts[n])) for n in free}
-            over = [n for n in free if counts[n] > limits[n][1]]
-            under = [n for n in free if counts[n] < limits[n][0]]
-            if not over and not under:
-                return {**fixed, **parts}
-            for n in over or under:
-                fixed[n] = limits[n][1] if over else limits[n][0]
+            clipped = {n: min(max(c, limits[n][0]), limits[n][1]) for n, c in counts.items()}
+            excess = sum(clipped.values()) - budget
+            if excess == 0:
+                return {**fixed, **{n: parts[n] if clipped[n] == counts[n] else clipped[n] for n in free}}
+            for n in free:
+                if excess > 0 and counts[n] < limits[n][0]:
+                    fixed[n] = limits[n][0]
+                elif excess < 0 and counts[n] > limits[n][1]:
+                    fixed[n] = limits[n][1]
         raise RuntimeError("global allocation did not converge")  # pragma: no cover
 
     def get_block_size_dict(self, data: Mapping[str, np.ndarray]) -> dict[str, list[int]]:

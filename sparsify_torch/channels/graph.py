@@ -71,6 +71,12 @@ class ChannelGroup:
         consumers: conv/linear layers reading the channels (where gates go).
         prunable: False when the graph cannot prune this group safely.
         reason: why not prunable ("" when prunable).
+        segments: segment id of every channel (0, 1, ... in order of first
+            channel). A group spanning a concatenation (or a split) has one
+            segment per source layer: each must keep a channel, or that layer
+            would be emptied. A plain group is one segment (all zeros).
+        segment_sources: per segment, the layers whose channels are exactly
+            that segment's, e.g. ``"side:out"`` (empty for a one-segment group).
     """
 
     root_name: str
@@ -79,6 +85,12 @@ class ChannelGroup:
     consumers: List[ConsumerSlot] = field(default_factory=list)
     prunable: bool = True
     reason: str = ""
+    segments: Optional[np.ndarray] = None
+    segment_sources: List[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.segments is None:
+            self.segments = np.zeros(self.n_channels, dtype=np.int64)
 
 
 def resolve_entry_point(model: nn.Module, entry_point: str) -> Tuple[nn.Module, str]:
@@ -214,6 +226,34 @@ def prune_groups(graph, roots_and_idxs: List[Tuple[nn.Module, List[int]]]) -> No
         dep(sorted(idxs))
 
 
+def _segments(n: int, coverage: Dict[str, Tuple[Optional[int], set, set]]) -> Tuple[np.ndarray, List[str]]:
+    """Split a group's channels into segments: no layer may lose every channel it has.
+
+    ``coverage`` maps ``"name:out"``/``"name:in"`` to (that dimension's size,
+    positions the group touches, group channels they carry). A layer whose whole
+    dimension is carried by a proper subset S of the group's channels would be
+    emptied if all of S were pruned; the segments are the atoms of all such
+    subsets (channels lying in the same subsets), so keeping a channel of every
+    segment keeps a channel of every layer.
+    """
+    subsets = []
+    for key, (size, positions, roots) in coverage.items():
+        roots = {r for r in roots if 0 <= r < n}
+        if size is not None and len(positions) >= size and 0 < len(roots) < n:
+            subsets.append((key, frozenset(roots)))
+    if not subsets:
+        return np.zeros(n, dtype=np.int64), []
+    signature = [tuple(i for i, (_, s) in enumerate(subsets) if c in s) for c in range(n)]
+    ids: Dict[tuple, int] = {}
+    segments = np.asarray([ids.setdefault(sig, len(ids)) for sig in signature], dtype=np.int64)
+    sources = []
+    for sig in ids:
+        exact = [key for key, s in subsets if s == frozenset(c for c in range(n) if signature[c] == sig)]
+        exact = [key for key in exact if key.endswith(":out")] or exact
+        sources.append(", ".join(exact) or " & ".join(subsets[i][0] for i in sig) or "(rest)")
+    return segments, sources
+
+
 def _unsafe_reason(graph, node, out_fns, reads_only: bool) -> str:
     tp = _tp()
     op = tp.ops.OPTYPE
@@ -257,6 +297,7 @@ def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, 
         n = len(group[0].idxs)
         cg = ChannelGroup(root_name=names[root], n_channels=n)
         reasons = []
+        coverage: Dict[str, Tuple[Optional[int], set, set]] = {}
         for item in group.items:
             dep, idxs = item.dep, item.idxs
             node = dep.target
@@ -270,9 +311,14 @@ def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, 
                 reasons.append(reason)
             if not isinstance(module, nn.Module) or module not in names:
                 continue
-            cg.members.append(f"{names[module]}:{'in' if is_in else 'out'}")
+            key = f"{names[module]}:{'in' if is_in else 'out'}"
+            cg.members.append(key)
+            root_idxs = getattr(item, "root_idxs", None) or list(idxs)
+            size = graph.get_in_channels(module) if is_in else graph.get_out_channels(module)
+            entry = coverage.setdefault(key, (size, set(), set()))
+            entry[1].update(int(i) for i in idxs)
+            entry[2].update(int(i) for i in root_idxs)
             if (is_in or is_dw) and isinstance(module, (nn.modules.conv._ConvNd, nn.Linear)):
-                root_idxs = getattr(item, "root_idxs", None) or list(idxs)
                 cg.consumers.append(ConsumerSlot(names[module], np.asarray(idxs, dtype=np.int64),
                                                  np.asarray(root_idxs, dtype=np.int64)))
         if n < 2:
@@ -283,6 +329,7 @@ def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, 
             reasons.append("no conv/linear consumes these channels")
         if reasons:
             cg.prunable, cg.reason = False, reasons[0]
+        cg.segments, cg.segment_sources = _segments(n, coverage)
         groups.append(cg)
     order = {name: i for i, (name, _) in enumerate(model.named_modules())}
     return sorted(groups, key=lambda g: order.get(g.root_name, len(order)))

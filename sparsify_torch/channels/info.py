@@ -65,6 +65,14 @@ class ModelPruningInfo:
         """Importance of every channel of every prunable group (same order as ``group_labels``)."""
         return [self._criteria[i].copy() for i in self._prunable_ids]
 
+    @property
+    def group_segments(self) -> List[np.ndarray]:
+        """Segment (source layer of a concatenation) of every channel of every prunable group.
+
+        Selection keeps at least one channel per segment so no layer is emptied.
+        """
+        return [np.asarray(self.groups[i].segments, dtype=np.int64).copy() for i in self._prunable_ids]
+
     # --- summaries ----------------------------------------------------------------------------------
     @property
     def n_groups(self) -> int:
@@ -94,7 +102,8 @@ class ModelPruningInfo:
     def split_labels(self, labels: Sequence[int]) -> Dict[int, np.ndarray]:
         """``{group index: local channel indices}``; ValueError for bad labels (see core)."""
         return split_labels_by_group(list(labels), self.group_offsets.tolist(),
-                                     [g.n_channels for g in self.groups], [g.prunable for g in self.groups])
+                                     [g.n_channels for g in self.groups], [g.prunable for g in self.groups],
+                                     [g.segments for g in self.groups])
 
     def summary(self, level: int = 0) -> str:
         """Human-readable description.
@@ -119,6 +128,12 @@ class ModelPruningInfo:
                              f"labels={first}..{first + g.n_channels - 1} {state}")
                 if level >= 2:
                     lines.append(f"      members: {', '.join(g.members)}")
+                    if g.segment_sources:
+                        parts = []
+                        for s, source in enumerate(g.segment_sources):
+                            where = np.flatnonzero(np.asarray(g.segments) == s) + first
+                            parts.append(f"{where.min()}..{where.max()} <- {source}")
+                        lines.append(f"      segments: {'; '.join(parts)}")
                     if g.prunable:
                         c = self._criteria[i]
                         lines.append(f"      criteria: min={c.min():.4g} mean={c.mean():.4g} max={c.max():.4g}")

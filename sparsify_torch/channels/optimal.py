@@ -2,9 +2,13 @@
 
 For every prunable group the search picks how many channels to keep, from the
 range allowed by ``architecture_optimization_strategy``; the least important
-channels are pruned. A candidate is feasible when the pruned copy of the model
-meets ``target_latency``; among feasible candidates the one that removes the
-least total importance wins.
+channels are pruned. A group that spans a concatenation keeps, in every
+source layer (segment), at least the strategy's minimum for that layer, so
+every candidate is a valid network. A candidate is feasible when the pruned
+copy of the model meets ``target_latency``; among feasible candidates the one
+that removes the least total importance wins. All selection math (pruning
+order, costs, config checks) lives in :mod:`sparsify.channel_selection`; this
+module only measures latencies of pruned copies.
 
 Example:
     >>> import torch
@@ -28,8 +32,10 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 from torch import nn
 
-from sparsify.channel_selection import (check_pruning_config, default_architecture_optimization_strategy,
-                                        get_least_important_labels_by_config, iterate_over_gate_criteria)
+from sparsify.channel_selection import (check_pruning_config, cumulative_pruning_cost,
+                                        default_architecture_optimization_strategy,
+                                        get_least_important_labels_by_config, iterate_over_gate_criteria,
+                                        segment_min_channels)
 
 from .info import ModelPruningInfo
 from .selection import PruningLabelSelector
@@ -84,8 +90,20 @@ class OptimalPruningLabelSelector(PruningLabelSelector):
         self.minimal_network_latency: Optional[float] = None
         self.pruning_cfg: Optional[List[int]] = None
 
+    def _strategy(self, n: int) -> Tuple[int, int]:
+        min_keep, step = self.architecture_optimization_strategy(n)
+        if not (isinstance(min_keep, (int, np.integer)) and isinstance(step, (int, np.integer))
+                and not isinstance(min_keep, bool) and 1 <= min_keep <= n and step >= 1):
+            raise ValueError(f"architecture_optimization_strategy({n}) returned ({min_keep!r}, {step!r}); "
+                             f"need 1 <= min_channels <= {n} and step >= 1")
+        return int(min_keep), int(step)
+
+    def _min_channels(self, n: int) -> int:
+        """Channels one segment (source layer) must keep: the strategy's minimum for its size."""
+        return self._strategy(n)[0]
+
     def _latency(self, pruning_info: ModelPruningInfo, cfg: Sequence[int]) -> float:
-        labels = get_least_important_labels_by_config(pruning_info, cfg)
+        labels = get_least_important_labels_by_config(pruning_info, cfg, self._min_channels)
         if not labels:
             return float(self.latency_calculation_function(self.model))
         return float(self.latency_calculation_function(prune_model(self.model, pruning_info, labels, inplace=False)))
@@ -93,26 +111,20 @@ class OptimalPruningLabelSelector(PruningLabelSelector):
     def _select(self, pruning_info: ModelPruningInfo) -> Sequence[int]:
         import optuna
 
-        groups = list(iterate_over_gate_criteria(pruning_info))
-        sizes = [len(labels) for labels, _ in groups]
-        space = []
-        for n in sizes:
-            min_keep, step = self.architecture_optimization_strategy(n)
-            if not (isinstance(min_keep, (int, np.integer)) and isinstance(step, (int, np.integer))
-                    and 1 <= min_keep <= n and step >= 1):
-                raise ValueError(f"architecture_optimization_strategy({n}) returned ({min_keep!r}, {step!r}); "
-                                 f"need 1 <= min_channels <= {n} and step >= 1")
-            space.append((int(min_keep), int(step)))
+        criteria = [c for _, c in iterate_over_gate_criteria(pruning_info)]
+        segments = getattr(pruning_info, "group_segments", None) or [np.zeros(c.size, np.int64) for c in criteria]
+        sizes = [c.size for c in criteria]
+        space = []  # (min channels kept, step) per group
+        for n, seg in zip(sizes, segments):
+            min_keep, step = self._strategy(n)
+            # every source layer of a concatenation keeps its own minimum
+            min_keep = max(min_keep, int(segment_min_channels(seg, self._min_channels)[1].sum()))
+            space.append((min_keep, step))
+        # cost of pruning k channels of group i (least total importance, segments respected)
+        cost = [cumulative_pruning_cost(c, seg, self._min_channels) for c, seg in zip(criteria, segments)]
         self.baseline_latency = self._latency(pruning_info, [0] * len(sizes))
         minimal_cfg = [n - k for n, (k, _) in zip(sizes, space)]
-        for shrink in np.linspace(1.0, 0.0, 11):  # a concat branch may not be emptied: back off until valid
-            cfg = [int(c * shrink) for c in minimal_cfg]
-            try:
-                self.minimal_network_latency = self._latency(pruning_info, cfg)
-                minimal_cfg = cfg
-                break
-            except ValueError:
-                continue
+        self.minimal_network_latency = self._latency(pruning_info, minimal_cfg)
         if self.target_latency < self.minimal_network_latency:
             raise ValueError(f"target_latency={self.target_latency:g} is below the latency of the smallest network "
                              f"the search space allows ({self.minimal_network_latency:g}; baseline "
@@ -120,43 +132,36 @@ class OptimalPruningLabelSelector(PruningLabelSelector):
         if self.target_latency >= self.baseline_latency:
             self.pruning_cfg = [0] * len(sizes)
             return []
-        # cost of pruning k channels of group i = sum of its k smallest importances
-        cum = [np.concatenate([[0.0], np.cumsum(np.sort(c))]) for _, c in groups]
+
+        def choices(n: int, min_keep: int, step: int) -> List[int]:
+            return list(range(min_keep, n, step)) + [n]
 
         def cfg_of(trial) -> List[int]:
             cfg = []
             for i, (n, (min_keep, step)) in enumerate(zip(sizes, space)):
-                if min_keep >= n:
-                    cfg.append(0)
-                    continue
-                choices = list(range(min_keep, n, step)) + [n]
-                keep = trial.suggest_categorical(f"g{i}", choices)
+                keep = trial.suggest_categorical(f"g{i}", choices(n, min_keep, step)) if min_keep < n else n
                 cfg.append(n - int(keep))
             return cfg
 
         def objective(trial) -> float:
             cfg = cfg_of(trial)
-            try:
-                latency = self._latency(pruning_info, cfg)
-            except ValueError:  # e.g. the choice would empty one layer of a concatenation
-                latency = math.inf
-            latency = min(latency, 1e300)
+            latency = min(self._latency(pruning_info, cfg), 1e300)
             trial.set_user_attr("latency", latency)
             trial.set_user_attr("cfg", cfg)
             trial.set_user_attr("violation", max(0.0, latency - self.target_latency))
             trial.set_constraint("latency", latency - self.target_latency)
-            return float(sum(c[k] for c, k in zip(cum, cfg)))
+            return float(sum(c[k] for c, k in zip(cost, cfg)))
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = optuna.samplers.TPESampler(seed=self.seed,
-                                             n_startup_trials=min(10, self.n_search_steps))
+        sampler = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=min(10, self.n_search_steps))
         study = optuna.create_study(direction="minimize", sampler=sampler)
-        study.enqueue_trial({f"g{i}": n - c for i, (n, c, (k, step)) in enumerate(zip(sizes, minimal_cfg, space))
-                             if k < n and (n - c) in list(range(k, n, step)) + [n]})
+        # the minimal network (feasible: checked above) is the first trial
+        study.enqueue_trial({f"g{i}": min_keep for i, (n, (min_keep, _)) in enumerate(zip(sizes, space))
+                             if min_keep < n})
         study.optimize(objective, n_trials=self.n_search_steps)
         feasible = [t for t in study.trials if t.value is not None and t.user_attrs.get("violation", 1.0) <= 0]
         # the enqueued minimal network is feasible unless the latency function is noisy
         self.pruning_cfg = list(min(feasible, key=lambda t: (t.value, t.number)).user_attrs["cfg"]) if feasible \
             else minimal_cfg
-        check_pruning_config(self.pruning_cfg, pruning_info)
-        return get_least_important_labels_by_config(pruning_info, self.pruning_cfg)
+        check_pruning_config(self.pruning_cfg, pruning_info, self._min_channels)
+        return get_least_important_labels_by_config(pruning_info, self.pruning_cfg, self._min_channels)

@@ -1,5 +1,5 @@
 """Tests for sparsify.channel_selection (NumPy only: this file must not import torch)."""
-import sys
+import itertools
 
 import numpy as np
 import pytest
@@ -7,9 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparsify.channel_selection import (ChannelScores, check_pruning_config, check_pruning_ratio,
-                                        default_architecture_optimization_strategy, get_criteria_label_dict,
-                                        get_labels_for_uniform_pruning, get_least_important_labels_by_config,
-                                        iterate_over_gate_criteria, least_important_indices, n_channels_to_prune,
+                                        cumulative_pruning_cost, default_architecture_optimization_strategy,
+                                        get_criteria_label_dict, get_labels_for_uniform_pruning,
+                                        get_least_important_labels_by_config, iterate_over_gate_criteria,
+                                        least_important_indices, max_channels_to_prune, max_prunable_per_group,
+                                        n_channels_to_prune, pruning_order, segment_min_channels,
                                         split_labels_by_group)
 
 
@@ -189,3 +191,132 @@ def test_config_properties(raw, data):
     for (lab, crit), k in zip(iterate_over_gate_criteria(info), cfg):
         chosen = [x - lab[0] for x in labels if lab[0] <= x <= lab[-1]]
         assert np.isclose(crit[chosen].sum() if chosen else 0.0, np.sort(crit)[:k].sum())
+
+
+# --- concatenation-aware selection: a group whose channels come from several source layers (segments) ---------
+
+def concat_groups():
+    """Group 0: a concat of a 6-channel layer (labels 0..5) and a 2-channel layer (labels 6, 7) whose channels are
+    the least important; group 1: a plain 3-channel group (labels 8..10)."""
+    return ChannelScores([np.arange(8), np.arange(8, 11)],
+                         [np.array([5.0, 3.0, 6.0, 2.0, 7.0, 4.0, 0.5, 0.1]), np.array([1.0, 0.0, 2.0])],
+                         [np.array([0, 0, 0, 0, 0, 0, 1, 1]), np.zeros(3, dtype=int)])
+
+
+def test_concat_uniform_never_empties_a_source_layer_literal():
+    info = concat_groups()
+    naive = ChannelScores(info.group_labels, info.group_criteria)  # same scores, segments unknown
+    assert get_labels_for_uniform_pruning(naive, 0.5) == [1, 3, 6, 7, 8, 9]  # empties the 2-channel layer
+    # aware: 7 (0.1) goes, 6 (0.5) must stay, so the next cheapest of the big layer, 1 (3.0), goes instead;
+    # the group still loses exactly round(0.5 * 8) = 4 channels
+    assert get_labels_for_uniform_pruning(info, 0.5) == [1, 3, 5, 7, 8, 9]
+    assert get_labels_for_uniform_pruning(info, 0.25) == [3, 7, 9]
+    # 0.9 asks for 7 of 8 but each layer keeps one: 6 is the most that can go
+    assert get_labels_for_uniform_pruning(info, 0.9) == [0, 1, 2, 3, 5, 7, 8, 9]
+    # at least 2 per segment: the 2-channel layer keeps both, the big one loses 4, group 1 loses 1
+    assert get_labels_for_uniform_pruning(info, 0.9, min_channels=2) == [0, 1, 3, 5, 9]
+
+
+def test_concat_config_literal_and_limits():
+    info = concat_groups()
+    assert get_least_important_labels_by_config(info, [2, 0]) == [3, 7]
+    assert get_least_important_labels_by_config(info, [3, 1]) == [1, 3, 7, 9]
+    assert get_least_important_labels_by_config(info, [6, 2]) == [0, 1, 2, 3, 5, 7, 8, 9]
+    assert max_prunable_per_group(info) == [6, 2]
+    assert max_prunable_per_group(info, lambda n: 2) == [4, 1]
+    with pytest.raises(ValueError, match=r"pruning_cfg\[0\] = 7 is not allowed: group 0 has 8 channels, so at most "
+                                         r"6 can be pruned \(its 2 segments, the source layers of a concatenation, "
+                                         r"keep at least \[1, 1\] channels\)"):
+        get_least_important_labels_by_config(info, [7, 0])
+    with pytest.raises(ValueError, match=r"pruning_cfg\[1\] = 2 is not allowed: group 1 has 3 channels, so at most "
+                                         r"1 can be pruned \(it keeps at least 2\)"):
+        check_pruning_config([0, 2], info, min_channels=2)
+
+
+def test_pruning_order_and_cumulative_cost_literal():
+    scores, seg = np.array([5.0, 3.0, 6.0, 2.0, 7.0, 4.0, 0.5, 0.1]), np.array([0, 0, 0, 0, 0, 0, 1, 1])
+    assert pruning_order(scores, seg).tolist() == [7, 3, 1, 5, 0, 2]
+    assert pruning_order(scores).tolist() == [7, 6, 3, 1, 5, 0, 2]  # one segment: all but the last channel
+    assert pruning_order(scores, seg, min_channels=3).tolist() == [3, 1, 5]  # the 2-channel layer keeps both
+    assert cumulative_pruning_cost(scores, seg).tolist() == [0.0, 0.1, 2.1, 5.1, 9.1, 14.1, 20.1]
+    assert cumulative_pruning_cost(np.array([2.0, 1.0])).tolist() == [0.0, 1.0]
+    assert pruning_order(np.zeros(0)).tolist() == [] and cumulative_pruning_cost(np.zeros(0)).tolist() == [0.0]
+    assert max_channels_to_prune(seg) == 6 and max_channels_to_prune(seg, lambda n: n // 2) == 4
+    sizes, keep = segment_min_channels(np.array([3, 3, 1, 3]), 2)  # ids need not be contiguous or ordered
+    assert sizes.tolist() == [1, 3] and keep.tolist() == [1, 2]
+    assert least_important_indices(scores, 3, seg).tolist() == [1, 3, 7]
+    with pytest.raises(ValueError, match="k = 7 is too large: the segments must keep 2 of 8 channels, so at most 6"):
+        least_important_indices(scores, 7, seg)
+
+
+@pytest.mark.parametrize("min_channels,match", [(0, "got 0"), (1.5, "got 1.5"), (lambda n: 0, "got 0 for a segment "
+                                                                                   "of 2 channels"), (True, "got True")])
+def test_min_channels_validation(min_channels, match):
+    with pytest.raises(ValueError, match="min_channels must be an integer >= 1 or a function returning one, " + match):
+        pruning_order(np.zeros(2), np.zeros(2, dtype=int), min_channels)
+
+
+def test_segments_validation():
+    with pytest.raises(ValueError, match=r"group 0: segments shape \(1,\) must equal labels shape \(2,\)"):
+        ChannelScores([np.arange(2)], [np.zeros(2)], [np.zeros(1, dtype=int)])
+    with pytest.raises(ValueError, match="group_segments has 2 groups but group_labels has 1"):
+        ChannelScores([np.arange(2)], [np.zeros(2)], [np.zeros(2, dtype=int)] * 2)
+    with pytest.raises(ValueError, match="segments must be integers, got dtype float64"):
+        ChannelScores([np.arange(2)], [np.zeros(2)], [np.zeros(2)])
+    with pytest.raises(ValueError, match="segments must be integers with the shape of scores"):
+        pruning_order(np.zeros(3), np.zeros(2, dtype=int))
+    assert [s.tolist() for s in ChannelScores([np.arange(2)], [np.zeros(2)]).group_segments] == [[0, 0]]
+
+
+def test_split_labels_by_group_keeps_a_channel_per_segment():
+    segments = [np.array([0, 0, 0, 1, 1]), np.zeros(2, dtype=int)]
+    got = split_labels_by_group([0, 1, 3], [0, 5], [5, 2], [True, True], segments)
+    assert {k: v.tolist() for k, v in got.items()} == {0: [0, 1, 3]}
+    with pytest.raises(ValueError, match=r"labels would prune all 2 channels of segment 1 \(labels 3..4\) of group 0; "
+                                         "at least one channel of each segment"):
+        split_labels_by_group([3, 4], [0, 5], [5, 2], [True, True], segments)
+    with pytest.raises(ValueError, match=r"segment 0 \(labels \[0, 2\]\)"):  # a segment need not be contiguous
+        split_labels_by_group([0, 2], [0], [3], [True], [np.array([0, 1, 0])])
+
+
+segmented_strategy = st.lists(st.tuples(st.floats(-10, 10, allow_nan=False), st.integers(0, 2)), min_size=1,
+                              max_size=8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(segmented_strategy, st.integers(1, 3), st.data())
+def test_segmented_choice_is_the_cheapest_valid_one(channels, min_keep, data):
+    """Brute force: among all k-subsets leaving min(min_keep, size) channels per segment, none is cheaper."""
+    scores = np.array([c for c, _ in channels])
+    seg = np.array([s for _, s in channels])
+    most = max_channels_to_prune(seg, min_keep)
+    k = data.draw(st.integers(0, most))
+    chosen = least_important_indices(scores, k, seg, min_keep)
+    assert chosen.size == k and chosen.tolist() == sorted(set(chosen.tolist()))
+    ids, sizes = np.unique(seg, return_counts=True)
+    for s, size in zip(ids, sizes):  # every segment keeps its minimum
+        assert size - np.isin(np.flatnonzero(seg == s), chosen).sum() >= min(min_keep, size)
+    best = min(scores[list(c)].sum() for c in itertools.combinations(range(scores.size), k)
+               if all(size - sum(seg[i] == s for i in c) >= min(min_keep, size) for s, size in zip(ids, sizes)))
+    assert np.isclose(scores[chosen].sum(), best)
+    assert np.isclose(cumulative_pruning_cost(scores, seg, min_keep)[k], best)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.floats(-1e3, 1e3, allow_nan=False), st.integers(0, 3)), min_size=1,
+                         max_size=12), min_size=1, max_size=5), st.floats(0.0, 0.999))
+def test_segmented_uniform_properties(raw, ratio):
+    labels, criteria, segments, start = [], [], [], 0
+    for g in raw:
+        labels.append(np.arange(start, start + len(g)))
+        criteria.append(np.array([c for c, _ in g]))
+        segments.append(np.array([s for _, s in g]))
+        start += len(g)
+    info = ChannelScores(labels, criteria, segments)
+    chosen = get_labels_for_uniform_pruning(info, ratio)
+    offsets = [int(lab[0]) for lab in labels]
+    split = split_labels_by_group(chosen, offsets, [len(g) for g in raw], [True] * len(raw), segments)  # valid
+    for g, (lab, seg) in enumerate(zip(labels, segments)):
+        n_segments = np.unique(seg).size
+        wanted = min(int(np.floor(ratio * lab.size + 0.5)), lab.size - 1)
+        assert split.get(g, np.zeros(0)).size == min(wanted, lab.size - n_segments)  # exact where possible

@@ -20,8 +20,10 @@ def test_counts_labels_and_summary(residual_net, batches):
     assert len(s1) == 5 and "conv1" in s1[1] and "labels=0..5 prunable" in s1[1]
     assert "labels=23..25 unprunable: channels reach the traced output (fc)" in s1[4]
     s2 = info.summary(2).splitlines()
-    assert len(s2) == 1 + 4 * 2 + 3
+    assert len(s2) == 1 + 4 * 2 + 3 + 1  # + the segments of the concat group
     assert s2[2] == "      members: conv1:out, bn1:out, conv2:in" and s2[3].startswith("      criteria: min=")
+    assert s2[6] == "      segments: 6..13 <- bn2:out, conv2:out, stem_bn:out, stem:out; 14..17 <- side:out"
+    assert [seg.tolist() for seg in info.group_segments] == [[0] * 6, [0] * 8 + [1] * 4, [0] * 5]
 
 
 @pytest.mark.parametrize("level", [3, -1, "1", True, None])
