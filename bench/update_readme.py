@@ -82,8 +82,8 @@ def config_reference() -> str:
         rows.append(f"| `{f.name}` | {shown} | {_allowed(f.name, default)} | {text} |")
     extra = ("\nLoad a config with `PruningConfig.coerce(x)` (a `PruningConfig`, a dict or a YAML path; a top-level "
              "`pruning:` key is accepted). Unknown keys and bad values raise `ValueError` naming the key and the "
-             "value. In YAML, quote N:M patterns (`pattern: \"2:4\"`): YAML 1.1 reads an unquoted `2:4` as the "
-             "number 124 (the `sparsify` command accepts both).")
+             "value. YAML files are read safely, and an unquoted N:M pattern (`pattern: 2:4`) stays a string "
+             "(plain YAML 1.1 would read it as the number 124).")
     return "\n".join(rows) + "\n" + extra
 
 
