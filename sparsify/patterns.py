@@ -157,7 +157,11 @@ class Pattern:
         return r
 
     # ----- helpers ---------------------------------------------------------------------
-    def _prepare(self, name: str, score: np.ndarray, pre_mask: np.ndarray | None):
+    #: True when a NaN score always reaches its unit's score (sum/mean/max of a block), so the
+    #: selection kernel, which names the layer, finds it without a separate full pass.
+    nan_reaches_units = False
+
+    def _prepare(self, name: str, score: np.ndarray, pre_mask: np.ndarray | None, check_nan: bool = True):
         score = np.asarray(score)
         if score.ndim == 0:
             raise ValueError(f"layer {name!r}: scores must have at least 1 dimension, got a scalar")
@@ -168,7 +172,8 @@ class Pattern:
                 return None
             raise ValueError(f"layer {name!r} with 2-D view {s2.shape} does not fit pattern {self.pattern!r}: "
                              f"{reason} (set skip_incompatible_layers=True to leave such layers dense)")
-        check_finite(s2, name)
+        if check_nan or not self.nan_reaches_units:
+            check_finite(s2, name)
         pre2 = None
         if pre_mask is not None:
             pre_mask = np.asarray(pre_mask)
@@ -211,7 +216,7 @@ class Pattern:
             [True, False, True]
         """
         ratio = self.check_ratio(exact_sparsity_ratio, "exact_sparsity_ratio")
-        prepared = self._prepare(name, score, pre_mask)
+        prepared = self._prepare(name, score, pre_mask, check_nan=False)
         if prepared is None:
             return np.ones(np.shape(score), dtype=bool) if pre_mask is None else np.asarray(pre_mask, bool).copy()
         units = prepared[1]
@@ -242,7 +247,7 @@ class Pattern:
         masks = {}
         for name, score in scores.items():
             pre = None if pre_masks is None else pre_masks.get(name)
-            prepared = self._prepare(name, score, pre)
+            prepared = self._prepare(name, score, pre, check_nan=False)
             if prepared is None:
                 masks[name] = np.ones(np.shape(score), dtype=bool) if pre is None else np.asarray(pre, bool).copy()
                 continue
@@ -365,6 +370,8 @@ class PatternNxM(Pattern):
         >>> PatternNxM(block_rows=1, block_cols=2).get_block_size_dict({"w": np.zeros((3, 4))})
         {'w': [1, 2]}
     """
+
+    nan_reaches_units = True
 
     def __init__(self, config: Any = None, *, block_rows: int | None | str = "unset",
                  block_cols: int | None | str = "unset") -> None:

@@ -332,3 +332,16 @@ def lowest(v, k):
     out = np.zeros(v.size, dtype=bool)
     out[np.argsort(v, kind="stable")[:k]] = True
     return out
+
+
+@pytest.mark.parametrize("name", ["1x1", "4x1", "2:4"])
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_nan_in_a_large_layer_names_it(name, scope):
+    big = np.random.default_rng(0).random((256, 512))
+    big[100, 7] = np.nan
+    pre = np.ones(big.shape, dtype=bool)
+    pre[0, :4] = False
+    p = get_pattern({"pattern": name, "pruning_scope": scope})
+    for pre_masks in (None, {"conv_big": pre}):
+        with pytest.raises(ValueError, match="layer 'conv_big'.*NaN"):
+            p.get_masks({"ok": np.ones((4, 8)), "conv_big": big}, 0.4, pre_masks)
