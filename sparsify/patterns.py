@@ -515,7 +515,10 @@ class PatternNInM(Pattern):
         return a2d.reshape(a2d.shape[0], a2d.shape[1] // self.M, self.M)
 
     def _pre_pruned_lowest(self, s2, pre2):
-        return np.where(pre2, s2, -np.inf)           # pruned elements go first inside their group
+        # pruned elements go first inside their group; a finite floor (not -inf) keeps the
+        # products in smallest_in_group free of inf * 0
+        s2 = s2 if s2.dtype.kind == "f" else s2.astype(np.float64)
+        return np.where(pre2, s2, np.finfo(s2.dtype).min / (self.M + 1))
 
     def smallest_in_group(self, score2d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """True at the N lowest scores of every group of M (ties: lower index first),
@@ -548,7 +551,7 @@ class PatternNInM(Pattern):
             for i in range(self.M):
                 pick = rank[i] < self.N
                 small[:, i] = pick
-                sums += np.where(pick, cols[i], 0)
+                sums += cols[i] * pick                  # multiply, not np.where: branch-free and fast
         return small.reshape(score2d.shape), sums.reshape(score2d.shape[0], -1)
 
     def unit_scores(self, score2d):
@@ -559,8 +562,11 @@ class PatternNInM(Pattern):
         return ~self._groups(pre2d).all(axis=-1)
 
     def expand_keep(self, unit_keep, score2d, aux):
-        uk = unit_keep.reshape(score2d.shape[0], score2d.shape[1] // self.M, 1)
-        return (~self._groups(aux) | uk).reshape(score2d.shape)
+        keep = np.logical_not(aux)                   # aux: the N lowest of each group
+        if unit_keep.any():                          # groups left dense keep all M
+            groups = self._groups(keep)
+            groups |= unit_keep.reshape(score2d.shape[0], score2d.shape[1] // self.M, 1)
+        return keep
 
     def get_block_size_dict(self, data):
         return {n: [1, self.M] for n in data}
