@@ -55,6 +55,9 @@ __all__ = [
     "get_least_important_labels_by_config",
     "default_architecture_optimization_strategy",
     "split_labels_by_group",
+    "segments_from_layer_channels",
+    "strategy_min_channels",
+    "architecture_search_space",
 ]
 
 
@@ -381,10 +384,11 @@ def check_pruning_config(pruning_cfg: Sequence[int], pruning_info: GroupedScores
         Traceback (most recent call last):
         ...
         ValueError: pruning_cfg[0] = 3 is not allowed: group 0 has 3 channels, so at most 2 can be pruned
-        >>> check_pruning_config([2], ChannelScores([np.arange(3)], [np.zeros(3)], [np.array([0, 0, 1])]))
+        >>> concat = ChannelScores([np.arange(3)], [np.zeros(3)], [np.array([0, 0, 1])])
+        >>> check_pruning_config([2], concat)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: pruning_cfg[0] = 2 is not allowed: group 0 has 3 channels, so at most 1 can be pruned (its 2 segments, the source layers of a concatenation, keep at least [1, 1] channels)
+        ValueError: pruning_cfg[0] = 2 is not allowed: group 0 has 3 channels, so at most 1 can be pruned (its 2 ...
     """
     sizes = _group_sizes(pruning_info)
     if isinstance(pruning_cfg, (str, bytes, Mapping)) or not hasattr(pruning_cfg, "__len__"):
@@ -459,6 +463,82 @@ def default_architecture_optimization_strategy(current_layer_channels: int, abso
     return min_channels, (1 if n <= 64 else 4)
 
 
+def _strategy_result(strategy: Callable[[int], Tuple[int, int]], n: int) -> Tuple[int, int]:
+    result = strategy(n)
+    ok = isinstance(result, tuple) and len(result) == 2 and all(
+        isinstance(v, (Integral, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in result)
+    if not ok or not 1 <= result[0] <= n or result[1] < 1:
+        shown = f"({result[0]!r}, {result[1]!r})" if isinstance(result, tuple) and len(result) == 2 else repr(result)
+        raise ValueError(f"architecture_optimization_strategy({n}) returned {shown}; "
+                         f"need 1 <= min_channels <= {n} and step >= 1")
+    return int(result[0]), int(result[1])
+
+
+def strategy_min_channels(architecture_optimization_strategy: Callable[[int], Tuple[int, int]]
+                          ) -> Callable[[int], int]:
+    """``n -> min_channels`` of a strategy: what one segment (source layer) of n channels keeps.
+
+    Example:
+        >>> strategy_min_channels(default_architecture_optimization_strategy)(48)
+        16
+    """
+    return lambda n: _strategy_result(architecture_optimization_strategy, n)[0]
+
+
+def architecture_search_space(pruning_info: GroupedScores,
+                              architecture_optimization_strategy: Callable[[int], Tuple[int, int]] =
+                              default_architecture_optimization_strategy) -> List[List[int]]:
+    """Per prunable group, the numbers of channels the latency search may keep (ascending, ending at n).
+
+    A group of n channels keeps ``min_channels`` of ``strategy(n)`` or more, in
+    steps of ``step``; a group spanning several segments also keeps the
+    strategy's minimum of every segment, so each candidate is a valid network.
+
+    Raises:
+        ValueError: the strategy returns something other than
+            ``(1 <= min_channels <= n, step >= 1)``.
+
+    Example:
+        >>> info = ChannelScores([np.arange(8), np.arange(8, 14)], [np.zeros(8), np.zeros(6)],
+        ...                      [np.array([0, 0, 0, 0, 0, 0, 1, 1]), np.zeros(6, int)])
+        >>> architecture_search_space(info, lambda n: (min(n, 2), 2))  # group 0 keeps 2 + 2: one pair per layer
+        [[4, 6, 8], [2, 4, 6]]
+    """
+    space: List[List[int]] = []
+    per_segment = strategy_min_channels(architecture_optimization_strategy)
+    for n, seg in zip(_group_sizes(pruning_info), _group_segments(pruning_info)):
+        if not n:
+            space.append([0])
+            continue
+        min_keep, step = _strategy_result(architecture_optimization_strategy, n)
+        min_keep = max(min_keep, int(segment_min_channels(seg, per_segment)[1].sum()))
+        space.append(list(range(min_keep, n, step)) + [n])
+    return space
+
+
+def segments_from_layer_channels(n_channels: int, layer_channels: Sequence[Sequence[int]]) -> np.ndarray:
+    """Segment id of every channel of a group, from the channel sets of the layers it touches.
+
+    ``layer_channels[j]`` is the set of group channels that make up *all* of
+    some layer's channels (a concat input, a split output). Pruning all of one
+    set would empty that layer. Segments are the atoms of these sets (channels
+    that lie in the same sets), numbered by first channel, so keeping one
+    channel per segment keeps one in every layer. Sets covering the whole group
+    (or nothing) add no constraint.
+
+    Example:
+        >>> segments_from_layer_channels(6, [[0, 1, 2, 3], [4, 5], range(6)]).tolist()
+        [0, 0, 0, 0, 1, 1]
+        >>> segments_from_layer_channels(4, [[0, 1], [1, 2, 3]]).tolist()
+        [0, 1, 2, 2]
+    """
+    sets = [frozenset(int(c) for c in s if 0 <= int(c) < n_channels) for s in layer_channels]
+    sets = [s for s in sets if 0 < len(s) < n_channels]
+    ids: Dict[tuple, int] = {}
+    return np.asarray([ids.setdefault(tuple(j for j, s in enumerate(sets) if c in s), len(ids))
+                       for c in range(n_channels)], dtype=np.int64)
+
+
 def split_labels_by_group(labels: Sequence[int], group_offsets: Sequence[int], group_sizes: Sequence[int],
                           prunable: Sequence[bool],
                           group_segments: Optional[Sequence[np.ndarray]] = None) -> Dict[int, np.ndarray]:
@@ -476,10 +556,11 @@ def split_labels_by_group(labels: Sequence[int], group_offsets: Sequence[int], g
     Example:
         >>> split_labels_by_group([4, 0, 5], [0, 3], [3, 4], [True, True])
         {0: array([0]), 1: array([1, 2])}
-        >>> split_labels_by_group([3, 4], [0, 3], [3, 4], [True, True], [np.zeros(3, int), np.array([0, 0, 1, 1])])
+        >>> segments = [np.zeros(3, int), np.array([0, 0, 1, 1])]
+        >>> split_labels_by_group([3, 4], [0, 3], [3, 4], [True, True], segments)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: labels would prune all 2 channels of segment 0 (labels 3..4) of group 1; at least one channel of each segment (source layer of a concatenation) must stay
+        ValueError: labels would prune all 2 channels of segment 0 (labels 3..4) of group 1; at least one ...
     """
     n_total = int(sum(group_sizes))
     values: List[int] = []

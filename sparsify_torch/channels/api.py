@@ -18,11 +18,11 @@ from torch import nn
 
 from sparsify.channel_selection import check_pruning_ratio
 
-from .calibration import calibrate_model_for_pruning
+from .calibration import _calibrate
 from .optimal import OptimalPruningLabelSelector
 from .samples import default_sample_to_model_inputs, default_sample_to_n_samples
 from .selection import PruningLabelSelector, UniformPruningLabelSelector
-from .surgery import prune_model
+from .surgery import _prune_model
 
 __all__ = ["calibrate_and_prune_model", "calibrate_and_prune_model_equal", "calibrate_and_prune_model_optimal",
            "finetune_batchnorm"]
@@ -110,12 +110,14 @@ def calibrate_and_prune_model(
         raise TypeError(f"label_selector must be a PruningLabelSelector, got {type(label_selector).__name__}")
     if not isinstance(finetune_bn, bool):
         raise TypeError(f"finetune_bn must be a bool, got {finetune_bn!r}")
-    info = calibrate_model_for_pruning(model, dataloader, loss_function, n_steps=calibration_steps,
-                                       epochs=calibration_epochs, sample_to_n_samples=sample_to_n_samples,
-                                       sample_to_model_inputs=sample_to_model_inputs, show_tqdm=show_tqdm,
-                                       entry_point=entry_point, max_prunable_labels=max_prunable_labels)
+    calibrator = _calibrate(model, dataloader, loss_function, n_steps=calibration_steps, epochs=calibration_epochs,
+                            sample_to_n_samples=sample_to_n_samples, sample_to_model_inputs=sample_to_model_inputs,
+                            show_tqdm=show_tqdm, entry_point=entry_point, max_prunable_labels=max_prunable_labels)
+    info = calibrator.pruning_info
     labels = label_selector.select(info)
-    pruned = prune_model(model, info, labels, inplace=True)
+    # the model is unchanged since calibration (selectors prune copies): reuse its traced graph
+    traced, calibrator._traced = calibrator._traced, None
+    pruned = _prune_model(model, info, labels, inplace=True, traced=traced)
     if finetune_bn:
         finetune_batchnorm(pruned, dataloader, n_steps=calibration_steps, sample_to_model_inputs=sample_to_model_inputs)
     return pruned

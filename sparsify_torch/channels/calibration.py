@@ -66,6 +66,7 @@ class PruningCalibrator:
         self.max_prunable_labels = max_prunable_labels
         self._info: Optional[ModelPruningInfo] = None
         self._active = False
+        self._traced = None  # (torch-pruning graph, output grad_fns) of the last calibration, reused for surgery
 
     # --- context protocol -------------------------------------------------------------------------
     def __enter__(self) -> "PruningCalibrator":
@@ -77,6 +78,7 @@ class PruningCalibrator:
         self._original = getattr(self._owner, self._method)
         self._groups = None
         self._example = None
+        self._traced = None
         self._gates: Dict[int, torch.Tensor] = {}
         self._importance: Dict[int, np.ndarray] = {}
         self._handles: List[Any] = []
@@ -129,6 +131,7 @@ class PruningCalibrator:
         graph = build_dependency_graph(self.model, self.entry_point, args, kwargs, call=self._original)
         self._groups = analyze_channel_groups(self.model, self.entry_point, args, kwargs,
                                               self.max_prunable_labels, graph_and_outputs=graph)
+        self._traced = graph
         self._example = example
         modules = dict(self.model.named_modules())
         device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
@@ -174,7 +177,7 @@ def _make_gate_hook(module: nn.Module, entries):
     return hook
 
 
-def calibrate_model_for_pruning(
+def _calibrate(
     model: nn.Module,
     dataloader: Iterable[Any],
     loss_function: Callable[[Any, Any], torch.Tensor],
@@ -185,34 +188,9 @@ def calibrate_model_for_pruning(
     show_tqdm: bool = False,
     entry_point: str = "forward",
     max_prunable_labels: int = 4096,
-) -> ModelPruningInfo:
-    """Run forward + backward over calibration data and return the channel importances.
-
-    The model runs in its current mode; parameters get no gradients and buffers
-    (BatchNorm statistics) are restored, so the model is left exactly as it was.
-
-    Args:
-        model: model to calibrate.
-        dataloader: iterable of samples (re-iterated once per epoch).
-        loss_function: ``loss_function(model_output, sample) -> scalar tensor``.
-        n_steps: stop after this many batches in total (None: ``epochs`` full passes).
-        epochs: passes over ``dataloader`` when ``n_steps`` is None.
-        sample_to_n_samples: batch size of a sample (for the progress bar).
-        sample_to_model_inputs: sample -> ``(args, kwargs)`` of ``model``.
-        show_tqdm: show a tqdm progress bar.
-        entry_point: traced method, see :class:`PruningCalibrator`.
-        max_prunable_labels: groups with more channels are not pruned.
-
-    Raises:
-        ValueError: bad ``n_steps``/``epochs``, or ``dataloader`` yields nothing.
-
-    Example:
-        >>> net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
-        >>> data = [(torch.randn(4, 3), torch.randn(4, 1))]
-        >>> info = calibrate_model_for_pruning(net, data, lambda out, s: ((out - s[1]) ** 2).mean())
-        >>> info.n_steps
-        1
-    """
+) -> PruningCalibrator:
+    """Body of :func:`calibrate_model_for_pruning`; returns the calibrator (its traced graph is reused by
+    ``calibrate_and_prune_model`` to prune without tracing the model a second time)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if n_steps is not None and (isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1):
@@ -263,4 +241,49 @@ def calibrate_model_for_pruning(
             p.grad = g
     if steps == 0:
         raise ValueError("dataloader yielded no samples; calibration needs at least one batch")
-    return calibrator.pruning_info
+    return calibrator
+
+
+def calibrate_model_for_pruning(
+    model: nn.Module,
+    dataloader: Iterable[Any],
+    loss_function: Callable[[Any, Any], torch.Tensor],
+    n_steps: Optional[int] = None,
+    epochs: int = 1,
+    sample_to_n_samples: Callable[[Any], int] = default_sample_to_n_samples,
+    sample_to_model_inputs: Callable[[Any], Tuple[Tuple[Any, ...], Dict[str, Any]]] = default_sample_to_model_inputs,
+    show_tqdm: bool = False,
+    entry_point: str = "forward",
+    max_prunable_labels: int = 4096,
+) -> ModelPruningInfo:
+    """Run forward + backward over calibration data and return the channel importances.
+
+    The model runs in its current mode; parameters get no gradients and buffers
+    (BatchNorm statistics) are restored, so the model is left exactly as it was.
+
+    Args:
+        model: model to calibrate.
+        dataloader: iterable of samples (re-iterated once per epoch).
+        loss_function: ``loss_function(model_output, sample) -> scalar tensor``.
+        n_steps: stop after this many batches in total (None: ``epochs`` full passes).
+        epochs: passes over ``dataloader`` when ``n_steps`` is None.
+        sample_to_n_samples: batch size of a sample (for the progress bar).
+        sample_to_model_inputs: sample -> ``(args, kwargs)`` of ``model``.
+        show_tqdm: show a tqdm progress bar.
+        entry_point: traced method, see :class:`PruningCalibrator`.
+        max_prunable_labels: groups with more channels are not pruned.
+
+    Raises:
+        ValueError: bad ``n_steps``/``epochs``, or ``dataloader`` yields nothing.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+        >>> data = [(torch.randn(4, 3), torch.randn(4, 1))]
+        >>> info = calibrate_model_for_pruning(net, data, lambda out, s: ((out - s[1]) ** 2).mean())
+        >>> info.n_steps
+        1
+    """
+    return _calibrate(model, dataloader, loss_function, n_steps=n_steps, epochs=epochs,
+                      sample_to_n_samples=sample_to_n_samples, sample_to_model_inputs=sample_to_model_inputs,
+                      show_tqdm=show_tqdm, entry_point=entry_point,
+                      max_prunable_labels=max_prunable_labels).pruning_info

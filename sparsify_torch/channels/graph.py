@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparsify.channel_selection import segments_from_layer_channels
+
 __all__ = ["ConsumerSlot", "ChannelGroup", "resolve_entry_point", "analyze_channel_groups",
            "build_dependency_graph", "preserved_state"]
 
@@ -227,30 +229,25 @@ def prune_groups(graph, roots_and_idxs: List[Tuple[nn.Module, List[int]]]) -> No
 
 
 def _segments(n: int, coverage: Dict[str, Tuple[Optional[int], set, set]]) -> Tuple[np.ndarray, List[str]]:
-    """Split a group's channels into segments: no layer may lose every channel it has.
+    """Segments of a group (see ``segments_from_layer_channels``) and the layers behind each.
 
     ``coverage`` maps ``"name:out"``/``"name:in"`` to (that dimension's size,
     positions the group touches, group channels they carry). A layer whose whole
-    dimension is carried by a proper subset S of the group's channels would be
-    emptied if all of S were pruned; the segments are the atoms of all such
-    subsets (channels lying in the same subsets), so keeping a channel of every
-    segment keeps a channel of every layer.
+    dimension is carried by the group constrains the selection: it must keep one
+    of those channels.
     """
-    subsets = []
-    for key, (size, positions, roots) in coverage.items():
-        roots = {r for r in roots if 0 <= r < n}
-        if size is not None and len(positions) >= size and 0 < len(roots) < n:
-            subsets.append((key, frozenset(roots)))
-    if not subsets:
-        return np.zeros(n, dtype=np.int64), []
-    signature = [tuple(i for i, (_, s) in enumerate(subsets) if c in s) for c in range(n)]
-    ids: Dict[tuple, int] = {}
-    segments = np.asarray([ids.setdefault(sig, len(ids)) for sig in signature], dtype=np.int64)
+    whole = [(key, frozenset(r for r in roots if 0 <= r < n)) for key, (size, positions, roots) in coverage.items()
+             if size is not None and len(positions) >= size]
+    segments = segments_from_layer_channels(n, [s for _, s in whole])
+    if segments.max(initial=0) == 0:
+        return segments, []
     sources = []
-    for sig in ids:
-        exact = [key for key, s in subsets if s == frozenset(c for c in range(n) if signature[c] == sig)]
+    for s in range(int(segments.max()) + 1):
+        channels = frozenset(np.flatnonzero(segments == s).tolist())
+        exact = [key for key, chans in whole if chans == channels]
         exact = [key for key in exact if key.endswith(":out")] or exact
-        sources.append(", ".join(exact) or " & ".join(subsets[i][0] for i in sig) or "(rest)")
+        sources.append(", ".join(exact) or "(part of " + " & ".join(k for k, c in whole if channels <= c
+                                                                     and len(c) < n) + ")")
     return segments, sources
 
 

@@ -8,7 +8,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -21,13 +21,15 @@ def count_params(model: nn.Module) -> int:
     return int(sum(p.numel() for p in model.parameters()))
 
 
-def count_macs(model: nn.Module, *args: Any, kwargs: Optional[Dict[str, Any]] = None) -> int:
+def count_macs(model: nn.Module, *args: Any, kwargs: Optional[Dict[str, Any]] = None,
+               return_output: bool = False) -> Union[int, Tuple[int, Any]]:
     """Multiply-accumulates of conv and linear layers in one ``model(*args, **kwargs)`` call.
 
     Runs under ``torch.no_grad()`` in the model's current mode (use eval mode
     to keep BatchNorm statistics). Convolutions count
     ``out.numel() * in_channels / groups * prod(kernel)``; linears
-    ``out.numel() * in_features``.
+    ``out.numel() * in_features``. With ``return_output=True`` returns
+    ``(macs, model output)`` so the same forward pass serves both.
     """
     total = [0]
 
@@ -46,8 +48,8 @@ def count_macs(model: nn.Module, *args: Any, kwargs: Optional[Dict[str, Any]] = 
                if isinstance(m, (nn.modules.conv._ConvNd, nn.Linear))]
     try:
         with torch.no_grad():
-            model(*args, **(kwargs or {}))
+            output = model(*args, **(kwargs or {}))
     finally:
         for h in handles:
             h.remove()
-    return int(total[0])
+    return (int(total[0]), output) if return_output else int(total[0])

@@ -29,13 +29,12 @@ from __future__ import annotations
 import math
 from typing import Callable, List, Optional, Sequence, Tuple
 
-import numpy as np
 from torch import nn
 
-from sparsify.channel_selection import (check_pruning_config, cumulative_pruning_cost,
+from sparsify.channel_selection import (architecture_search_space, check_pruning_config, cumulative_pruning_cost,
                                         default_architecture_optimization_strategy,
                                         get_least_important_labels_by_config, iterate_over_gate_criteria,
-                                        segment_min_channels)
+                                        strategy_min_channels)
 
 from .info import ModelPruningInfo
 from .selection import PruningLabelSelector
@@ -52,7 +51,8 @@ class OptimalPruningLabelSelector(PruningLabelSelector):
         latency_calculation_function: ``f(model) -> float``, any monotone cost
             (seconds, MACs, ...).
         target_latency: the cost the pruned model must not exceed.
-        architecture_optimization_strategy: ``f(n_channels) -> (min_channels, step)``.
+        architecture_optimization_strategy: ``f(n_channels) -> (min_channels, step)``; ``min_channels``
+            also applies to each source layer (segment) of a concatenated group.
         n_search_steps: number of optuna trials (>= 1).
         seed: sampler seed, for reproducible searches.
 
@@ -60,6 +60,7 @@ class OptimalPruningLabelSelector(PruningLabelSelector):
         baseline_latency, minimal_network_latency, pruning_cfg (channels pruned per group).
 
     Raises:
+        TypeError: ``model``, ``latency_calculation_function`` or the strategy of the wrong type.
         ValueError: ``target_latency`` not positive, ``n_search_steps`` < 1 (at
             construction) or below the minimal network's latency (at ``select``).
     """
@@ -83,24 +84,16 @@ class OptimalPruningLabelSelector(PruningLabelSelector):
         self.model = model
         self.latency_calculation_function = latency_calculation_function
         self.target_latency = float(target_latency)
+        if not callable(architecture_optimization_strategy):
+            raise TypeError("architecture_optimization_strategy must be callable, got "
+                            f"{type(architecture_optimization_strategy).__name__}")
         self.architecture_optimization_strategy = architecture_optimization_strategy
+        self._min_channels = strategy_min_channels(architecture_optimization_strategy)
         self.n_search_steps = n_search_steps
         self.seed = seed
         self.baseline_latency: Optional[float] = None
         self.minimal_network_latency: Optional[float] = None
         self.pruning_cfg: Optional[List[int]] = None
-
-    def _strategy(self, n: int) -> Tuple[int, int]:
-        min_keep, step = self.architecture_optimization_strategy(n)
-        if not (isinstance(min_keep, (int, np.integer)) and isinstance(step, (int, np.integer))
-                and not isinstance(min_keep, bool) and 1 <= min_keep <= n and step >= 1):
-            raise ValueError(f"architecture_optimization_strategy({n}) returned ({min_keep!r}, {step!r}); "
-                             f"need 1 <= min_channels <= {n} and step >= 1")
-        return int(min_keep), int(step)
-
-    def _min_channels(self, n: int) -> int:
-        """Channels one segment (source layer) must keep: the strategy's minimum for its size."""
-        return self._strategy(n)[0]
 
     def _latency(self, pruning_info: ModelPruningInfo, cfg: Sequence[int]) -> float:
         labels = get_least_important_labels_by_config(pruning_info, cfg, self._min_channels)
@@ -111,19 +104,15 @@ class OptimalPruningLabelSelector(PruningLabelSelector):
     def _select(self, pruning_info: ModelPruningInfo) -> Sequence[int]:
         import optuna
 
-        criteria = [c for _, c in iterate_over_gate_criteria(pruning_info)]
-        segments = getattr(pruning_info, "group_segments", None) or [np.zeros(c.size, np.int64) for c in criteria]
-        sizes = [c.size for c in criteria]
-        space = []  # (min channels kept, step) per group
-        for n, seg in zip(sizes, segments):
-            min_keep, step = self._strategy(n)
-            # every source layer of a concatenation keeps its own minimum
-            min_keep = max(min_keep, int(segment_min_channels(seg, self._min_channels)[1].sum()))
-            space.append((min_keep, step))
-        # cost of pruning k channels of group i (least total importance, segments respected)
-        cost = [cumulative_pruning_cost(c, seg, self._min_channels) for c, seg in zip(criteria, segments)]
+        # every source layer (segment) of a concatenation keeps the strategy's minimum for its own size
+        space = architecture_search_space(pruning_info, self.architecture_optimization_strategy)  # kept counts
+        sizes = [choices[-1] for choices in space]
+        segments = getattr(pruning_info, "group_segments", None) or [None] * len(sizes)
+        # cost of pruning k channels of group i: least total importance, segments respected
+        cost = [cumulative_pruning_cost(c, seg, self._min_channels)
+                for (_, c), seg in zip(iterate_over_gate_criteria(pruning_info), segments)]
         self.baseline_latency = self._latency(pruning_info, [0] * len(sizes))
-        minimal_cfg = [n - k for n, (k, _) in zip(sizes, space)]
+        minimal_cfg = [n - choices[0] for n, choices in zip(sizes, space)]
         self.minimal_network_latency = self._latency(pruning_info, minimal_cfg)
         if self.target_latency < self.minimal_network_latency:
             raise ValueError(f"target_latency={self.target_latency:g} is below the latency of the smallest network "
@@ -133,18 +122,9 @@ class OptimalPruningLabelSelector(PruningLabelSelector):
             self.pruning_cfg = [0] * len(sizes)
             return []
 
-        def choices(n: int, min_keep: int, step: int) -> List[int]:
-            return list(range(min_keep, n, step)) + [n]
-
-        def cfg_of(trial) -> List[int]:
-            cfg = []
-            for i, (n, (min_keep, step)) in enumerate(zip(sizes, space)):
-                keep = trial.suggest_categorical(f"g{i}", choices(n, min_keep, step)) if min_keep < n else n
-                cfg.append(n - int(keep))
-            return cfg
-
         def objective(trial) -> float:
-            cfg = cfg_of(trial)
+            cfg = [n - int(trial.suggest_categorical(f"g{i}", choices)) if len(choices) > 1 else 0
+                   for i, (n, choices) in enumerate(zip(sizes, space))]
             latency = min(self._latency(pruning_info, cfg), 1e300)
             trial.set_user_attr("latency", latency)
             trial.set_user_attr("cfg", cfg)
@@ -156,8 +136,7 @@ class OptimalPruningLabelSelector(PruningLabelSelector):
         sampler = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=min(10, self.n_search_steps))
         study = optuna.create_study(direction="minimize", sampler=sampler)
         # the minimal network (feasible: checked above) is the first trial
-        study.enqueue_trial({f"g{i}": min_keep for i, (n, (min_keep, _)) in enumerate(zip(sizes, space))
-                             if min_keep < n})
+        study.enqueue_trial({f"g{i}": choices[0] for i, choices in enumerate(space) if len(choices) > 1})
         study.optimize(objective, n_trials=self.n_search_steps)
         feasible = [t for t in study.trials if t.value is not None and t.user_attrs.get("violation", 1.0) <= 0]
         # the enqueued minimal network is feasible unless the latency function is noisy

@@ -44,9 +44,17 @@ def prune_model(model: nn.Module, pruning_info: ModelPruningInfo, prune_labels: 
     Raises:
         TypeError: ``model`` or ``pruning_info`` of the wrong type.
         ValueError: a label that does not exist, is repeated, belongs to an
-            unprunable group or would empty a group, or a model whose structure
-            does not match ``pruning_info``. The model is unchanged.
+            unprunable group or would empty a group or one of its segments (a
+            source layer of a concatenation), or a model whose structure does
+            not match ``pruning_info``. The model is unchanged.
     """
+    return _prune_model(model, pruning_info, prune_labels, inplace)
+
+
+def _prune_model(model: nn.Module, pruning_info: ModelPruningInfo, prune_labels: Sequence[int], inplace: bool,
+                 traced=None) -> nn.Module:
+    """``prune_model``; ``traced`` is the calibration's (graph, outputs) of this very model, unchanged since
+    (``calibrate_and_prune_model`` passes it so the model is not traced twice; only valid with ``inplace``)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(pruning_info, ModelPruningInfo):
@@ -66,6 +74,10 @@ def prune_model(model: nn.Module, pruning_info: ModelPruningInfo, prune_labels: 
         if root is None or n_now != group.n_channels:
             raise ValueError(f"model does not match pruning_info: group {g} root {group.root_name!r} should have "
                              f"{group.n_channels} output channels, found {n_now}")
+    if traced is not None and inplace:  # the graph the groups were found on: nothing to re-check
+        prune_groups(traced[0], [(modules[pruning_info.groups[g].root_name], local.tolist())
+                                 for g, local in per_group.items()])
+        return model
     args, kwargs = pruning_info.example_inputs
     graph, out_fns = build_dependency_graph(model, pruning_info.entry_point, args, kwargs)
     fresh = {grp.root_name: grp for grp in analyze_channel_groups(model, pruning_info.entry_point, args, kwargs,

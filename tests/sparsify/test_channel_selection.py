@@ -12,7 +12,8 @@ from sparsify.channel_selection import (ChannelScores, check_pruning_config, che
                                         get_least_important_labels_by_config, iterate_over_gate_criteria,
                                         least_important_indices, max_channels_to_prune, max_prunable_per_group,
                                         n_channels_to_prune, pruning_order, segment_min_channels,
-                                        split_labels_by_group)
+                                        segments_from_layer_channels, split_labels_by_group,
+                                        architecture_search_space, strategy_min_channels)
 
 
 def two_groups():
@@ -249,8 +250,8 @@ def test_pruning_order_and_cumulative_cost_literal():
         least_important_indices(scores, 7, seg)
 
 
-@pytest.mark.parametrize("min_channels,match", [(0, "got 0"), (1.5, "got 1.5"), (lambda n: 0, "got 0 for a segment "
-                                                                                   "of 2 channels"), (True, "got True")])
+@pytest.mark.parametrize("min_channels,match", [(0, "got 0"), (1.5, "got 1.5"), (True, "got True"),
+                                                (lambda n: 0, "got 0 for a segment of 2 channels")])
 def test_min_channels_validation(min_channels, match):
     with pytest.raises(ValueError, match="min_channels must be an integer >= 1 or a function returning one, " + match):
         pruning_order(np.zeros(2), np.zeros(2, dtype=int), min_channels)
@@ -320,3 +321,26 @@ def test_segmented_uniform_properties(raw, ratio):
         n_segments = np.unique(seg).size
         wanted = min(int(np.floor(ratio * lab.size + 0.5)), lab.size - 1)
         assert split.get(g, np.zeros(0)).size == min(wanted, lab.size - n_segments)  # exact where possible
+
+
+def test_segments_from_layer_channels_literal():
+    # DenseNet-like: a group of 7 channels = concat(init 3, layer1 2, layer2 2); whole-group readers add nothing
+    assert segments_from_layer_channels(7, [[0, 1, 2], [3, 4], [5, 6], range(7)]).tolist() == [0, 0, 0, 1, 1, 2, 2]
+    assert segments_from_layer_channels(4, [[0, 1], [1, 2, 3]]).tolist() == [0, 1, 2, 2]  # overlapping: atoms
+    assert segments_from_layer_channels(3, []).tolist() == [0, 0, 0]
+    assert segments_from_layer_channels(3, [[2, 0]]).tolist() == [0, 1, 0]  # ids by first channel
+
+
+def test_architecture_search_space_respects_segments():
+    info = concat_groups()  # 8 channels = 6 + 2, and a plain 3-channel group
+    assert architecture_search_space(info, lambda n: (1, 1)) == [[2, 3, 4, 5, 6, 7, 8], [1, 2, 3]]
+    assert architecture_search_space(info, lambda n: (min(n, 2), 3)) == [[4, 7, 8], [2, 3]]
+    assert architecture_search_space(info) == [[8], [3]]  # the default keeps >= 16: nothing to search
+    assert strategy_min_channels(lambda n: (n // 2 or 1, 1))(6) == 3
+    with pytest.raises(ValueError, match="architecture_optimization_strategy\\(8\\) returned \\(9, 1\\); "
+                                         "need 1 <= min_channels <= 8 and step >= 1"):
+        architecture_search_space(info, lambda n: (n + 1, 1))
+    with pytest.raises(ValueError, match="returned \\(1, 0\\)"):
+        architecture_search_space(info, lambda n: (1, 0))
+    with pytest.raises(ValueError, match="returned 5"):
+        architecture_search_space(info, lambda n: 5)

@@ -3,7 +3,16 @@ import pytest
 import torch
 from torch import nn
 
-torch.set_num_threads(2)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """One intra-op thread per test process: CI runs ``-n 2`` on 2 shared cores, and more threads than cores
+    make OpenMP workers spin against each other (the model zoo took 4x longer with 2 threads per worker)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 class ResidualNet(nn.Module):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import ResidualNet, mse_loss
+from conftest import mse_loss
 from sparsify_torch.channels import (OptimalPruningLabelSelector, PruningCalibrator, TopKPruningLabelSelector,
                                      calibrate_and_prune_model, calibrate_and_prune_model_equal,
                                      calibrate_and_prune_model_optimal, default_sample_to_model_inputs,
@@ -25,6 +25,30 @@ def test_equal_prunes_half_of_every_group(residual_net, batches):
     assert (pruned.conv1.out_channels, pruned.stem.out_channels + pruned.side.out_channels,
             pruned.head.out_channels, pruned.fc.out_features) == (3, 6, 2, 3)
     assert pruned(batches[0]).shape == (2, 3)
+
+
+def test_one_call_traces_once_and_matches_the_step_by_step_result(residual_net, batches, monkeypatch):
+    import copy
+
+    import sparsify_torch.channels.calibration as calibration
+    import sparsify_torch.channels.surgery as surgery
+    from sparsify_torch.channels import UniformPruningLabelSelector, calibrate_model_for_pruning, prune_model
+
+    reference = copy.deepcopy(residual_net)
+    info = calibrate_model_for_pruning(reference, batches, mse_loss)
+    expected = prune_model(reference, info, UniformPruningLabelSelector(0.5).select(info))
+    traces = []
+    original = calibration.build_dependency_graph
+
+    def counting(*args, **kwargs):
+        traces.append(args[1])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "build_dependency_graph", counting)
+    monkeypatch.setattr(surgery, "build_dependency_graph", counting)
+    pruned = calibrate_and_prune_model_equal(residual_net, batches, mse_loss, pruning_ratio=0.5)
+    assert traces == ["forward"]  # the surgery reused the calibration's graph
+    assert same_state(pruned, expected.state_dict())
 
 
 def test_generic_with_topk_and_tuple_samples(residual_net, batches):
@@ -142,6 +166,7 @@ def test_optimal_target_below_minimal_network(residual_net, batches):
     (dict(n_search_steps=0), ValueError, "n_search_steps must be a positive integer, got 0"),
     (dict(latency_calculation_function=None), TypeError, "latency_calculation_function must be callable"),
     (dict(model="m"), TypeError, "model must be a torch.nn.Module, got str"),
+    (dict(architecture_optimization_strategy=5), TypeError, "architecture_optimization_strategy must be callable"),
 ])
 def test_optimal_selector_bad_arguments(residual_net, kwargs, error, match):
     args = dict(model=residual_net, latency_calculation_function=lambda m: 1.0, target_latency=0.5)
