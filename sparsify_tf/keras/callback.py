@@ -16,9 +16,16 @@ How it works:
   an update point was reached (also one that fell inside a block of
   ``steps_per_execution`` steps) the masks are recomputed by the core from the
   canonical-layout weights and written back. No pruning math lives here.
-* **Keeping zeros**: the model's ``train_step`` is wrapped so that after every
-  optimizer step each pruned weight and its optimizer slots (momentum, Adam
-  moments, ...) are multiplied by the mask, in the graph, on every replica.
+* **Keeping zeros**: a mask update zeroes the pruned weights and their
+  optimizer slots (momentum, Adam moments, ...). In between, the gradients of
+  the pruned weights are multiplied by the mask before the optimizer applies
+  them (``model.optimizer.apply``/``apply_gradients`` is wrapped on the
+  instance), which keeps weight and slots at exactly zero for the optimizers in
+  :data:`GRAD_MASKING_OPTIMIZERS`. The model's ``train_step`` is wrapped too:
+  for other optimizers, constrained weights and weights whose gradients bypass
+  ``model.optimizer`` (found when the step is traced), it multiplies the weight
+  and its slots by the mask after every step. Both run in the graph, on every
+  replica.
 
 Example:
     >>> import numpy as np, keras
@@ -34,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import Any, Mapping
 
@@ -44,10 +52,11 @@ import keras as _keras3
 
 from sparsify import PruningConfig, PruningEngine
 
-from .compat import keras_flavor, keras_module, optimizer_slots, steps_per_execution, tf_variable
+from .compat import (keras_flavor, keras_module, optimizer_slots, steps_per_execution, tf_variable,
+                     unwrap_optimizer)
 from .layers import PrunableWeight, find_prunable_weights
 
-__all__ = ["PruningCallback", "strip_pruning", "STATE_ATTR"]
+__all__ = ["PruningCallback", "strip_pruning", "STATE_ATTR", "GRAD_MASKING_OPTIMIZERS", "grad_masking_supported"]
 
 STATE_ATTR = "_sparsify_pruning_state"
 _WRAP_FLAG = "_sparsify_wrapped_train_step"
@@ -79,6 +88,7 @@ def _state_class(flavor: str) -> type:
             object.__setattr__(self, "masks", masks)
             object.__setattr__(self, "last_step", last)
             object.__setattr__(self, "slot_count", 0)
+            object.__setattr__(self, "per_step_paths", [pw.path for pw in pweights])
             object.__setattr__(self, "owner", None)
             self.built = True
 
@@ -125,10 +135,13 @@ def _mask_all(pairs: list[tuple[tf.Variable, tf.Variable]]) -> Any:
     return ctx.merge_call(merge_fn)
 
 
-def _graph_masking_pairs(state: Any, model: Any) -> list[tuple[tf.Variable, tf.Variable]]:
+def _graph_masking_pairs(state: Any, model: Any, skip: frozenset = frozenset()) -> list[tuple[tf.Variable, tf.Variable]]:
+    """(variable, mask) pairs for the pruned weights not in ``skip`` (ids) and their optimizer slots."""
     pairs, n_slots = [], 0
     opt = getattr(model, "optimizer", None)
     for pw, mask in zip(state.pweights, state.masks):
+        if id(pw.variable) in skip:
+            continue
         m = tf_variable(mask)
         pairs.append((tf_variable(pw.variable), m))
         for s in optimizer_slots(opt, pw.variable):
@@ -138,7 +151,138 @@ def _graph_masking_pairs(state: Any, model: Any) -> list[tuple[tf.Variable, tf.V
     return pairs
 
 
-def _install_train_step(model: Any, state: Any) -> None:
+# --------------------------------------------------------------------------------------------
+# Gradient masking: pruned gradients are multiplied by the mask before the optimizer applies
+# them. With a zero gradient and zeroed slots (zeroed at every mask update), the optimizers
+# below leave a zero weight and its slots exactly at zero, so nothing has to be re-masked after
+# the step. Everything else (other optimizers, constrained weights, weights whose gradients do
+# not pass through ``model.optimizer``) keeps the per-step weight and slot multiply.
+# --------------------------------------------------------------------------------------------
+#: Optimizer classes (Keras 3, tf-keras and tf-keras legacy) that keep a zero weight with zero
+#: slots at zero under a zero gradient: moments start at and stay 0, the update is a multiple
+#: of them (divided by ``sqrt(v) + epsilon``, hence epsilon must be > 0), weight decay scales
+#: the weight. Not listed on purpose: Adagrad/Ftrl (accumulators start at 0.1; 0/0 with
+#: epsilon=0 or l2=0 once zeroed), Adadelta, Adafactor (factored statistics), Muon (the
+#: orthogonalised update is dense), and any subclass (it may override the update).
+GRAD_MASKING_OPTIMIZERS = frozenset({"SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Lion", "Lamb"})
+_HOOK_FLAG = "_sparsify_grad_hook"
+_TLS = threading.local()
+
+
+def grad_masking_supported(optimizer: Any) -> bool:
+    """Whether pruned gradients can be masked instead of re-masking weights after each step.
+
+    Example:
+        >>> import keras
+        >>> grad_masking_supported(keras.optimizers.Adam()), grad_masking_supported(keras.optimizers.Adagrad())
+        (True, False)
+    """
+    opt = unwrap_optimizer(optimizer)
+    if opt is None:
+        return False
+    cls = type(opt)
+    if cls.__name__ not in GRAD_MASKING_OPTIMIZERS or not (cls.__module__ or "").startswith(("keras.", "tf_keras.")):
+        return False
+    eps = getattr(opt, "epsilon", None)
+    if eps is not None:
+        try:
+            if not float(eps) > 0:
+                return False
+        except (TypeError, ValueError):
+            return False
+    return True
+
+
+def _mask_grads(models: list, grads: list, variables: list) -> list:
+    """Multiply the gradients of pruned variables by their masks (trace time, replica context)."""
+    table: dict[int, Any] = {}
+    for ref in models:
+        mdl = ref()
+        st = mdl.__dict__.get(STATE_ATTR) if mdl is not None else None
+        if st is None:
+            continue
+        for pw, mask in zip(st.pweights, st.masks):
+            table[id(pw.variable)] = (pw.variable, mask)
+            table[id(tf_variable(pw.variable))] = (pw.variable, mask)
+    if not table:
+        return list(grads)
+    seen = getattr(_TLS, "seen", None)
+    out = []
+    for g, v in zip(grads, variables):
+        entry = table.get(id(v))
+        if entry is None or g is None:
+            out.append(g)
+            continue
+        m = tf_variable(entry[1])
+        if isinstance(g, tf.IndexedSlices):
+            vals = g.values
+            mg = tf.gather(m, g.indices)
+            g = tf.IndexedSlices(vals * (mg if mg.dtype == vals.dtype else tf.cast(mg, vals.dtype)),
+                                 g.indices, g.dense_shape)
+        else:
+            g = tf.convert_to_tensor(g)
+            g = g * (m if m.dtype == g.dtype else tf.cast(m, g.dtype))
+        if seen is not None:
+            seen.add(id(entry[0]))
+        out.append(g)
+    return out
+
+
+def _install_grad_hook(model: Any, optimizer: Any, flavor: str) -> None:
+    """Wrap ``optimizer.apply`` (Keras 3) / ``apply_gradients`` (tf-keras) on the instance."""
+    name = "apply" if flavor == "keras3" else "apply_gradients"
+    current = optimizer.__dict__.get(name)
+    if current is not None and getattr(current, _HOOK_FLAG, False):
+        refs = current._sparsify_models
+        refs[:] = [r for r in refs if r() is not None]
+        if not any(r() is model for r in refs):
+            refs.append(weakref.ref(model))
+        return
+    orig = current if current is not None else getattr(type(optimizer), name).__get__(optimizer, type(optimizer))
+    refs = [weakref.ref(model)]
+    opt_ref = weakref.ref(optimizer)
+
+    if name == "apply":
+        def hook(grads: Any, trainable_variables: Any = None, *args: Any, **kwargs: Any) -> Any:
+            tv = trainable_variables
+            if tv is None:
+                o = opt_ref()
+                tv = getattr(o, "_trainable_variables", None) if o is not None else None
+            if tv is not None:
+                grads = _mask_grads(refs, list(grads), list(tv))
+            return orig(grads, trainable_variables, *args, **kwargs)
+    else:
+        def hook(grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+            gv = list(grads_and_vars)
+            grads = _mask_grads(refs, [g for g, _ in gv], [v for _, v in gv])
+            return orig(list(zip(grads, [v for _, v in gv])), *args, **kwargs)
+
+    setattr(hook, _HOOK_FLAG, True)
+    hook._sparsify_models = refs
+    hook._sparsify_inner = orig
+    hook._sparsify_had_instance_attr = current is not None
+    object.__setattr__(optimizer, name, hook)
+
+
+def _uninstall_grad_hook(model: Any) -> None:
+    opt = getattr(model, "optimizer", None)
+    if opt is None:
+        return
+    for name in ("apply", "apply_gradients"):
+        current = opt.__dict__.get(name)
+        if current is None or not getattr(current, _HOOK_FLAG, False):
+            continue
+        refs = current._sparsify_models
+        refs[:] = [r for r in refs if r() is not None and r() is not model]
+        if refs:
+            continue
+        if current._sparsify_had_instance_attr:
+            object.__setattr__(opt, name, current._sparsify_inner)
+        else:
+            del opt.__dict__[name]
+
+
+def _install_train_step(model: Any, state: Any, flavor: str) -> None:
     current = model.__dict__.get("train_step")
     if current is not None and getattr(current, _WRAP_FLAG, False):
         inner = current._sparsify_inner
@@ -147,10 +291,31 @@ def _install_train_step(model: Any, state: Any) -> None:
     state_ref = weakref.ref(state)
 
     def train_step(data: Any) -> Any:
-        logs = inner(data)
+        # Runs when Keras traces the train function (per replica under a strategy).
         st = state_ref()
-        if st is not None and model.__dict__.get(STATE_ATTR) is st:
-            _mask_all(_graph_masking_pairs(st, model))
+        if st is None or model.__dict__.get(STATE_ATTR) is not st:
+            return inner(data)
+        opt = getattr(model, "optimizer", None)
+        use_grads = grad_masking_supported(opt)
+        if use_grads:
+            _install_grad_hook(model, opt, flavor)
+        seen: set[int] = set()
+        prev = getattr(_TLS, "seen", None)
+        _TLS.seen = seen
+        try:
+            logs = inner(data)
+        finally:
+            _TLS.seen = prev
+        # Gradient-masked weights need nothing more; constrained weights (the constraint
+        # may move a zero), weights the hook did not see (a custom train_step with another
+        # optimizer) and unsupported optimizers get the per-step multiply of weight and slots.
+        skip = frozenset(id(pw.variable) for pw in st.pweights
+                         if use_grads and id(pw.variable) in seen
+                         and getattr(pw.variable, "constraint", None) is None)
+        object.__setattr__(st, "per_step_paths", [pw.path for pw in st.pweights if id(pw.variable) not in skip])
+        pairs = _graph_masking_pairs(st, model, skip)
+        if pairs:
+            _mask_all(pairs)
         return logs
 
     setattr(train_step, _WRAP_FLAG, True)
@@ -251,6 +416,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._done = -1
         self._refresh = True
         self._masks: dict[str, np.ndarray] = {}
+        self._canon: dict[str, np.ndarray] | None = None   # self._masks in the canonical layout
         self._any_pruned = False
         self._next = 0.0            # first step that needs action (from the schedule)
         self._est: int | None = None  # expected optimizer.iterations at the next batch start
@@ -289,6 +455,16 @@ class PruningCallback(_keras3.callbacks.Callback):
         if self._state is None:
             return {}
         return {pw.path: m.numpy() != 0 for pw, m in zip(self._state.pweights, self._state.masks)}
+
+    @property
+    def per_step_paths(self) -> list[str]:
+        """Pruned weights re-masked after every step instead of by gradient masking.
+
+        Known once ``fit`` has traced the train step. These are the weights of
+        an optimizer not in :data:`GRAD_MASKING_OPTIMIZERS`, constrained weights,
+        and weights whose gradients bypass ``model.optimizer``.
+        """
+        return list(self._state.per_step_paths) if self._state is not None else []
 
     @property
     def last_update_step(self) -> int:
@@ -361,7 +537,7 @@ class PruningCallback(_keras3.callbacks.Callback):
                 state = _state_class(flavor)(chosen)
             _attach_state(model, state, flavor)
         object.__setattr__(state, "owner", weakref.ref(self))
-        _install_train_step(model, state)
+        _install_train_step(model, state, flavor)
         self._state = state
         self._bound = weakref.ref(model)
         self._model = model
@@ -387,6 +563,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         st = self._state
         self._done = int(st.last_step.numpy())
         self._masks = {pw.path: m.numpy() != 0 for pw, m in zip(st.pweights, st.masks)}
+        self._canon = None
         self._any_pruned = not all(m.all() for m in self._masks.values())
         self._next = self._next_event()
         self._est = None
@@ -407,7 +584,9 @@ class PruningCallback(_keras3.callbacks.Callback):
             step = self._step()
         else:
             step = self._est
-        if self.engine.update_due(self._done, step) or (self._any_pruned and not self.engine.masking_active(step)):
+        # self._next is the first step at which an update or the release is due
+        if step >= self._next and (self.engine.update_due(self._done, step)
+                                   or (self._any_pruned and not self.engine.masking_active(step))):
             self._update(step)
         self._est = step + self._spe
 
@@ -437,32 +616,47 @@ class PruningCallback(_keras3.callbacks.Callback):
         logs["sparsity"] = pruned / total if total else 0.0
 
     # ----- the mask update ---------------------------------------------------------------------
-    def _apply_fn(self) -> Any:
-        """A compiled ``(new masks, step) -> None`` that writes the masks and zeroes weights and slots.
+    def _apply_fn(self) -> tuple[Any, Any]:
+        """Compiled ``read() -> weights`` and ``apply(new masks, step)`` for the mask update.
 
-        One graph call instead of dozens of eager ops; rebuilt when the optimizer's slots change.
+        ``apply`` writes the masks and zeroes the pruned weights and their optimizer slots.
+        One graph call each instead of dozens of eager ops; rebuilt when the optimizer's
+        variables change (slots created, optimizer replaced).
         """
         st, opt = self._state, getattr(self.model, "optimizer", None)
+        inner = unwrap_optimizer(opt)
+        nvars = getattr(inner, "_variables", None)
+        if not isinstance(nvars, list):
+            nvars = getattr(inner, "_weights", None)
+        cheap = (id(st), id(opt), len(nvars)) if isinstance(nvars, list) else None
+        if cheap is not None and self._apply_cache is not None and self._apply_cache[0] == cheap:
+            return self._apply_cache[2], self._apply_cache[3]
         slots = [optimizer_slots(opt, pw.variable) for pw in st.pweights]
         key = (id(st), tuple(id(s) for ss in slots for s in ss))
-        if self._apply_cache is not None and self._apply_cache[0] == key:
-            return self._apply_cache[1]
+        if self._apply_cache is not None and self._apply_cache[1] == key:
+            self._apply_cache = (cheap, *self._apply_cache[1:])
+            return self._apply_cache[2], self._apply_cache[3]
         mvars = [tf_variable(m) for m in st.masks]
+        wvars = [tf_variable(pw.variable) for pw in st.pweights]
         pairs = []
-        for pw, m, ss in zip(st.pweights, mvars, slots):
-            pairs.append((tf_variable(pw.variable), m))
+        for w, m, ss in zip(wvars, mvars, slots):
+            pairs.append((w, m))
             pairs.extend((tf_variable(x), m) for x in ss)
         last = tf_variable(st.last_step)
 
         @tf.function(autograph=False)
         def apply(new_masks: list, step: tf.Tensor) -> None:
-            for m, new in zip(mvars, new_masks):
-                m.assign(new)
+            for m, new in zip(mvars, new_masks):     # bool masks: 4x less to convert than floats
+                m.assign(tf.cast(new, m.dtype))
             _mask_all(pairs)
             last.assign(step)
 
-        self._apply_cache = (key, apply)
-        return apply
+        @tf.function(autograph=False)
+        def read() -> list:
+            return [tf.identity(w.read_value()) for w in wvars]
+
+        self._apply_cache = (cheap, key, read, apply)
+        return read, apply
 
     def _next_event(self) -> float:
         """First step > last update at which the callback must act (update point or release)."""
@@ -475,18 +669,22 @@ class PruningCallback(_keras3.callbacks.Callback):
     def _update(self, step: int) -> None:
         st, model = self._state, self.model
         pws = st.pweights
-        if self.engine.masking_active(step):
-            weights = {pw.path: pw.to_canonical(pw.variable.numpy()) for pw in pws}
-            pre = {pw.path: pw.to_canonical(self._masks[pw.path]) for pw in pws}
-            canon = self.engine.compute_masks(weights, step, pre_masks=pre)
-            masks = {pw.path: pw.from_canonical(canon[pw.path]) for pw in pws}
-        else:
-            masks = {pw.path: np.ones(pw.tf_shape, dtype=bool) for pw in pws}
         with _strategy(model).scope():
-            fn = self._apply_fn()
-            fn([tf.constant(masks[pw.path], dtype=tf_variable(pw.variable).dtype) for pw in pws],
-               tf.constant(step, tf.int64))
+            read, apply = self._apply_fn()
+            if self.engine.masking_active(step):
+                values = read()     # one graph call for all pruned weights
+                weights = {pw.path: pw.to_canonical(v.numpy()) for pw, v in zip(pws, values)}
+                pre = self._canon
+                if pre is None:
+                    pre = {pw.path: pw.to_canonical(self._masks[pw.path]) for pw in pws}
+                canon = self.engine.compute_masks(weights, step, pre_masks=pre)
+                masks = {pw.path: pw.from_canonical(canon[pw.path]) for pw in pws}
+            else:
+                canon = None
+                masks = {pw.path: np.ones(pw.tf_shape, dtype=bool) for pw in pws}
+            apply([tf.constant(masks[pw.path]) for pw in pws], tf.constant(step, tf.int64))
         self._masks = masks
+        self._canon = canon
         self._any_pruned = not all(m.all() for m in masks.values())
         self._done = step
         self._next = self._next_event()
@@ -519,5 +717,6 @@ def strip_pruning(model: Any) -> Any:
         with _strategy(model).scope():
             _mask_all([(tf_variable(pw.variable), tf_variable(m)) for pw, m in zip(state.pweights, state.masks)])
     _uninstall_train_step(model)
+    _uninstall_grad_hook(model)
     _detach_state(model)
     return model
