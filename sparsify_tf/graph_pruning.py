@@ -367,12 +367,15 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
 
 
 class PruningHook(tf1.train.SessionRunHook):
-    """Runs the pruning update after every training step (MonitoredTrainingSession, Estimator).
+    """Runs the pruning update after training steps (MonitoredTrainingSession, Estimator).
 
     Given a :class:`GraphPruning`, the hook builds its update op in ``begin()``
     (before the session finalizes the graph, after the optimizer exists) with
     :meth:`GraphPruning.build_update_op`, so it also zeroes the optimizer slots
-    of pruned weights.
+    of pruned weights. It fetches the global step with each training run and
+    calls the update only when the core schedule says an update point may have
+    passed since the last applied update (so most steps cost no extra
+    ``session.run``); given a bare update op, it runs it after every step.
 
     Args:
         pruning: a :class:`GraphPruning` or an update op.
@@ -396,6 +399,8 @@ class PruningHook(tf1.train.SessionRunHook):
         if not isinstance(run_at_start, bool):
             raise TypeError(f"run_at_start must be True or False, got {run_at_start!r}")
         self._run_at_start = run_at_start
+        self._done = -1
+        self._done_after_update: tf.Tensor | None = None
 
     @property
     def update_op(self) -> tf.Operation | tf.Tensor:
@@ -408,6 +413,8 @@ class PruningHook(tf1.train.SessionRunHook):
             return
         if not pr.graph.finalized:
             self._update = pr.build_update_op()
+            with pr.graph.as_default(), tf.control_dependencies([self._update]):
+                self._done_after_update = pr.last_update_step.read_value()   # read once the update is done
             return
         slots = pr.optimizer_slots()
         key = _slots_key(slots)
@@ -422,6 +429,25 @@ class PruningHook(tf1.train.SessionRunHook):
     def after_create_session(self, session: tf1.Session, coord: Any) -> None:
         if self._run_at_start:
             session.run(self._update)
+        if self._pruning is not None:
+            self._done = int(session.run(self._pruning.last_update_step))
+
+    def before_run(self, run_context: tf1.train.SessionRunContext) -> Any:
+        if self._pruning is None:
+            return None
+        return tf1.train.SessionRunArgs(self._pruning.global_step)
 
     def after_run(self, run_context: tf1.train.SessionRunContext, run_values: tf1.train.SessionRunValues) -> None:
-        run_context.session.run(self._update)
+        pr = self._pruning
+        if pr is None:
+            run_context.session.run(self._update)
+            return
+        # Skip the extra session call unless an update point may have been passed. The step was
+        # read in the same run as the train op, before or after its increment: look one step ahead.
+        # The update op itself re-checks in the graph, so an early call changes nothing.
+        if pr.engine.update_due(self._done, int(run_values.results) + 1):
+            if self._done_after_update is not None:
+                self._done = int(run_context.session.run(self._done_after_update))
+            else:
+                run_context.session.run(self._update)
+                self._done = int(run_context.session.run(pr.last_update_step))
