@@ -184,6 +184,8 @@ class Pattern:
                 pre2 = None
         units, aux = self.unit_scores(s2 if pre2 is None else self._pre_pruned_lowest(s2, pre2))
         if pre2 is not None:
+            if not (check_nan or not self.nan_reaches_units):
+                check_finite(units, name)           # before -inf hides a NaN in a pruned unit
             units = np.where(self.unit_pre_pruned(pre2), -np.inf, units)
         return s2, units, pre2, aux
 

@@ -345,3 +345,13 @@ def test_nan_in_a_large_layer_names_it(name, scope):
     for pre_masks in (None, {"conv_big": pre}):
         with pytest.raises(ValueError, match="layer 'conv_big'.*NaN"):
             p.get_masks({"ok": np.ones((4, 8)), "conv_big": big}, 0.4, pre_masks)
+
+
+@pytest.mark.parametrize("name", ["1x1", "4x1", "2:4"])
+def test_nan_inside_an_already_pruned_unit_still_raises(name):
+    big = np.random.default_rng(1).random((256, 512))
+    pre = np.ones(big.shape, dtype=bool)
+    pre[3, :8] = False
+    big[3, 1] = np.nan                                  # the weight was pruned before, its score is NaN now
+    with pytest.raises(ValueError, match="layer 'fc'.*NaN"):
+        get_pattern(name).get_masks({"fc": big}, 0.4, {"fc": pre})
