@@ -30,3 +30,10 @@ def write_section(name: str, body: str) -> None:
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     RESULTS.write_text(text)
+
+
+def publish(name: str, body: str, write: bool = True) -> None:
+    """Print a benchmark's table and, unless ``write`` is False, store it with :func:`write_section`."""
+    print(body)
+    if write:
+        write_section(name, body)

@@ -211,11 +211,9 @@ def main(argv=None) -> str:
              f"tf-keras {tf_keras.__version__}, Keras {keras.__version__}.")
     if tfmot_note:
         body += f"\n\n{tfmot_note}"
-    print(body)
-    if not args.no_write:
-        from bench._results import write_section
+    from bench._results import publish
 
-        write_section("bench_keras", body)
+    publish("bench_keras", body, write=not args.no_write)
     return body
 
 

@@ -127,11 +127,9 @@ def main() -> None:
     body = "\n".join(table) + (
         f"\n\nSelection is single-threaded NumPy; torch used {torch_threads} threads. "
         f"Best of {args.repeat} runs (3 for the global rows). Command: `.venv/bin/python -m bench.bench_masks`.")
-    print(body)
-    if not args.no_write:
-        from bench._results import write_section
+    from bench._results import publish
 
-        write_section("bench_masks", body)
+    publish("bench_masks", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

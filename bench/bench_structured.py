@@ -12,7 +12,7 @@ import torch
 import torchvision
 from torch import nn
 
-from bench._results import write_section
+from bench._results import publish
 from sparsify_torch.channels import calibrate_and_prune_model_equal, calibrate_and_prune_model_optimal
 from sparsify_torch.channels.metrics import count_macs, count_params
 
@@ -116,8 +116,7 @@ def resnet50_benchmark():
 def main() -> None:
     torch.set_num_threads(2)
     body = resnet50_benchmark() + "\n\n" + digits_experiment()
-    print(body)
-    write_section("bench_structured", body)
+    publish("bench_structured", body)
 
 
 if __name__ == "__main__":

@@ -119,10 +119,9 @@ def main() -> None:
         lines.append(f"| {ARCHS[arch][0]} | {names[mode]} | {d:.3f} | {p:.3f} | {r:.3f}x |")
     lines += ["", "Command: `python bench/bench_tf_graph.py --steps " + str(args.steps) + "`"]
     text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        from bench._results import write_section
-        write_section("bench_tf_graph", text)
+    from bench._results import publish
+
+    publish("bench_tf_graph", text, write=not args.no_write)
 
 
 if __name__ == "__main__":

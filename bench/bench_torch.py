@@ -197,10 +197,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     res = run(args.rounds, args.steps, args.batch, args.tokens, args.sparsity, not args.no_flush_denormal, args.threads)
     text = table(res) + f"\n\nCommand: `python -m bench.bench_torch {' '.join(sys.argv[1:] if argv is None else argv)}`"
-    print(text)
-    if not args.no_write:
-        from bench._results import write_section
-        write_section("bench_torch", text)
+    from bench._results import publish
+
+    publish("bench_torch", text, write=not args.no_write)
     return res
 
 

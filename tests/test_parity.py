@@ -140,17 +140,22 @@ def _keras_mask_history(cfg: dict) -> list[dict[str, np.ndarray]]:
     return history
 
 
+def assert_same_masks_every_step(torch_history: list, other_history: list) -> None:
+    """Identical masks for every layer at every step, and pruning actually happened."""
+    assert len(torch_history) == len(other_history) == STEPS
+    for step, (t, o) in enumerate(zip(torch_history, other_history)):
+        for n in LAYERS:
+            np.testing.assert_array_equal(t[n], o[n], err_msg=f"{n} at step {step}")
+    assert any((~m).any() for m in torch_history[-1].values())
+
+
 @pytest.mark.parametrize("scope", SCOPES)
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_torch_matches_keras_callback(pattern, scope):
     cfg = config(pattern, scope)
     keras_history = _keras_mask_history(cfg)
     torch_history = torch_mask_history(cfg)
-    assert len(keras_history) == len(torch_history) == STEPS
-    for step, (k, t) in enumerate(zip(keras_history, torch_history)):
-        for n in LAYERS:
-            np.testing.assert_array_equal(t[n], k[n], err_msg=f"{n} at step {step}")
-    assert any((~m).any() for m in torch_history[-1].values())
+    assert_same_masks_every_step(torch_history, keras_history)
 
 
 def _graph_mask_history(cfg: dict) -> list[dict[str, np.ndarray]]:
@@ -191,7 +196,4 @@ def test_torch_matches_tf_graph_mode(pattern, scope):
     cfg = config(pattern, scope)
     graph_history = _graph_mask_history(cfg)
     torch_history = torch_mask_history(cfg)
-    for step, (g, t) in enumerate(zip(graph_history, torch_history)):
-        for n in LAYERS:
-            np.testing.assert_array_equal(t[n], g[n], err_msg=f"{n} at step {step}")
-    assert any((~m).any() for m in torch_history[-1].values())
+    assert_same_masks_every_step(torch_history, graph_history)
