@@ -74,7 +74,7 @@ class PruningEngine:
     def check_layers(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
         """Raise ``ValueError`` now if a selected weight does not fit the pattern."""
         for name, shape in shapes.items():
-            self.pattern._prepare(name, np.zeros(tuple(shape), dtype=np.float32), None)
+            self.pattern.check_shape(name, tuple(shape))
 
     # ----- schedule ----------------------------------------------------------------------
     def target_sparsity(self, step: int) -> float:
@@ -96,7 +96,7 @@ class PruningEngine:
 
     def masking_active(self, step: int) -> bool:
         """False after ``end_step`` when ``leave_enabled`` is off (masks no longer applied)."""
-        return bool(self.config.leave_enabled or step <= self.schedule._end)
+        return self.schedule.masking_active(step)
 
     # ----- masks ---------------------------------------------------------------------------
     def compute_masks(self, weights: Mapping[str, np.ndarray], step: int,

@@ -208,6 +208,22 @@ class Pattern:
     def _ratio_ceiling(self) -> float:
         return 0.999999
 
+    def check_shape(self, name: str, shape: tuple[int, ...]) -> bool:
+        """Check a layer's canonical ``shape`` against the pattern before any state changes.
+
+        Returns True if the layer will be pruned, False if it is left dense
+        (``skip_incompatible_layers``); raises ``ValueError`` naming the layer otherwise.
+
+        Example:
+            >>> get_pattern("4x1").check_shape("fc", (8, 3))
+            True
+            >>> get_pattern("2:4").check_shape("fc", (8, 3))
+            Traceback (most recent call last):
+            ...
+            ValueError: layer 'fc' with 2-D view (8, 3) does not fit pattern '2:4': its last axis (3) is not a multiple of M=4 (set skip_incompatible_layers=True to leave such layers dense)
+        """
+        return self._prepare(name, np.zeros(tuple(shape), dtype=np.float32), None) is not None
+
     # ----- public API (seed names) -----------------------------------------------------
     def get_mask_single(self, score: np.ndarray, exact_sparsity_ratio: float,
                         pre_mask: np.ndarray | None = None, name: str = "layer") -> np.ndarray:
@@ -513,7 +529,8 @@ class PatternNInM(Pattern):
             return f"its last axis ({shape2d[1]}) is not a multiple of M={self.M}"
         return None
 
-    def _groups(self, a2d):
+    def groups(self, a2d: np.ndarray) -> np.ndarray:
+        """View of a 2-D array as ``(rows, groups, M)``."""
         return a2d.reshape(a2d.shape[0], a2d.shape[1] // self.M, self.M)
 
     def _pre_pruned_lowest(self, s2, pre2):
@@ -561,12 +578,12 @@ class PatternNInM(Pattern):
         return sums, small
 
     def unit_pre_pruned(self, pre2d):
-        return ~self._groups(pre2d).all(axis=-1)
+        return ~self.groups(pre2d).all(axis=-1)
 
     def expand_keep(self, unit_keep, score2d, aux):
         keep = np.logical_not(aux)                   # aux: the N lowest of each group
         if unit_keep.any():                          # groups left dense keep all M
-            groups = self._groups(keep)
+            groups = self.groups(keep)
             groups |= unit_keep.reshape(score2d.shape[0], score2d.shape[1] // self.M, 1)
         return keep
 

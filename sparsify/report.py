@@ -337,7 +337,7 @@ def pattern_conformity(w: np.ndarray, pattern: Any) -> dict[str, Any]:
         return {"fits": False, "conforms": None, "units": 0, "violations": 0, "reason": reason}
     nonzero = w2 != 0
     if isinstance(pat, PatternNInM):
-        zeros_per_group = (~pat._groups(nonzero)).sum(axis=-1)
+        zeros_per_group = (~pat.groups(nonzero)).sum(axis=-1)
         units = int(zeros_per_group.size)
         violations = int((zeros_per_group < pat.N).sum())
     elif isinstance(pat, PatternNxM):

@@ -63,8 +63,19 @@ class Schedule:
             raise ValueError(f"end_step must be >= begin_step ({self.begin_step}) or -1 (never ends), got {self.end_step}")
 
     @property
-    def _end(self) -> float:
+    def end(self) -> float:
+        """``end_step`` as a number to compare with (``math.inf`` when the schedule never ends)."""
         return math.inf if self.end_step == -1 else self.end_step
+
+    def masking_active(self, step: int) -> bool:
+        """False after ``end_step`` when ``leave_enabled`` is off (masks released), else True.
+
+        Example:
+            >>> s = GradualSchedule(0.0, 0.5, 0, 10, 5, leave_enabled=False)
+            >>> s.masking_active(10), s.masking_active(11)
+            (True, False)
+        """
+        return bool(getattr(self, "leave_enabled", True) or int(step) <= self.end)
 
     def sparsity(self, step):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -74,13 +85,13 @@ class Schedule:
         s = np.asarray(step)
         out = s >= self.begin_step
         if not getattr(self, "leave_enabled", True):
-            out = out & (s <= self._end)
+            out = out & (s <= self.end)
         return out
 
     def update_ready(self, step):
         """True at begin, at end and every ``update_frequency`` steps between."""
         s = np.asarray(step, dtype=np.int64)
-        inside = (s >= self.begin_step) & (s <= self._end)
+        inside = (s >= self.begin_step) & (s <= self.end)
         if self.update_frequency <= 0:
             return inside
         on_grid = ((s - self.begin_step) % self.update_frequency) == 0
