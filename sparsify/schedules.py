@@ -129,15 +129,25 @@ class Schedule:
         return min(nxt, self.end_step) if self.end_step != -1 else nxt
 
     def _ramp(self, step, fraction):
-        """0 before begin, ``init`` at begin, ``init + (final-init)*fraction(p)`` between, ``final`` from end."""
-        s = np.asarray(step, dtype=np.float64)
+        """0 before begin, ``init`` at begin, ``init + (final-init)*fraction(p)`` between, ``final`` from end.
+
+        Each value is computed with Python float arithmetic on one scalar, so an
+        array of steps gives exactly the bits of the same steps asked one by one,
+        on any CPU (NumPy's vectorised ``**``/``exp``/``cos`` may differ in the
+        last bit with the SIMD level).
+        """
         b, e = self.begin_step, self.end_step
-        if e == b:
-            out = np.where(s >= b, self.final_sparsity, 0.0)
-        else:
-            p = np.clip((s - b) / (e - b), 0.0, 1.0)
-            mid = self.init_sparsity + (self.final_sparsity - self.init_sparsity) * fraction(p)
-            out = np.where(s < b, 0.0, np.where(s >= e, self.final_sparsity, mid))
+        init, final = float(self.init_sparsity), float(self.final_sparsity)
+
+        def one(t: float) -> float:
+            if t < b:
+                return 0.0
+            if t >= e:
+                return final
+            return init + (final - init) * float(fraction((t - b) / (e - b)))
+
+        s = np.asarray(step, dtype=np.float64)
+        out = np.array([one(float(t)) for t in s.ravel()], dtype=np.float64).reshape(s.shape)
         return out[()] if out.ndim == 0 else out
 
     def update_due(self, done_step, step):
@@ -180,7 +190,8 @@ class GradualSchedule(Schedule):
 
     def sparsity(self, step):
         """Target sparsity at ``step`` (float or array of floats)."""
-        return self._ramp(step, lambda p: 1.0 - (1.0 - p) ** self.exponent)
+        exponent = float(self.exponent)
+        return self._ramp(step, lambda p: 1.0 - (1.0 - p) ** exponent)
 
 
 @dataclass
@@ -244,8 +255,8 @@ class DecaySchedule(Schedule):
         if self.decay_type == "cube":
             return 1.0 - (1.0 - p) ** 3
         if self.decay_type == "exp":
-            return (1.0 - np.exp(-5.0 * p)) / (1.0 - math.exp(-5.0))
-        return (1.0 - np.cos(math.pi * p)) / 2.0
+            return (1.0 - math.exp(-5.0 * p)) / (1.0 - math.exp(-5.0))
+        return (1.0 - math.cos(math.pi * p)) / 2.0
 
     def sparsity(self, step):
         """Target sparsity at ``step`` (float or array of floats)."""
