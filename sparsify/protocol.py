@@ -61,6 +61,8 @@ ArraysOrReader = Union[Arrays, Callable[[], Arrays], None]
 class MaskUpdate:
     """What an adapter writes back after :meth:`PruningProtocol.advance`.
 
+    The arrays are the protocol's own: read them, do not modify them.
+
     Attributes:
         step: the step the update was applied at (the new ``done_step``).
         masks: the new masks (canonical layout, bool, True = kept) of every
@@ -219,8 +221,8 @@ class PruningProtocol:
             step: the current step (optimizer steps done).
             weights: canonical-layout weights keyed by name, or a zero-argument
                 callable returning them (called only when an update is due).
-            scores: element scores for gradient criteria (same forms); default
-                magnitude of ``weights``.
+            scores: element scores (same forms), required by gradient criteria;
+                when given, ``weights`` are not read. Default: magnitude of ``weights``.
 
         Returns:
             A :class:`MaskUpdate` to write back, or None when nothing changed.
@@ -234,14 +236,14 @@ class PruningProtocol:
             return None
         masks = self._masks
         if update:
-            w = _read(weights)
             s = _read(scores)
+            w = _read(weights) if s is None else None       # scores replace the weights' magnitude
             if w is None and s is None:
                 raise ValueError(f"an update is due at step {step}: pass the weights (or scores)")
-            w = self._checked("weights", w) if w is not None else None
-            s = self._checked("scores", s) if s is not None else None
-            masks = self.engine.compute_masks(w if w is not None else s, step, pre_masks=self._masks, scores=s)
-            masks = {n: np.asarray(masks[n], dtype=bool) for n in self.names}
+            arrays = self._checked("scores" if s is not None else "weights", s if s is not None else w)
+            masks = self.engine.compute_masks(arrays, step, pre_masks=self._masks,
+                                              scores=arrays if s is not None else None)
+            masks = {n: np.require(masks[n], dtype=bool, requirements=['C', 'W']) for n in self.names}
         zero = masks
         if release:
             masks = {n: np.ones(s, dtype=bool) for n, s in self.shapes.items()}

@@ -27,6 +27,10 @@ from torch import nn
 __all__ = ["MaskParametrization"]
 
 
+def _count_load(module: "MaskParametrization", incompatible_keys: object) -> None:
+    module.loads += 1
+
+
 class MaskParametrization(nn.Module):
     """Parametrization ``weight = original * mask`` with the mask as an in-place buffer.
 
@@ -50,6 +54,8 @@ class MaskParametrization(nn.Module):
         if not m.is_floating_point():
             m = m.to(torch.get_default_dtype())
         self.register_buffer("mask", m)
+        self.loads = 0     # counts state_dict loads into the buffer, so a Pruner knows to re-read it
+        self.register_load_state_dict_post_hook(_count_load)
 
     def forward(self, original: torch.Tensor) -> torch.Tensor:
         """``original * mask`` (gradients of pruned entries are therefore zero)."""

@@ -1,10 +1,11 @@
 """``prune(model, config) -> Pruner``: scheduled mask pruning of a torch model.
 
-The adapter holds no pruning math: at every update point of the schedule it
-hands the selected weights (canonical layout = torch layout, NumPy float32)
-and, for gradient criteria, their scores to :class:`sparsify.PruningEngine`
-and copies the returned masks into each layer's :class:`MaskParametrization`
-buffer, in place.
+The adapter holds no pruning math and no step logic: the core's
+:class:`sparsify.PruningProtocol` decides when masks change and computes them.
+The adapter counts optimizer steps, hands the protocol the selected weights
+(canonical layout = torch layout, NumPy float32, shared memory on CPU) and,
+for gradient criteria, their scores, and copies the masks it gets back into
+each layer's :class:`MaskParametrization` buffer, in place.
 
 Example:
     >>> import torch
@@ -28,14 +29,15 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from sparsify import PruningConfig, PruningEngine, criteria
+from sparsify import PruningConfig, criteria
+from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights
 from .parametrization import MaskParametrization
 
 __all__ = ["Pruner", "prune"]
 
-_STATE_KEYS = ("step", "done_step", "disabled", "names", "masks", "scores")
+_STATE_KEYS = ("step", "done_step", "released", "names", "masks", "scores", "config")
 
 
 def _dist_group_size(group: Any) -> int:
@@ -53,31 +55,35 @@ class Pruner:
     an update is never lost, even across skipped steps or a resume.
 
     Attributes:
-        engine: the :class:`sparsify.PruningEngine` computing the masks.
+        protocol: the core :class:`sparsify.PruningProtocol` deciding the updates.
         config: its validated :class:`sparsify.PruningConfig`.
         names: pruned weight names, in model order.
     """
 
-    def __init__(self, model: nn.Module, engine: PruningEngine, layers: list[PrunableWeight],
+    def __init__(self, model: nn.Module, protocol: PruningProtocol, layers: list[PrunableWeight],
                  process_group: Any = None) -> None:
         self.model = model
-        self.engine = engine
-        self.config = engine.config
+        self.protocol = protocol
+        self.config = protocol.config
         self._layers = {w.name: w for w in layers}
-        self.names: list[str] = list(self._layers)
+        self.names: list[str] = list(protocol.names)
         self._group = process_group
         self._step = 0
-        self._done = -1
-        self._disabled = False
         self._removed = False
         self._scores: dict[str, torch.Tensor] = {}
         self._pending: dict[str, torch.Tensor] = {}
         self._hooks: list[Any] = []
-        if engine.needs_gradients:
+        self._loads = [self._par(n).loads for n in self.names]
+        if protocol.engine.needs_gradients:
             for name in self.names:
                 self._hooks.append(self._original(name).register_post_accumulate_grad_hook(self._grad_hook(name)))
         else:
             self._maybe_update()  # an update point at step 0 applies right away
+
+    @property
+    def engine(self):
+        """The core :class:`sparsify.PruningEngine` (schedule, pattern, criterion)."""
+        return self.protocol.engine
 
     # ----- access -------------------------------------------------------------------------
     def _original(self, name: str) -> torch.Tensor:
@@ -96,7 +102,7 @@ class Pruner:
     @property
     def done_step(self) -> int:
         """Step of the last mask update (-1 if none yet)."""
-        return self._done
+        return self.protocol.done_step
 
     def masks(self) -> dict[str, torch.Tensor]:
         """Current masks as boolean tensors (True = kept), keyed by weight name."""
@@ -104,17 +110,21 @@ class Pruner:
 
     def sparsity(self) -> dict[str, float]:
         """Fraction of pruned weights per layer."""
-        out = {}
-        for n in self.names:
-            m = self._par(n).mask
-            out[n] = 1.0 - float(torch.count_nonzero(m)) / m.numel()
-        return out
+        self._sync()
+        return self.protocol.layer_sparsity()
 
     def total_sparsity(self) -> float:
         """Fraction of pruned weights over all pruned layers."""
-        tot = sum(self._par(n).mask.numel() for n in self.names)
-        kept = sum(int(torch.count_nonzero(self._par(n).mask)) for n in self.names)
-        return 1.0 - kept / tot
+        self._sync()
+        return self.protocol.total_sparsity()
+
+    def _sync(self) -> None:
+        """Re-read the mask buffers into the protocol if a ``model.load_state_dict`` replaced them."""
+        loads = [self._par(n).loads for n in self.names]
+        if loads != self._loads:
+            self.protocol.restore(self.protocol.done_step,
+                                  {n: self._par(n).bool_mask().cpu().numpy() for n in self.names})
+            self._loads = loads
 
     # ----- gradient criteria --------------------------------------------------------------
     def _grad_hook(self, name: str):
@@ -154,41 +164,48 @@ class Pruner:
         return out
 
     # ----- schedule -----------------------------------------------------------------------
-    @torch.no_grad()
-    def _update(self, step: int) -> None:
-        weights = {n: (self._original(n) * self._par(n).mask).detach().to(torch.float32).cpu().numpy()
-                   for n in self.names}
-        pre = {n: self._par(n).bool_mask().cpu().numpy() for n in self.names}
-        scores = None
+    def _weights(self) -> dict[str, np.ndarray]:
+        """Canonical NumPy views of the weights (no copy for float32 CPU weights).
+
+        With monotone masks the pruned entries never matter (they rank lowest), so
+        the raw weights are read; otherwise the masked ones, as the model sees them.
+        """
+        out = {}
+        for n in self.names:
+            w = self._original(n).detach()
+            if not self.config.monotone:
+                w = w * self._par(n).mask
+            out[n] = w.to(torch.float32).cpu().numpy()
+        return out
+
+    def _scores_now(self) -> dict[str, np.ndarray]:
+        """Gradient-criterion scores, or magnitudes, all-reduced over the process group."""
         if self.engine.needs_gradients:
             scores = self._gradient_scores()
-        elif _dist_group_size(self._group) > 1:
+        else:
             scores = {n: criteria.magnitude(self._original(n) * self._par(n).mask) for n in self.names}
-        if scores is not None:
-            scores = {n: s.detach().to(torch.float32).cpu().numpy()
-                      for n, s in self._reduce(scores).items()}
-        masks = self.engine.compute_masks(weights, step, pre_masks=pre, scores=scores)
-        for n in self.names:
-            par = self._par(n)
-            par.set_mask(torch.from_numpy(np.ascontiguousarray(masks[n])))
-            self._original(n).mul_(par.mask)   # pruned weights are exactly zero underneath too
+        return {n: s.detach().to(torch.float32).cpu().numpy() for n, s in self._reduce(scores).items()}
 
     @torch.no_grad()
-    def _disable(self) -> None:
+    def _write(self, update: MaskUpdate) -> None:
         for n in self.names:
-            par = self._par(n)
-            self._original(n).mul_(par.mask)
-            par.mask.fill_(1)
-        self._disabled = True
+            par, original = self._par(n), self._original(n)
+            if update.released:                          # keep the zeros of the last masks, then unmask
+                original.mul_(torch.from_numpy(update.zero[n]).to(device=original.device, dtype=original.dtype))
+                par.set_mask(torch.from_numpy(update.masks[n]))
+            else:
+                par.set_mask(torch.from_numpy(update.masks[n]))
+                original.mul_(par.mask)                  # pruned weights are exactly zero underneath too
 
     def _maybe_update(self) -> None:
-        if self._disabled:
+        if not self.protocol.due(self._step):
             return
-        if self.engine.update_due(self._done, self._step):
-            self._update(self._step)
-            self._done = self._step
-        if not self.engine.masking_active(self._step):
-            self._disable()
+        self._sync()
+        needs_scores = self.engine.needs_gradients or _dist_group_size(self._group) > 1
+        update = self.protocol.advance(self._step, weights=self._weights,
+                                       scores=self._scores_now if needs_scores else None)
+        if update is not None:
+            self._write(update)
 
     def _check_alive(self, what: str) -> None:
         if self._removed:
@@ -218,33 +235,28 @@ class Pruner:
 
     # ----- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Step counters, masks and criterion state; ``torch.load(weights_only=True)`` safe.
+        """Step counters, masks, config and criterion state; ``torch.load(weights_only=True)`` safe.
 
         Example:
             >>> p = prune(torch.nn.Linear(4, 2), {"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
             >>> sd = p.state_dict()
             >>> sorted(sd)
-            ['config', 'disabled', 'done_step', 'masks', 'names', 'scores', 'step']
+            ['config', 'done_step', 'masks', 'names', 'released', 'scores', 'step', 'version']
             >>> sd["masks"]["weight"].sum().item()
             4
         """
-        return {
-            "step": self._step,
-            "done_step": self._done,
-            "disabled": self._disabled,
-            "names": list(self.names),
-            "masks": {n: m.cpu().clone() for n, m in self.masks().items()},
-            "scores": {n: s.detach().cpu().clone() for n, s in self._scores.items()},
-            "config": self.config.to_dict(),
-        }
+        core = self.protocol.state_dict()
+        core["masks"] = {n: torch.from_numpy(m) for n, m in core["masks"].items()}
+        return {**core, "step": self._step,
+                "scores": {n: s.detach().cpu().clone() for n, s in self._scores.items()}}
 
     @torch.no_grad()
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output (everything is checked before anything changes).
 
         Raises:
-            ValueError: the state belongs to a model with other pruned weights
-                or shapes, or is malformed.
+            ValueError: the state was saved with another config (the differing keys
+                are named), for other pruned weights or shapes, or is malformed.
             RuntimeError: after :meth:`remove`.
         """
         self._check_alive("load_state_dict")
@@ -253,28 +265,31 @@ class Pruner:
         missing = [k for k in _STATE_KEYS if k not in state]
         if missing:
             raise ValueError(f"state is missing keys {missing}; expected a dict from Pruner.state_dict()")
-        names = list(state["names"])
-        if names != self.names or set(state["masks"]) != set(self.names):
-            raise ValueError(f"state was saved for pruned weights {names}, but this pruner prunes {self.names}; "
-                             "load it into a model built the same way and pruned with the same op_names")
-        for key in ("step", "done_step"):
-            if isinstance(state[key], bool) or not isinstance(state[key], int):
-                raise ValueError(f"state[{key!r}] must be an integer, got {state[key]!r}")
+        step, done = state["step"], state["done_step"]
+        for key, v in (("step", step), ("done_step", done)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"state[{key!r}] must be an integer, got {v!r}")
+        if not 0 <= step < 2 ** 63 or not -1 <= done <= step:
+            raise ValueError(f"state['step'] must be >= 0 and state['done_step'] in [-1, step]; got "
+                             f"step={step}, done_step={done}")
+        masks = state["masks"]
+        if not isinstance(masks, Mapping) or not all(isinstance(m, torch.Tensor) for m in masks.values()):
+            raise ValueError("state['masks'] must be a dict of tensors keyed by weight name")
+        scores = state["scores"]
+        if not isinstance(scores, Mapping):
+            raise ValueError("state['scores'] must be a dict of tensors keyed by weight name")
+        for n, s in scores.items():
+            if n not in self._layers or not isinstance(s, torch.Tensor) or tuple(s.shape) != self.protocol.shapes[n] \
+                    or not s.is_floating_point() or not bool(torch.isfinite(s).all()):
+                raise ValueError(f"state['scores'][{n!r}] is not a finite float tensor of a pruned weight's shape")
+        core = {**state, "masks": {n: m.detach().cpu().numpy() for n, m in masks.items()}}
+        self.protocol.load_state_dict(core)            # checks the rest; raises before any change
         for n in self.names:
-            m = state["masks"][n]
-            want = tuple(self._par(n).mask.shape)
-            if not isinstance(m, torch.Tensor) or tuple(m.shape) != want:
-                got = tuple(m.shape) if isinstance(m, torch.Tensor) else type(m).__name__
-                raise ValueError(f"state['masks'][{n!r}] has shape {got}, but weight {n!r} has shape {want}")
-        for n, s in state["scores"].items():
-            if n not in self._layers or not isinstance(s, torch.Tensor) or tuple(s.shape) != tuple(self._par(n).mask.shape):
-                raise ValueError(f"state['scores'][{n!r}] does not match a pruned weight of this model")
-        for n in self.names:
-            self._par(n).set_mask(state["masks"][n])
-        self._scores = {n: s.detach().clone().to(self._original(n).device) for n, s in state["scores"].items()}
+            self._par(n).set_mask(torch.from_numpy(self.protocol.masks[n].copy()))
+        self._loads = [self._par(n).loads for n in self.names]
+        self._scores = {n: s.detach().clone().to(self._original(n).device) for n, s in scores.items()}
         self._pending.clear()
-        self._step, self._done = int(state["step"]), int(state["done_step"])
-        self._disabled = bool(state["disabled"])
+        self._step = step
 
     # ----- removal ------------------------------------------------------------------------
     def remove(self) -> nn.Module:
@@ -342,7 +357,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    engine = PruningEngine(config)
+    config = PruningConfig.coerce(config)
     if _has_mask_param(model):
         raise ValueError("model is already pruned (it has MaskParametrization layers); call Pruner.remove() "
                          "before pruning it again")
@@ -351,8 +366,8 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         kinds = ", ".join(t.__name__ for t in SUPPORTED_MODULES)
         raise ValueError(f"model has no prunable weights; supported layers are {kinds}")
     by_name = {w.name: w for w in candidates}
-    chosen = engine.select_layers(list(by_name), {n: w.shape for n, w in by_name.items()})
-    layers = [by_name[n] for n in chosen]
+    protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
+    layers = [by_name[n] for n in protocol.names]
     seen: dict[int, str] = {}
     for w in layers:
         if parametrize.is_parametrized(w.module, w.tensor_name):
@@ -365,7 +380,6 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         seen[id(p)] = w.name
         if not p.is_floating_point():
             raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
-    engine.check_layers({w.name: w.shape for w in layers})
     done: list[PrunableWeight] = []
     try:
         for w in layers:
@@ -373,7 +387,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             parametrize.register_parametrization(w.module, w.tensor_name,
                                                  MaskParametrization(torch.ones_like(p.detach())))
             done.append(w)
-        return Pruner(model, engine, layers, process_group)
+        return Pruner(model, protocol, layers, process_group)
     except BaseException:
         for w in done:   # nothing half-applied
             parametrize.remove_parametrizations(w.module, w.tensor_name, leave_parametrized=False)
