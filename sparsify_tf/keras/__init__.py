@@ -9,7 +9,8 @@ Example:
     >>> model.fit(x, y, epochs=10, callbacks=[cb])     # doctest: +SKIP
     >>> model = strip_pruning(model)                   # doctest: +SKIP
 """
-from .callback import STATE_ATTR, PruningCallback, strip_pruning
+from .callback import PruningCallback, strip_pruning
+from .state import STATE_ATTR
 from .compat import keras_flavor
 from .layers import PrunableWeight, find_prunable_weights, weight_kinds
 

@@ -1,0 +1,94 @@
+"""The pruning state Keras saves with the model.
+
+One mask variable per pruned weight (TF layout, the weight's dtype) and the
+step of the last mask update live in a small non-trainable layer attached to
+the model as ``model._sparsify_pruning_state``. Keras saves it with the
+model's weights (``save_weights``, ``ModelCheckpoint``, ``BackupAndRestore``),
+so an interrupted run resumes to exactly the same masks and weights.
+
+Example:
+    >>> import keras
+    >>> from sparsify_tf.keras.layers import find_prunable_weights
+    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="fc")])
+    >>> st = state_class("keras3")(find_prunable_weights(m))
+    >>> [tuple(v.shape) for v in st.masks], int(st.last_step.numpy())
+    ([(4, 3)], -1)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .compat import keras_module
+from .layers import PrunableWeight
+
+__all__ = ["STATE_ATTR", "state_class", "attach_state", "detach_state", "model_state"]
+
+STATE_ATTR = "_sparsify_pruning_state"
+_STATE_CLASSES: dict[str, type] = {}
+
+
+def model_state(model: Any) -> Any:
+    """The state layer attached to ``model`` (None if it is not being pruned)."""
+    return model.__dict__.get(STATE_ATTR)
+
+
+def state_class(flavor: str) -> type:
+    """The state layer class of a Keras flavour (created once per flavour)."""
+    if flavor in _STATE_CLASSES:
+        return _STATE_CLASSES[flavor]
+    K = keras_module(flavor)
+
+    class PruningState(K.layers.Layer):
+        """Mask variables and the last update step, saved with the model's weights."""
+
+        def __init__(self, pweights: list[PrunableWeight], **kwargs: Any) -> None:
+            super().__init__(name="sparsify_pruning_state", trainable=False, **kwargs)
+            extra = {"autocast": False} if flavor == "keras3" else {}
+            masks = []
+            for i, pw in enumerate(pweights):
+                masks.append(self.add_weight(name=f"mask_{i}", shape=pw.tf_shape, dtype=pw.variable.dtype,
+                                             initializer="ones", trainable=False, **extra))
+            last = self.add_weight(name="last_update_step", shape=(), dtype="int64",
+                                   initializer=K.initializers.Constant(-1), trainable=False, **extra)
+            # Plain attributes: keep them out of Keras' layer/variable tracking.
+            object.__setattr__(self, "pweights", list(pweights))
+            object.__setattr__(self, "masks", masks)
+            object.__setattr__(self, "last_step", last)
+            object.__setattr__(self, "slot_count", 0)
+            object.__setattr__(self, "per_step_paths", [pw.path for pw in pweights])
+            object.__setattr__(self, "owner", None)
+            self.built = True
+
+        def call(self, inputs: Any) -> Any:  # pragma: no cover - never called
+            return inputs
+
+        def get_config(self) -> dict:  # pragma: no cover - never serialised as a layer
+            return {"name": self.name}
+
+    PruningState.__name__ = PruningState.__qualname__ = "SparsifyPruningState"
+    _STATE_CLASSES[flavor] = PruningState
+    return PruningState
+
+
+def attach_state(model: Any, state: Any, flavor: str) -> None:
+    object.__setattr__(model, STATE_ATTR, state)
+    if flavor == "tf_keras":
+        # Checkpoint dependency (TF-format save_weights, BackupAndRestore); also triggers
+        # deferred restoration when load_weights ran before the state existed.
+        model._track_trackable(state, name=STATE_ATTR, overwrite=True)
+
+
+def detach_state(model: Any) -> Any:
+    state = model.__dict__.pop(STATE_ATTR, None)
+    deps = getattr(model, "_self_unconditional_checkpoint_dependencies", None)
+    if isinstance(deps, list):
+        deps[:] = [d for d in deps if d.name != STATE_ATTR]
+    names = getattr(model, "_self_unconditional_dependency_names", None)
+    if isinstance(names, dict):
+        names.pop(STATE_ATTR, None)
+    return state
+
+
+# --------------------------------------------------------------------------------------------
+# Callback
+# --------------------------------------------------------------------------------------------

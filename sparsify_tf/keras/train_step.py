@@ -1,0 +1,117 @@
+"""Keeping pruned weights at zero inside the training step.
+
+:func:`install_train_step` wraps the model's ``train_step`` (on the instance):
+it installs gradient masking (:mod:`.grad_masking`) for the optimizers that
+support it, and for everything else (other optimizers, constrained weights,
+weights whose gradients bypass ``model.optimizer``, found when the step is
+traced) multiplies the weight and its optimizer slots by the mask after every
+step. Both run in the graph, on every replica.
+
+Example:
+    >>> import tensorflow as tf
+    >>> v, m = tf.Variable([1.0, 2.0]), tf.Variable([1.0, 0.0])
+    >>> mask_all([(v, m)]); v.numpy().tolist()
+    [1.0, 0.0]
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import tensorflow as tf
+
+from .compat import optimizer_slots, tf_variable
+from .grad_masking import grad_masking_supported, install_grad_hook, recording_masked_variables
+from .state import model_state
+
+__all__ = ["strategy_of", "mask_all", "masking_pairs", "install_train_step", "uninstall_train_step"]
+
+_WRAP_FLAG = "_sparsify_wrapped_train_step"
+
+
+def strategy_of(model: Any) -> tf.distribute.Strategy:
+    """The model's distribution strategy (the default one when it has none)."""
+    return getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+
+
+def mask_all(pairs: list[tuple[tf.Variable, tf.Variable]]) -> Any:
+    """``var.assign(var * mask)`` for every pair, on every replica (graph or eager)."""
+    if not tf.distribute.has_strategy():          # plain (default-strategy) training: direct ops
+        for v, m in pairs:
+            v.assign(v * m, read_value=False)
+        return None
+
+    def merge_fn(strategy: tf.distribute.Strategy) -> Any:
+        ops = [strategy.extended.update(v, lambda x, m: x.assign(x * m, read_value=False), args=(m,), group=True)
+               for v, m in pairs]
+        return tf.group(ops)
+
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None:
+        return merge_fn(tf.distribute.get_strategy())
+    return ctx.merge_call(merge_fn)
+
+
+def masking_pairs(state: Any, model: Any, skip: frozenset = frozenset()) -> list[tuple[tf.Variable, tf.Variable]]:
+    """(variable, mask) pairs for the pruned weights not in ``skip`` (ids) and their optimizer slots."""
+    pairs, n_slots = [], 0
+    opt = getattr(model, "optimizer", None)
+    for pw, mask in zip(state.pweights, state.masks):
+        if id(pw.variable) in skip:
+            continue
+        m = tf_variable(mask)
+        pairs.append((tf_variable(pw.variable), m))
+        for s in optimizer_slots(opt, pw.variable):
+            pairs.append((tf_variable(s), m))
+            n_slots += 1
+    object.__setattr__(state, "slot_count", n_slots)
+    return pairs
+
+
+def install_train_step(model: Any, state: Any, flavor: str) -> None:
+    current = model.__dict__.get("train_step")
+    if current is not None and getattr(current, _WRAP_FLAG, False):
+        inner = current._sparsify_inner
+    else:
+        inner = current if current is not None else type(model).train_step.__get__(model, type(model))
+    state_ref = weakref.ref(state)
+
+    def train_step(data: Any) -> Any:
+        # Runs when Keras traces the train function (per replica under a strategy).
+        st = state_ref()
+        if st is None or model_state(model) is not st:
+            return inner(data)
+        opt = getattr(model, "optimizer", None)
+        use_grads = grad_masking_supported(opt)
+        if use_grads:
+            install_grad_hook(model, opt, flavor)
+        with recording_masked_variables() as seen:
+            logs = inner(data)
+        # Gradient-masked weights need nothing more; constrained weights (the constraint
+        # may move a zero), weights the hook did not see (a custom train_step with another
+        # optimizer) and unsupported optimizers get the per-step multiply of weight and slots.
+        skip = frozenset(id(pw.variable) for pw in st.pweights
+                         if use_grads and id(pw.variable) in seen
+                         and getattr(pw.variable, "constraint", None) is None)
+        object.__setattr__(st, "per_step_paths", [pw.path for pw in st.pweights if id(pw.variable) not in skip])
+        pairs = masking_pairs(st, model, skip)
+        if pairs:
+            mask_all(pairs)
+        return logs
+
+    setattr(train_step, _WRAP_FLAG, True)
+    train_step._sparsify_inner = inner
+    train_step._sparsify_had_instance_attr = current is not None and not getattr(current, _WRAP_FLAG, False)
+    object.__setattr__(model, "train_step", train_step)
+    model.train_function = None   # force fit() to trace the wrapped step
+
+
+def uninstall_train_step(model: Any) -> None:
+    current = model.__dict__.get("train_step")
+    if current is None or not getattr(current, _WRAP_FLAG, False):
+        return
+    if current._sparsify_had_instance_attr:
+        object.__setattr__(model, "train_step", current._sparsify_inner)
+    else:
+        del model.__dict__["train_step"]
+    model.train_function = None
