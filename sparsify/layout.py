@@ -5,6 +5,12 @@ The core sees every weight in PyTorch layout (Linear ``(out, in)``, Conv
 ``(out, prod(kernel) * in)`` with the input channel fastest, i.e. torch's
 ``w.permute(0, 2, 3, 1).reshape(out, -1)``. 1-D weights are one row.
 
+Transposed convolutions are viewed like every conv: rows are the layer's
+*output* channels and columns its reduction (input channels fastest), so
+torch ``ConvTranspose`` ``(in, out/groups, *kernel)`` and Keras
+``Conv*DTranspose`` ``(*kernel, out, in)`` both become ``(out, in/groups, *kernel)``
+(:func:`conv_transpose_to_canonical`).
+
 TensorFlow layouts are converted here too (NumPy only), so both TF paths
 share one implementation.
 
@@ -20,7 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["to_2d", "from_2d", "tf_to_canonical", "canonical_to_tf", "TF_LAYOUTS"]
+__all__ = ["to_2d", "from_2d", "tf_to_canonical", "canonical_to_tf", "TF_LAYOUTS",
+           "conv_transpose_to_canonical", "canonical_to_conv_transpose"]
 
 
 def to_2d(w: np.ndarray) -> np.ndarray:
@@ -62,9 +69,50 @@ def _conv_inv(w):             # (out, in, *kernel) -> (*kernel, in, out)
     return np.ascontiguousarray(w.transpose(*range(2, nd), 1, 0))
 
 
-def _conv_t_fwd(k):           # Conv*DTranspose (*kernel, out, in) -> torch ConvTranspose (in, out, *kernel)
+def _conv_t_inv(w):           # (out, in, *kernel) -> (*kernel, out, in)
+    nd = w.ndim
+    return np.ascontiguousarray(w.transpose(*range(2, nd), 0, 1))
+
+
+def _conv_t_fwd(k):           # Conv*DTranspose (*kernel, out, in) -> (out, in, *kernel)
     nd = k.ndim
-    return np.ascontiguousarray(k.transpose(nd - 1, nd - 2, *range(nd - 2)))
+    return np.ascontiguousarray(k.transpose(nd - 2, nd - 1, *range(nd - 2)))
+
+
+def conv_transpose_to_canonical(w: np.ndarray, groups: int = 1) -> np.ndarray:
+    """torch ``ConvTranspose`` weight ``(in, out/groups, *kernel)`` -> canonical ``(out, in/groups, *kernel)``.
+
+    Output channel ``o`` of group ``g`` reads input channels ``g*in/groups ...``,
+    so each group's block is transposed in place.
+
+    Example:
+        >>> w = np.arange(2 * 3 * 1).reshape(2, 3, 1)          # in=2, out=3, kernel 1
+        >>> conv_transpose_to_canonical(w)[:, :, 0].tolist()
+        [[0, 3], [1, 4], [2, 5]]
+    """
+    w = np.asarray(w)
+    if w.ndim < 3:
+        raise ValueError(f"transposed conv weight must have at least 3 dimensions, got shape {w.shape}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or w.shape[0] % groups:
+        raise ValueError(f"groups must be a positive integer dividing the weight's first dimension "
+                         f"{w.shape[0]}, got {groups!r}")
+    cin, out_g, kernel = w.shape[0], w.shape[1], w.shape[2:]
+    blocks = w.reshape(groups, cin // groups, out_g, *kernel).swapaxes(1, 2)
+    return np.ascontiguousarray(blocks).reshape(groups * out_g, cin // groups, *kernel)
+
+
+def canonical_to_conv_transpose(c: np.ndarray, groups: int = 1) -> np.ndarray:
+    """Inverse of :func:`conv_transpose_to_canonical`.
+
+    Example:
+        >>> w = np.arange(24).reshape(4, 3, 2)
+        >>> bool((canonical_to_conv_transpose(conv_transpose_to_canonical(w, 2), 2) == w).all())
+        True
+    """
+    c = np.asarray(c)
+    out, in_g, kernel = c.shape[0], c.shape[1], c.shape[2:]
+    blocks = c.reshape(groups, out // groups, in_g, *kernel).swapaxes(1, 2)
+    return np.ascontiguousarray(blocks).reshape(groups * in_g, out // groups, *kernel)
 
 
 def _depthwise_fwd(k):        # (kh, kw, in, mult) -> (in*mult, 1, kh, kw)
@@ -84,7 +132,8 @@ def tf_to_canonical(kernel: np.ndarray, kind: str) -> np.ndarray:
     """Convert a TF/Keras kernel to the canonical (torch) layout.
 
     ``kind`` is one of ``"dense"`` (``(in, out)``), ``"conv"``
-    (``(*kernel, in, out)``), ``"conv_transpose"`` (``(*kernel, out, in)``),
+    (``(*kernel, in, out)``), ``"conv_transpose"`` (``(*kernel, out, in)``, to
+    ``(out, in, *kernel)``),
     ``"depthwise"`` (``(kh, kw, in, mult)``) or ``"embedding"`` (already
     ``(num, dim)``, unchanged).
 
@@ -119,8 +168,10 @@ def canonical_to_tf(w: np.ndarray, kind: str, tf_shape: tuple[int, ...]) -> np.n
     w = np.asarray(w)
     if kind == "dense":
         out = np.ascontiguousarray(w.T)
-    elif kind in ("conv", "conv_transpose"):
+    elif kind == "conv":
         out = _conv_inv(w)
+    elif kind == "conv_transpose":
+        out = _conv_t_inv(w)
     elif kind == "depthwise":
         out = _depthwise_inv_shape(w, tuple(tf_shape))
     elif kind == "embedding":

@@ -1,23 +1,35 @@
-"""Which weights of a torch model can be pruned, and under which names.
+"""Which weights of a torch model can be pruned, under which names, and in which layout.
 
 A prunable weight is named like its parameter in ``model.named_parameters()``
-of the plain model (``"features.0.weight"``, ``"attn.in_proj_weight"``,
-``"attn.out_proj.weight"``); ``op_names``/``excluded_op_names`` regexes are
-matched against these names. Torch layouts already are the core's canonical
-layout (Linear ``(out, in)``, Conv ``(out, in/groups, *k)``, ConvTranspose
-``(in, out/groups, *k)``, Embedding ``(num, dim)``).
+of the plain model (``"features.0.weight"``, ``"attn.out_proj.weight"``);
+``op_names``/``excluded_op_names`` regexes are matched against these names.
+MultiheadAttention's fused ``in_proj_weight`` ``(3E, E)`` is three weights for
+the core, as in every framework (DESIGN rule 1): ``"attn.in_proj_weight.q"``,
+``".k"`` and ``".v"``, each ``(E, E)`` (separate ``q/k/v_proj_weight`` keep
+their own names).
+
+Most torch layouts already are the core's canonical layout (Linear
+``(out, in)``, Conv ``(out, in/groups, *k)``, Embedding ``(num, dim)``);
+ConvTranspose ``(in, out/groups, *k)`` is converted so that rows are output
+channels (:func:`sparsify.layout.conv_transpose_to_canonical`).
 
 Example:
     >>> import torch
     >>> m = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4, 2))
     >>> [(w.name, w.shape) for w in prunable_weights(m)]
     [('0.weight', (4, 1, 3, 3)), ('2.weight', (2, 4))]
+    >>> [(w.name, w.shape) for w in prunable_weights(torch.nn.ConvTranspose1d(2, 6, 3))]
+    [('weight', (6, 2, 3))]
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import torch
 from torch import nn
+
+from sparsify.layout import canonical_to_conv_transpose, conv_transpose_to_canonical
 
 __all__ = ["PrunableWeight", "prunable_weights", "SUPPORTED_MODULES"]
 
@@ -29,16 +41,43 @@ SUPPORTED_MODULES: tuple[type[nn.Module], ...] = (
 )
 
 _MHA_TENSORS = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight")
+_CONV_TRANSPOSE = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
 @dataclass(frozen=True)
 class PrunableWeight:
-    """One prunable weight: ``module.<tensor_name>``, called ``name`` in configs and masks."""
+    """One weight as the core sees it: ``module.<tensor_name>`` (or rows of it), called ``name``.
+
+    Attributes:
+        name: the name configs, masks and the core use.
+        module: the module owning the tensor.
+        tensor_name: the tensor's attribute name (``"weight"``, ``"in_proj_weight"``).
+        shape: the canonical shape (what the core sees).
+        rows: ``(start, stop)`` rows of the tensor this weight is (fused q/k/v), or None for all.
+        conv_transpose_groups: the ``groups`` of a transposed conv (its layout is converted), else 0.
+    """
 
     name: str
     module: nn.Module
     tensor_name: str
     shape: tuple[int, ...]
+    rows: tuple[int, int] | None = None
+    conv_transpose_groups: int = 0
+
+    def part(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This weight's part of the full tensor (a view, torch layout)."""
+        return tensor if self.rows is None else tensor[self.rows[0]:self.rows[1]]
+
+    def to_canonical(self, part: torch.Tensor) -> np.ndarray:
+        """Torch-layout part (see :meth:`part`) -> canonical NumPy array (no copy for float32 CPU
+        weights in canonical layout)."""
+        a = part.detach().to(torch.float32).cpu().numpy() if part.is_floating_point() else part.cpu().numpy()
+        return conv_transpose_to_canonical(a, self.conv_transpose_groups) if self.conv_transpose_groups else a
+
+    def from_canonical(self, array: np.ndarray) -> torch.Tensor:
+        """Canonical NumPy array -> CPU tensor in this weight's torch layout."""
+        a = canonical_to_conv_transpose(array, self.conv_transpose_groups) if self.conv_transpose_groups else array
+        return torch.from_numpy(np.require(a, requirements=["C", "W"]))
 
 
 def _tensor_names(module: nn.Module) -> list[str]:
@@ -57,11 +96,26 @@ def _get(module: nn.Module, tensor_name: str):
     return module._parameters.get(tensor_name)
 
 
+def _weights_of(name: str, module: nn.Module, tensor_name: str, shape: tuple[int, ...]) -> list[PrunableWeight]:
+    if tensor_name == "in_proj_weight":
+        e = shape[0] // 3
+        return [PrunableWeight(f"{name}.{part}", module, tensor_name, (e, *shape[1:]), (i * e, (i + 1) * e))
+                for i, part in enumerate("qkv")]
+    if isinstance(module, _CONV_TRANSPOSE):
+        g = int(module.groups)
+        return [PrunableWeight(name, module, tensor_name, (shape[1] * g, shape[0] // g, *shape[2:]), None, g)]
+    return [PrunableWeight(name, module, tensor_name, shape)]
+
+
 def prunable_weights(model: nn.Module) -> list[PrunableWeight]:
-    """Every weight of a supported layer, in ``named_modules()`` order.
+    """Every weight of a supported layer, in ``named_modules()`` order (= ``named_parameters()`` order).
 
     Uninitialized (lazy) parameters are left out. Names ignore any
     ``parametrizations.`` indirection, so they stay stable once pruned.
+
+    Example:
+        >>> [w.name for w in prunable_weights(torch.nn.MultiheadAttention(4, 2))]
+        ['in_proj_weight.q', 'in_proj_weight.k', 'in_proj_weight.v', 'out_proj.weight']
     """
     out: list[PrunableWeight] = []
     for mod_name, module in model.named_modules():
@@ -70,5 +124,5 @@ def prunable_weights(model: nn.Module) -> list[PrunableWeight]:
             if isinstance(p, nn.parameter.UninitializedParameter):
                 continue
             name = f"{mod_name}.{t}" if mod_name else t
-            out.append(PrunableWeight(name, module, t, tuple(p.shape)))
+            out.extend(_weights_of(name, module, t, tuple(p.shape)))
     return out

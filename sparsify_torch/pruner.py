@@ -105,8 +105,8 @@ class Pruner:
         return self.protocol.done_step
 
     def masks(self) -> dict[str, torch.Tensor]:
-        """Current masks as boolean tensors (True = kept), keyed by weight name."""
-        return {n: self._par(n).bool_mask() for n in self.names}
+        """Current masks as boolean tensors (True = kept) in each weight's torch layout, keyed by name."""
+        return {n: self._layers[n].part(self._par(n).bool_mask()) for n in self.names}
 
     def sparsity(self) -> dict[str, float]:
         """Fraction of pruned weights per layer."""
@@ -123,7 +123,7 @@ class Pruner:
         loads = [self._par(n).loads for n in self.names]
         if loads != self._loads:
             self.protocol.restore(self.protocol.done_step,
-                                  {n: self._par(n).bool_mask().cpu().numpy() for n in self.names})
+                                  {n: w.to_canonical(w.part(self._par(n).bool_mask())) for n, w in self._layers.items()})
             self._loads = loads
 
     # ----- gradient criteria --------------------------------------------------------------
@@ -132,7 +132,8 @@ class Pruner:
             # deepcopy/other models never carry this hook, but be strict anyway.
             if self._removed or param.grad is None or param is not self._original(name):
                 return
-            w, g = param.detach(), param.grad.detach()   # g is already zero where the mask is
+            part = self._layers[name].part
+            w, g = part(param.detach()), part(param.grad.detach())   # g is already zero where the mask is
             if self.config.criterion == "snip":
                 self._pending[name] = criteria.snip(w, g)
             else:
@@ -146,7 +147,7 @@ class Pruner:
         if not self._scores:
             raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
                                "prune(): call loss.backward() before pruner.step()")
-        return {n: self._scores[n] if n in self._scores else torch.zeros_like(self._original(n).detach())
+        return {n: self._scores[n] if n in self._scores else torch.zeros_like(self._layers[n].part(self._original(n)))
                 for n in self.names}
 
     def _reduce(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -171,11 +172,11 @@ class Pruner:
         the raw weights are read; otherwise the masked ones, as the model sees them.
         """
         out = {}
-        for n in self.names:
-            w = self._original(n).detach()
+        for n, pw in self._layers.items():
+            w = pw.part(self._original(n).detach())
             if not self.config.monotone:
-                w = w * self._par(n).mask
-            out[n] = w.to(torch.float32).cpu().numpy()
+                w = w * pw.part(self._par(n).mask)
+            out[n] = pw.to_canonical(w)
         return out
 
     def _scores_now(self) -> dict[str, np.ndarray]:
@@ -183,19 +184,22 @@ class Pruner:
         if self.engine.needs_gradients:
             scores = self._gradient_scores()
         else:
-            scores = {n: criteria.magnitude(self._original(n) * self._par(n).mask) for n in self.names}
-        return {n: s.detach().to(torch.float32).cpu().numpy() for n, s in self._reduce(scores).items()}
+            scores = {n: criteria.magnitude(pw.part(self._original(n) * self._par(n).mask))
+                      for n, pw in self._layers.items()}
+        return {n: self._layers[n].to_canonical(s) for n, s in self._reduce(scores).items()}
 
     @torch.no_grad()
+    def _set_masks(self, masks: Mapping[str, np.ndarray], zero: Mapping[str, np.ndarray] | None = None) -> None:
+        """Copy canonical masks into the buffers in place; zero the weights where ``zero`` is False."""
+        for n, pw in self._layers.items():
+            buffer, original = pw.part(self._par(n).mask), pw.part(self._original(n))
+            if zero is not None:
+                original.mul_(pw.from_canonical(zero[n]).to(device=original.device, dtype=original.dtype))
+            buffer.copy_(pw.from_canonical(masks[n]).to(device=buffer.device, dtype=buffer.dtype))
+
     def _write(self, update: MaskUpdate) -> None:
-        for n in self.names:
-            par, original = self._par(n), self._original(n)
-            if update.released:                          # keep the zeros of the last masks, then unmask
-                original.mul_(torch.from_numpy(update.zero[n]).to(device=original.device, dtype=original.dtype))
-                par.set_mask(torch.from_numpy(update.masks[n]))
-            else:
-                par.set_mask(torch.from_numpy(update.masks[n]))
-                original.mul_(par.mask)                  # pruned weights are exactly zero underneath too
+        # an update zeroes what its masks prune; a release keeps the zeros of the last masks, then unmasks
+        self._set_masks(update.masks, update.zero)
 
     def _maybe_update(self) -> None:
         if not self.protocol.due(self._step):
@@ -245,7 +249,7 @@ class Pruner:
             >>> sd["masks"]["weight"].sum().item()
             4
         """
-        core = self.protocol.state_dict()
+        core = self.protocol.state_dict()      # masks in the canonical layout, like the core's
         core["masks"] = {n: torch.from_numpy(m) for n, m in core["masks"].items()}
         return {**core, "step": self._step,
                 "scores": {n: s.detach().cpu().clone() for n, s in self._scores.items()}}
@@ -279,13 +283,13 @@ class Pruner:
         if not isinstance(scores, Mapping):
             raise ValueError("state['scores'] must be a dict of tensors keyed by weight name")
         for n, s in scores.items():
-            if n not in self._layers or not isinstance(s, torch.Tensor) or tuple(s.shape) != self.protocol.shapes[n] \
+            if n not in self._layers or not isinstance(s, torch.Tensor) \
+                    or tuple(s.shape) != tuple(self._layers[n].part(self._original(n)).shape) \
                     or not s.is_floating_point() or not bool(torch.isfinite(s).all()):
                 raise ValueError(f"state['scores'][{n!r}] is not a finite float tensor of a pruned weight's shape")
         core = {**state, "masks": {n: m.detach().cpu().numpy() for n, m in masks.items()}}
         self.protocol.load_state_dict(core)            # checks the rest; raises before any change
-        for n in self.names:
-            self._par(n).set_mask(torch.from_numpy(self.protocol.masks[n].copy()))
+        self._set_masks(self.protocol.masks)
         self._loads = [self._par(n).loads for n in self.names]
         self._scores = {n: s.detach().clone().to(self._original(n).device) for n, s in scores.items()}
         self._pending.clear()
@@ -302,9 +306,8 @@ class Pruner:
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
-        for n in self.names:
-            w = self._layers[n]
-            parametrize.remove_parametrizations(w.module, w.tensor_name, leave_parametrized=True)
+        for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in self._layers.values()):
+            parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
         self._removed = True
         self._pending.clear()
         return self.model
@@ -323,8 +326,9 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     """Register mask parametrizations on the selected weights of ``model``.
 
     Weights of Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d, Embedding(Bag)
-    and MultiheadAttention (``in_proj_weight`` or ``q/k/v_proj_weight``, and
-    ``out_proj.weight``) are candidates; ``config.op_names`` /
+    and MultiheadAttention (``in_proj_weight.q/.k/.v`` — the three thirds of
+    the fused projection, pruned as three weights — or ``q/k/v_proj_weight``,
+    and ``out_proj.weight``) are candidates; ``config.op_names`` /
     ``excluded_op_names`` regexes pick among their names
     (``"features.0.weight"``). Everything is checked before the model is
     touched. With a magnitude criterion, an update point at the current step
@@ -368,27 +372,27 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     by_name = {w.name: w for w in candidates}
     protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
     layers = [by_name[n] for n in protocol.names]
-    seen: dict[int, str] = {}
+    owner: dict[int, PrunableWeight] = {}     # parameter -> first weight reading it
+    tensors = list(dict.fromkeys((w.module, w.tensor_name) for w in layers))
     for w in layers:
         if parametrize.is_parametrized(w.module, w.tensor_name):
             raise ValueError(f"weight {w.name!r} already has a parametrization; sparsify_torch needs plain weights "
                              "(exclude it with excluded_op_names)")
         p = w.module._parameters[w.tensor_name]
-        if id(p) in seen:
-            raise ValueError(f"weights {seen[id(p)]!r} and {w.name!r} are the same (tied) parameter; exclude one "
+        first = owner.setdefault(id(p), w)
+        if (first.module, first.tensor_name) != (w.module, w.tensor_name):
+            raise ValueError(f"weights {first.name!r} and {w.name!r} are the same (tied) parameter; exclude one "
                              "of them with excluded_op_names")
-        seen[id(p)] = w.name
         if not p.is_floating_point():
             raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
-    done: list[PrunableWeight] = []
+    done: list[tuple[nn.Module, str]] = []
     try:
-        for w in layers:
-            p = w.module._parameters[w.tensor_name]
-            parametrize.register_parametrization(w.module, w.tensor_name,
-                                                 MaskParametrization(torch.ones_like(p.detach())))
-            done.append(w)
+        for module, tensor_name in tensors:
+            p = module._parameters[tensor_name]
+            parametrize.register_parametrization(module, tensor_name, MaskParametrization(torch.ones_like(p.detach())))
+            done.append((module, tensor_name))
         return Pruner(model, protocol, layers, process_group)
     except BaseException:
-        for w in done:   # nothing half-applied
-            parametrize.remove_parametrizations(w.module, w.tensor_name, leave_parametrized=False)
+        for module, tensor_name in done:   # nothing half-applied
+            parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)
         raise

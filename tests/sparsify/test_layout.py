@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sparsify.layout import canonical_to_tf, from_2d, tf_to_canonical, to_2d
+from sparsify.layout import (canonical_to_conv_transpose, canonical_to_tf, conv_transpose_to_canonical, from_2d,
+                             tf_to_canonical, to_2d)
 
 
 def test_2d_view_puts_input_channel_fastest():
@@ -52,3 +53,30 @@ def test_unknown_kind():
         tf_to_canonical(np.zeros((2, 2)), "lstm")
     with pytest.raises(ValueError, match="kind must be one of"):
         canonical_to_tf(np.zeros((2, 2)), "lstm", (2, 2))
+
+
+def test_transposed_conv_rows_are_output_channels_in_tf_and_torch():
+    rng = np.random.default_rng(1)
+    torch_w = rng.random((4, 6, 3, 2))                       # torch ConvTranspose2d (in=4, out=6, kh, kw)
+    keras_k = torch_w.transpose(2, 3, 1, 0)                  # Keras Conv2DTranspose (kh, kw, out, in)
+    c_torch = conv_transpose_to_canonical(torch_w)
+    c_tf = tf_to_canonical(keras_k, "conv_transpose")
+    assert c_torch.shape == c_tf.shape == (6, 4, 3, 2)       # (out, in, kh, kw), like every conv
+    assert (c_torch == c_tf).all()
+    assert c_tf[5, 1, 2, 0] == keras_k[2, 0, 5, 1] == torch_w[1, 5, 2, 0]
+    # the 2-D view has output channels as rows and the input channel fastest in each row
+    assert to_2d(c_tf)[5, :4].tolist() == torch_w[:, 5, 0, 0].tolist()
+
+
+def test_grouped_transposed_conv_layout_literal():
+    groups, cin, out_g = 2, 4, 3                             # in/g = 2, out = 6
+    w = np.arange(cin * out_g).reshape(cin, out_g, 1)
+    c = conv_transpose_to_canonical(w, groups)
+    assert c.shape == (groups * out_g, cin // groups, 1)
+    for o in range(groups * out_g):
+        g, o_local = divmod(o, out_g)
+        for i_local in range(cin // groups):
+            assert c[o, i_local, 0] == w[g * (cin // groups) + i_local, o_local, 0]
+    assert (canonical_to_conv_transpose(c, groups) == w).all()
+    with pytest.raises(ValueError, match="groups must be a positive integer dividing"):
+        conv_transpose_to_canonical(w, 3)

@@ -148,6 +148,6 @@ def test_batch_matmul_and_conv_transpose_masks_equal_core(pattern):
         sess.run(pr.update_op)
         got = pr.get_masks(sess, canonical=True)
     want = sparsify.PruningEngine(cfg).compute_masks(
-        {"bmm/kernel": bm.T, "deconv/kernel": ct.transpose(3, 2, 0, 1)}, 0)
+        {"bmm/kernel": bm.T, "deconv/kernel": ct.transpose(2, 3, 0, 1)}, 0)   # rows = output channels
     for n in want:
         np.testing.assert_array_equal(got[n], want[n], err_msg=n)

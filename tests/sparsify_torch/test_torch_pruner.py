@@ -103,8 +103,8 @@ def test_selects_every_supported_layer_by_parameter_name():
     torch.manual_seed(0)
     model = Zoo()
     pruner = prune(model, {"target_sparsity": 0.5, **ONE_SHOT})
-    assert pruner.names == ["emb.weight", "attn.in_proj_weight", "attn.out_proj.weight", "c1.weight",
-                            "features.0.weight", "features.1.weight"]
+    assert pruner.names == ["emb.weight", "attn.in_proj_weight.q", "attn.in_proj_weight.k", "attn.in_proj_weight.v",
+                            "attn.out_proj.weight", "c1.weight", "features.0.weight", "features.1.weight"]
     assert all(s == 0.5 for s in pruner.sparsity().values())
     assert not parametrize.is_parametrized(model.norm)
     # MultiheadAttention really uses the masked projections.
@@ -131,15 +131,36 @@ def test_op_names_and_excluded_op_names():
     assert not parametrize.is_parametrized(model.classifier)
 
 
-def test_masks_match_core_for_torch_layout_weights():
+def test_masks_match_core_for_canonical_weights():
+    """The core sees q, k, v of MultiheadAttention as three weights and a transposed conv with output
+    channels as rows (DESIGN rule 1); conversions written here, independently of the adapter."""
     torch.manual_seed(1)
     model = Zoo()
     raw = {n: p.detach().numpy().copy() for n, p in model.named_parameters() if p.ndim >= 2}
-    pruner = prune(model, {"target_sparsity": 0.7, "pruning_scope": "global", **ONE_SHOT})
-    want = PruningEngine({"target_sparsity": 0.7, "pruning_scope": "global", **ONE_SHOT}).compute_masks(
-        {n: raw[n] for n in pruner.names}, 0)
-    for n, m in pruner.masks().items():
-        np.testing.assert_array_equal(m.numpy(), want[n])
+    e = model.attn.embed_dim
+    canon = {"emb.weight": raw["emb.weight"], "attn.out_proj.weight": raw["attn.out_proj.weight"],
+             "c1.weight": raw["c1.weight"], "features.0.weight": raw["features.0.weight"],
+             "features.1.weight": raw["features.1.weight"].transpose(1, 0, 2, 3)}      # (in, out, k) -> (out, in, k)
+    for i, part in enumerate("qkv"):
+        canon[f"attn.in_proj_weight.{part}"] = raw["attn.in_proj_weight"][i * e:(i + 1) * e]
+    cfg = {"target_sparsity": 0.7, "pruning_scope": "global", **ONE_SHOT}
+    pruner = prune(model, cfg)
+    want = PruningEngine(cfg).compute_masks({n: canon[n] for n in pruner.names}, 0)
+    got = pruner.masks()
+    for n in pruner.names:
+        expected = want[n].transpose(1, 0, 2, 3) if n == "features.1.weight" else want[n]
+        np.testing.assert_array_equal(got[n].numpy(), expected, err_msg=n)
+    fused = model.attn.parametrizations.in_proj_weight[0].mask.bool().numpy()
+    np.testing.assert_array_equal(fused, np.concatenate([want[f"attn.in_proj_weight.{p}"] for p in "qkv"]))
+
+
+def test_transposed_conv_channel_patterns_prune_output_channels():
+    layer = nn.ConvTranspose2d(3, 4, 2)                 # weight (in=3, out=4, 2, 2)
+    with torch.no_grad():
+        layer.weight.copy_(torch.arange(1.0, 49.0).view(3, 4, 2, 2))
+    prune(layer, {"target_sparsity": 0.5, "pattern": "1x12", **ONE_SHOT})   # a whole row of the (4, 12) view
+    out_alive = (layer.weight != 0).any(dim=(0, 2, 3)).tolist()
+    assert out_alive == [False, False, True, True]      # whole output channels, the lowest two
 
 
 # ----- training ------------------------------------------------------------------------------
@@ -336,7 +357,11 @@ def test_any_layer_masks_equal_core_and_pruned_weights_are_zero(layer, ratio, pa
     cfg = {"target_sparsity": ratio, "pattern": pattern, **ONE_SHOT}
     pruner = prune(layer, cfg)
     mask = pruner.masks()["weight"]
-    np.testing.assert_array_equal(mask.numpy(), PruningEngine(cfg).compute_masks({"weight": raw}, 0)["weight"])
+    if isinstance(layer, nn.ConvTranspose2d):            # the core sees (out, in, k): output channels as rows
+        want = PruningEngine(cfg).compute_masks({"weight": raw.transpose(1, 0, 2, 3)}, 0)["weight"].transpose(1, 0, 2, 3)
+    else:
+        want = PruningEngine(cfg).compute_masks({"weight": raw}, 0)["weight"]
+    np.testing.assert_array_equal(mask.numpy(), want)
     assert torch.all(layer.weight[~mask] == 0) and torch.equal(layer.weight[mask], torch.from_numpy(raw)[mask])
     (layer.weight * torch.arange(layer.weight.numel()).view_as(layer.weight)).sum().backward()
     assert torch.all(layer.parametrizations.weight.original.grad[~mask] == 0)

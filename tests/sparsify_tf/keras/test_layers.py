@@ -37,7 +37,7 @@ def test_every_layer_type_is_found_with_its_canonical_shape(K):
         dw: ("depthwise", (3, 3, 4, 2), (8, 1, 3, 3)),
         "sep/depthwise_kernel": ("depthwise", (3, 3, 8, 1), (8, 1, 3, 3)),
         "sep/pointwise_kernel": ("conv", (1, 1, 8, 6), (6, 8, 1, 1)),
-        "convt/kernel": ("conv_transpose", (3, 3, 5, 6), (6, 5, 3, 3)),
+        "convt/kernel": ("conv_transpose", (3, 3, 5, 6), (5, 6, 3, 3)),      # (kh, kw, out, in) -> (out, in, kh, kw)
         "conv3/kernel": ("conv", (1, 1, 1, 1, 2), (2, 1, 1, 1, 1)),
         "emb/embeddings": ("embedding", (20, 8), (20, 8)),
         "conv1d/kernel": ("conv", (2, 8, 8), (8, 8, 2)),
@@ -121,7 +121,7 @@ def test_masks_match_the_core_for_every_layer_type(K, digits):
             return k.reshape(-1, k.shape[-1]).T     # output: (heads, dim, out)
         return {"dense": lambda a: a.T, "embedding": lambda a: a,
                 "conv": lambda a: np.moveaxis(np.moveaxis(a, -1, 0), -1, 1),
-                "conv_transpose": lambda a: np.moveaxis(np.moveaxis(a, -1, 0), -1, 1),
+                "conv_transpose": lambda a: a.transpose(2, 3, 0, 1),      # rows = the layer's output channels
                 "depthwise": lambda a: a.reshape(a.shape[0], a.shape[1], -1).transpose(2, 0, 1)[:, None]}[kind](k)
 
     eng = sparsify.PruningEngine(cfg)
