@@ -72,9 +72,13 @@ class PruningEngine:
         return chosen
 
     def check_layers(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
-        """Raise ``ValueError`` now if a selected weight does not fit the pattern."""
+        """Raise ``ValueError`` now if a selected weight does not fit the pattern.
+
+        Empty weights (a zero dimension) have nothing to prune and always fit.
+        """
         for name, shape in shapes.items():
-            self.pattern.check_shape(name, tuple(shape))
+            if 0 not in tuple(shape):
+                self.pattern.check_shape(name, tuple(shape))
 
     # ----- schedule ----------------------------------------------------------------------
     def target_sparsity(self, step: int) -> float:
@@ -108,10 +112,44 @@ class PruningEngine:
         pass their own. With ``monotone`` (the default) earlier pruned weights
         stay pruned.
         """
+        weights = {n: _numeric(f"weights[{n!r}]", w) for n, w in weights.items()}
         if scores is None:
             if self.needs_gradients:
                 raise ValueError(f"criterion {self.config.criterion!r} needs scores computed from gradients; "
                                  "pass scores=...")
-            scores = {n: magnitude(np.asarray(w)) for n, w in weights.items()}
-        pre = pre_masks if self.config.monotone else None
-        return self.pattern.get_masks(scores, self.target_sparsity(step), pre)
+            scores = {n: magnitude(w) for n, w in weights.items()}
+        else:
+            _same_layers("scores", scores, weights)
+            scores = {n: _numeric(f"scores[{n!r}]", scores[n], weights[n].shape) for n in weights}
+        pre = None
+        if pre_masks is not None:
+            unknown = [n for n in pre_masks if n not in weights]
+            if unknown:
+                raise ValueError(f"pre_masks names weights {unknown} that are not being pruned "
+                                 f"(weights: {list(weights)[:10]}); pass masks keyed like the weights")
+            for n, m in pre_masks.items():
+                if np.shape(m) != weights[n].shape:
+                    raise ValueError(f"pre_masks[{n!r}] has shape {np.shape(m)}, but the weight has shape "
+                                     f"{weights[n].shape}")
+            pre = pre_masks if self.config.monotone else None
+        empty = [n for n, w in weights.items() if w.size == 0]
+        masks = self.pattern.get_masks({n: s for n, s in scores.items() if n not in empty},
+                                       self.target_sparsity(step),
+                                       None if pre is None else {n: m for n, m in pre.items() if n not in empty})
+        masks.update({n: np.ones(weights[n].shape, dtype=bool) for n in empty})
+        return {n: masks[n] for n in weights}
+
+
+def _numeric(what: str, array: Any, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    a = np.asarray(array)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{what} must be a real numeric array (float or int), got dtype {a.dtype}")
+    if shape is not None and a.shape != shape:
+        raise ValueError(f"{what} has shape {a.shape}, but the weight has shape {shape}")
+    return a
+
+
+def _same_layers(what: str, given: Mapping[str, Any], weights: Mapping[str, Any]) -> None:
+    if set(given) != set(weights):
+        raise ValueError(f"{what} must have exactly the weights' keys: missing {sorted(set(weights) - set(given))}, "
+                         f"unknown {sorted(set(given) - set(weights))}")

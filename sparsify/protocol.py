@@ -40,6 +40,9 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
@@ -48,7 +51,8 @@ import numpy as np
 from .config import PruningConfig
 from .engine import PruningEngine
 
-__all__ = ["PruningProtocol", "MaskUpdate", "sparsity_figures", "STATE_VERSION"]
+__all__ = ["PruningProtocol", "MaskUpdate", "sparsity_figures", "config_fingerprint", "fingerprint_differences",
+           "STATE_VERSION"]
 
 STATE_VERSION = 1
 _INT64_MAX = 2 ** 63 - 1
@@ -98,6 +102,43 @@ def sparsity_figures(masks: Arrays, prefix: str = "sparsity") -> dict[str, float
         out[f"{prefix}/{name}"] = k / n if n else 0.0
         pruned, total = pruned + k, total + n
     return {prefix: pruned / total if total else 0.0, **out}
+
+
+def config_fingerprint(config: PruningConfig | Mapping[str, Any]) -> np.ndarray:
+    """One int64 per config field (in field order): a digest of its value.
+
+    Frameworks that keep pruning state in fixed-shape variables (Keras, TF
+    graphs) save it beside the masks, so a resume with another config is
+    refused naming the keys that differ (:func:`fingerprint_differences`).
+
+    Example:
+        >>> fp = config_fingerprint({"pattern": "4x1"})
+        >>> fp.shape == (len(dataclasses.fields(PruningConfig)),), fp.dtype
+        (True, dtype('int64'))
+    """
+    cfg = PruningConfig.coerce(config)
+    values = cfg.to_dict()
+    out = np.empty(len(values), dtype=np.int64)
+    for i, f in enumerate(dataclasses.fields(PruningConfig)):
+        digest = hashlib.sha256(json.dumps(values[f.name], sort_keys=True).encode()).digest()
+        out[i] = np.frombuffer(digest[:8], dtype="<i8")[0]
+    return out
+
+
+def fingerprint_differences(config: PruningConfig | Mapping[str, Any], fingerprint: Any) -> list[str]:
+    """Names of the config fields whose saved digests differ from ``config``'s.
+
+    Example:
+        >>> fingerprint_differences({"pattern": "2:4", "target_sparsity": 0.5},
+        ...                         config_fingerprint({"pattern": "4x1", "target_sparsity": 0.5}))
+        ['pattern']
+    """
+    mine = config_fingerprint(config)
+    saved = np.asarray(fingerprint, dtype=np.int64).reshape(-1)
+    names = [f.name for f in dataclasses.fields(PruningConfig)]
+    if saved.shape != mine.shape:
+        return names
+    return [n for n, a, b in zip(names, mine, saved) if a != b]
 
 
 def _read(source: ArraysOrReader) -> Arrays | None:

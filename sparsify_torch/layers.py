@@ -31,7 +31,7 @@ from torch import nn
 
 from sparsify.layout import canonical_to_conv_transpose, conv_transpose_to_canonical
 
-__all__ = ["PrunableWeight", "prunable_weights", "SUPPORTED_MODULES"]
+__all__ = ["PrunableWeight", "prunable_weights", "hooked_weights", "SUPPORTED_MODULES"]
 
 #: Module types whose weights are prunable, with the tensor names pruned.
 SUPPORTED_MODULES: tuple[type[nn.Module], ...] = (
@@ -90,10 +90,35 @@ def _tensor_names(module: nn.Module) -> list[str]:
 
 
 def _get(module: nn.Module, tensor_name: str):
-    """The raw parameter, looking through existing parametrizations."""
+    """The raw parameter, looking through existing parametrizations (None if there is no single one:
+    a parametrization with several originals, such as weight_norm's, is reported when pruning)."""
     if hasattr(module, "parametrizations") and tensor_name in module.parametrizations:
-        return module.parametrizations[tensor_name].original
+        plist = module.parametrizations[tensor_name]
+        return plist.original if hasattr(plist, "original") else plist.original0
     return module._parameters.get(tensor_name)
+
+
+#: Parameters that old-style weight hooks (torch.nn.utils.spectral_norm / weight_norm) create
+#: instead of ``weight``; the weight they compute cannot be masked.
+_HOOKED = {"weight_orig": "spectral_norm", "weight_g": "weight_norm", "weight_v": "weight_norm"}
+
+
+def hooked_weights(model: nn.Module) -> dict[str, str]:
+    """``{layer name: hook}`` for supported layers whose weight is computed by an old-style hook.
+
+    Example:
+        >>> m = torch.nn.Sequential(torch.nn.utils.spectral_norm(torch.nn.Linear(2, 2)))
+        >>> hooked_weights(m)
+        {'0': 'spectral_norm'}
+    """
+    out = {}
+    for name, module in model.named_modules():
+        if isinstance(module, SUPPORTED_MODULES) and "weight" not in module._parameters:
+            for p, hook in _HOOKED.items():
+                if p in module._parameters:
+                    out[name] = hook
+                    break
+    return out
 
 
 def _weights_of(name: str, module: nn.Module, tensor_name: str, shape: tuple[int, ...]) -> list[PrunableWeight]:

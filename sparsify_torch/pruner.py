@@ -22,6 +22,7 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
@@ -32,7 +33,7 @@ from torch.nn.utils import parametrize
 from sparsify import PruningConfig, criteria
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
-from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights
+from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
 
 __all__ = ["Pruner", "prune"]
@@ -361,6 +362,9 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(model, torch.jit.ScriptModule):
+        raise TypeError("model is a TorchScript module (torch.jit.script/trace); its weights cannot be "
+                        "parametrized: call prune() on the eager model, train, Pruner.remove(), then script it")
     config = PruningConfig.coerce(config)
     if _has_mask_param(model):
         raise ValueError("model is already pruned (it has MaskParametrization layers); call Pruner.remove() "
@@ -369,6 +373,11 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     if not candidates:
         kinds = ", ".join(t.__name__ for t in SUPPORTED_MODULES)
         raise ValueError(f"model has no prunable weights; supported layers are {kinds}")
+    hooked = hooked_weights(model)
+    if hooked:
+        warnings.warn(f"layers {sorted(hooked)} compute their weight with an old-style hook "
+                      f"({', '.join(sorted(set(hooked.values())))}); their weights are not pruned. Remove the hook "
+                      "(torch.nn.utils.remove_spectral_norm / remove_weight_norm) to prune them", stacklevel=2)
     by_name = {w.name: w for w in candidates}
     protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
     layers = [by_name[n] for n in protocol.names]
@@ -376,8 +385,10 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     tensors = list(dict.fromkeys((w.module, w.tensor_name) for w in layers))
     for w in layers:
         if parametrize.is_parametrized(w.module, w.tensor_name):
-            raise ValueError(f"weight {w.name!r} already has a parametrization; sparsify_torch needs plain weights "
-                             "(exclude it with excluded_op_names)")
+            kinds = [type(x).__name__ for x in w.module.parametrizations[w.tensor_name]]
+            raise ValueError(f"weight {w.name!r} already has a parametrization ({', '.join(kinds)}); sparsify_torch "
+                             "needs plain weights: exclude it with excluded_op_names, or remove it first "
+                             f"(torch.nn.utils.parametrize.remove_parametrizations(module, {w.tensor_name!r}))")
         p = w.module._parameters[w.tensor_name]
         first = owner.setdefault(id(p), w)
         if (first.module, first.tensor_name) != (w.module, w.tensor_name):
@@ -385,6 +396,9 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
                              "of them with excluded_op_names")
         if not p.is_floating_point():
             raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
+        if p.is_meta:
+            raise ValueError(f"weight {w.name!r} is on the meta device (it holds no data); materialize the model "
+                             "(model.to_empty(device=...) and initialise its weights) before pruning")
     done: list[tuple[nn.Module, str]] = []
     try:
         for module, tensor_name in tensors:

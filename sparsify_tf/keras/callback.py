@@ -44,7 +44,7 @@ import keras as _keras3
 
 from sparsify import PruningConfig
 from sparsify.criteria import needs_gradients
-from sparsify.protocol import MaskUpdate, PruningProtocol
+from sparsify.protocol import MaskUpdate, PruningProtocol, config_fingerprint, fingerprint_differences
 
 from .compat import keras_flavor, optimizer_slots, steps_per_execution, tf_variable, unwrap_optimizer
 from .grad_masking import GRAD_MASKING_OPTIMIZERS, grad_masking_supported, uninstall_grad_hook
@@ -232,9 +232,10 @@ class PruningCallback(_keras3.callbacks.Callback):
             if old != [(pw.path, pw.tf_shape) for pw in chosen]:
                 raise ValueError(f"model {model.name!r} already carries pruning state for {[p for p, _ in old]}; "
                                  "call strip_pruning(model) before pruning a different selection")
+            self._check_fingerprint(state, f"model {model.name!r} already carries pruning state")
         else:
             with strategy_of(model).scope():
-                state = state_class(flavor)(chosen)
+                state = state_class(flavor)(chosen, config_fingerprint(self.config))
             attach_state(model, state, flavor)
         object.__setattr__(state, "owner", weakref.ref(self))
         install_train_step(model, state, flavor)
@@ -253,15 +254,27 @@ class PruningCallback(_keras3.callbacks.Callback):
             self.attach(model)
         if getattr(model, "optimizer", None) is None:
             raise ValueError(f"model {model.name!r} has no optimizer: compile it before fit")
+        if not model.trainable_weights:
+            raise ValueError(f"model {model.name!r} has no trainable weights (trainable=False?): fit never advances "
+                             "optimizer.iterations, so the pruning schedule could never move; unfreeze the model "
+                             "(or the layers to prune) before fit")
         if self.log_dir is not None and self._writer is None:
             self._writer = tf.summary.create_file_writer(self.log_dir)
         self._spe = steps_per_execution(model)
         self._autotune = bool(getattr(model, "_autotune_steps_per_execution", False))
         self._refresh = True
 
+    def _check_fingerprint(self, state: Any, what: str) -> None:
+        diff = fingerprint_differences(self.config, state.fingerprint.numpy())
+        if diff:
+            raise ValueError(f"{what} saved with a different pruning config (keys that differ: {', '.join(diff)}); "
+                             "resume with the config it was saved with, or strip_pruning(model) to start a new "
+                             "pruning run")
+
     def _sync_from_state(self) -> None:
         """Restore the protocol from the (possibly just restored) state variables."""
         st = self._state
+        self._check_fingerprint(st, f"the pruning state of model {self.model.name!r} was")
         self.protocol.restore(int(st.last_step.numpy()),
                               {pw.path: pw.to_canonical(m.numpy()) for pw, m in zip(st.pweights, st.masks)})
         self._next = _as_bound(self.protocol.next_step())

@@ -1,16 +1,18 @@
 """The pruning state Keras saves with the model.
 
-One mask variable per pruned weight (TF layout, the weight's dtype) and the
-step of the last mask update live in a small non-trainable layer attached to
+One mask variable per pruned weight (TF layout, the weight's dtype), the
+step of the last mask update and the config's fingerprint
+(:func:`sparsify.protocol.config_fingerprint`, so a resume with another config
+is refused naming the keys) live in a small non-trainable layer attached to
 the model as ``model._sparsify_pruning_state``. Keras saves it with the
 model's weights (``save_weights``, ``ModelCheckpoint``, ``BackupAndRestore``),
 so an interrupted run resumes to exactly the same masks and weights.
 
 Example:
-    >>> import keras
+    >>> import keras, numpy as np
     >>> from sparsify_tf.keras.layers import find_prunable_weights
     >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="fc")])
-    >>> st = state_class("keras3")(find_prunable_weights(m))
+    >>> st = state_class("keras3")(find_prunable_weights(m), np.zeros(3, np.int64))
     >>> [tuple(v.shape) for v in st.masks], int(st.last_step.numpy())
     ([(4, 3)], -1)
 """
@@ -39,9 +41,9 @@ def state_class(flavor: str) -> type:
     K = keras_module(flavor)
 
     class PruningState(K.layers.Layer):
-        """Mask variables and the last update step, saved with the model's weights."""
+        """Mask variables, the last update step and the config fingerprint, saved with the model's weights."""
 
-        def __init__(self, pweights: list[PrunableWeight], **kwargs: Any) -> None:
+        def __init__(self, pweights: list[PrunableWeight], fingerprint: Any, **kwargs: Any) -> None:
             super().__init__(name="sparsify_pruning_state", trainable=False, **kwargs)
             extra = {"autocast": False} if flavor == "keras3" else {}
             masks = []
@@ -50,10 +52,14 @@ def state_class(flavor: str) -> type:
                                              initializer="ones", trainable=False, **extra))
             last = self.add_weight(name="last_update_step", shape=(), dtype="int64",
                                    initializer=K.initializers.Constant(-1), trainable=False, **extra)
+            fp = self.add_weight(name="config_fingerprint", shape=(len(fingerprint),), dtype="int64",
+                                 initializer="zeros", trainable=False, **extra)
+            fp.assign(fingerprint)
             # Plain attributes: keep them out of Keras' layer/variable tracking.
             object.__setattr__(self, "pweights", list(pweights))
             object.__setattr__(self, "masks", masks)
             object.__setattr__(self, "last_step", last)
+            object.__setattr__(self, "fingerprint", fp)
             object.__setattr__(self, "slot_count", 0)
             object.__setattr__(self, "per_step_paths", [pw.path for pw in pweights])
             object.__setattr__(self, "owner", None)

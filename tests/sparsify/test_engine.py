@@ -54,3 +54,25 @@ def test_masking_active_after_end():
     eng = PruningEngine({"end_step": 10, "leave_enabled": False})
     assert eng.masking_active(10) and not eng.masking_active(11)
     assert PruningEngine({"end_step": 10}).masking_active(1000)
+
+
+def test_compute_masks_checks_scores_and_pre_masks_against_the_weights():
+    eng = PruningEngine({"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+    w = {"w": np.arange(4.0).reshape(2, 2)}
+    with pytest.raises(ValueError, match=r"scores\['w'\] has shape \(3, 3\), but the weight has shape \(2, 2\)"):
+        eng.compute_masks(w, 0, scores={"w": np.ones((3, 3))})
+    with pytest.raises(ValueError, match=r"scores must have exactly the weights' keys: missing \['w'\], unknown \['v'\]"):
+        eng.compute_masks(w, 0, scores={"v": np.ones((2, 2))})
+    with pytest.raises(ValueError, match=r"pre_masks names weights \['x'\] that are not being pruned"):
+        eng.compute_masks(w, 0, pre_masks={"x": np.ones((2, 2), bool)})
+    with pytest.raises(ValueError, match=r"pre_masks\['w'\] has shape \(4,\)"):
+        eng.compute_masks(w, 0, pre_masks={"w": np.ones(4, bool)})
+    with pytest.raises(TypeError, match=r"weights\['w'\] must be a real numeric array .* got dtype object"):
+        eng.compute_masks({"w": np.array([[1, "a"]], dtype=object)}, 0)
+
+
+def test_empty_weights_have_nothing_to_prune():
+    eng = PruningEngine({"target_sparsity": 0.5, "pattern": "2:4", "start_step": 0, "end_step": 0})
+    eng.check_layers({"empty": (0, 4), "w": (1, 4)})
+    masks = eng.compute_masks({"empty": np.zeros((0, 4), np.float32), "w": np.array([[4.0, 1.0, 3.0, 2.0]])}, 0)
+    assert masks["empty"].shape == (0, 4) and masks["w"].tolist() == [[True, False, True, False]]

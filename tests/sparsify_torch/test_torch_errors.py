@@ -128,3 +128,48 @@ def test_mask_parametrization_checks():
     p = MaskParametrization(torch.ones(2, 2))
     with pytest.raises(ValueError, match=r"mask shape \(3,\) differs from the parametrized weight's shape \(2, 2\)"):
         p.set_mask(torch.ones(3))
+
+
+# ----- models sparsify_torch cannot mask: each refused or reported, naming the layer ---------
+def test_torchscript_model_is_refused_with_what_to_do():
+    with pytest.raises(TypeError, match="TorchScript module.*call prune\\(\\) on the eager model"):
+        prune(torch.jit.script(nn.Sequential(nn.Linear(4, 4))), ONE_SHOT)
+
+
+@pytest.mark.parametrize("hook, name", [(nn.utils.spectral_norm, "spectral_norm"),
+                                        (nn.utils.weight_norm, "weight_norm")])
+def test_old_style_weight_hooks_are_reported_by_layer(hook, name):
+    model = nn.Sequential(hook(nn.Linear(4, 4)), nn.Linear(4, 4))
+    with pytest.warns(UserWarning, match=rf"layers \['0'\] compute their weight with an old-style hook \({name}\)"):
+        pruner = prune(model, ONE_SHOT)
+    assert pruner.names == ["1.weight"]
+
+
+@pytest.mark.parametrize("wrap, kind", [(nn.utils.parametrizations.weight_norm, "_WeightNorm"),
+                                        (nn.utils.parametrizations.spectral_norm, "_SpectralNorm")])
+def test_parametrized_weights_are_refused_naming_the_weight(wrap, kind):
+    model = nn.Sequential(wrap(nn.Linear(4, 4)))
+    with pytest.raises(ValueError, match=rf"weight '0.weight' already has a parametrization \({kind}\).*"
+                                         r"remove_parametrizations"):
+        prune(model, ONE_SHOT)
+    assert not any(isinstance(m, MaskParametrization) for m in model.modules())
+
+
+def test_meta_device_model_is_refused_naming_the_weight():
+    model = nn.Sequential(nn.Linear(4, 4, device="meta"))
+    with pytest.raises(ValueError, match="weight '0.weight' is on the meta device"):
+        prune(model, ONE_SHOT)
+    assert not any(isinstance(m, MaskParametrization) for m in model.modules())
+
+
+def test_load_state_dict_refuses_bad_values_and_another_config():
+    model = mlp()
+    pruner = prune(model, ONE_SHOT)
+    good = pruner.state_dict()
+    for change, match in [({"masks": {n: m.float() * 3 for n, m in good["masks"].items()}}, "only 0 and 1"),
+                          ({"step": -100}, r"state\['step'\] must be >= 0"),
+                          ({"done_step": 10 ** 6}, r"done_step'\] in \[-1, step\]"),
+                          ({"config": {**good["config"], "pattern": "2:4"}}, "pattern: saved '2:4', now '1x1'")]:
+        with pytest.raises(ValueError, match=match):
+            pruner.load_state_dict({**good, **change})
+    assert pruner.state_dict()["step"] == good["step"] and pruner.sparsity()["fc1.weight"] == 0.5

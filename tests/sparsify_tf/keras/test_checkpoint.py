@@ -163,3 +163,28 @@ def test_strip_and_reload_in_a_process_without_sparsify(digits, tmp_path):
         assert out["stripped.keras"] == [0.0, zero_frac[flavor]]
         assert out["unstripped.keras"] == [0.0, zero_frac[flavor]]
         assert out["savedmodel"][0] < 1e-5
+
+
+def test_resume_with_another_config_is_refused_naming_the_keys(K, digits, tmp_path):
+    X, y = _data(digits)
+    path = str(tmp_path / ("ckpt.weights.h5" if K.__name__ == "keras" else "ckpt"))
+    first = _fresh(K)
+    first.fit(X, y, batch_size=32, epochs=1, verbose=0, shuffle=False,
+              callbacks=[PruningCallback({**CFG, "pattern": "1x2"}), K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    resumed = _fresh(K, seed=5)
+    if K.__name__ == "keras":
+        resumed.optimizer.build(resumed.trainable_variables)
+    cb = PruningCallback({**CFG, "pattern": "2:4", "target_sparsity": 0.5})
+    cb.attach(resumed)
+    resumed.load_weights(path)
+    with pytest.raises(ValueError, match="saved with a different pruning config \\(keys that differ: "
+                                         "target_sparsity, pattern\\)"):
+        resumed.fit(X, y, batch_size=32, epochs=2, initial_epoch=1, verbose=0, callbacks=[cb])
+    # a second fit of the same model with a new callback of another config: refused too
+    again = PruningCallback({**CFG, "pattern": "1x2", "target_sparsity": 0.5})
+    with pytest.raises(ValueError, match="already carries pruning state saved with a different pruning config "
+                                         "\\(keys that differ: target_sparsity\\)"):
+        first.fit(X, y, batch_size=32, epochs=1, verbose=0, callbacks=[again])
+    strip_pruning(first)                               # what the message says to do: then a new run works
+    first.fit(X, y, batch_size=32, epochs=1, verbose=0, callbacks=[again])
+    assert again.sparsity["total"] > 0

@@ -93,3 +93,11 @@ def test_not_a_keras_model_and_different_selection_on_same_model(K):
     PruningCallback({"op_names": ["^a/"]}).attach(model)
     with pytest.raises(ValueError, match=r"already carries pruning state for \['a/kernel'\]"):
         PruningCallback({"op_names": ["^b/"]}).attach(model)
+
+
+def test_frozen_model_is_refused_before_training(K, digits):
+    model = mlp(K)
+    model.trainable = False
+    compile_(model, K)
+    with pytest.raises(ValueError, match="has no trainable weights .*the pruning schedule could never move"):
+        model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[PruningCallback({"end_step": 0})])
