@@ -183,7 +183,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     rows, total_exact = _layer_results(cfg, target, run.weights)
     notes = list(run.extra)
     if cfg.end_step > run.final_step:
-        notes.append(f"the schedule ends at step {cfg.end_step}, after the last training step ({run.final_step}); "
+        notes.append(f"end_step {cfg.end_step} comes after the last training step ({run.final_step}); "
                      f"the target shown is the schedule's sparsity at step {run.final_step}")
     res = DemoResult(framework, cfg, steps, target, rows, run.dense_accuracy, run.pruned_accuracy, seconds,
                      total_exact, notes=notes)

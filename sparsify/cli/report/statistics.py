@@ -43,8 +43,8 @@ def is_optimizer_state(name: str) -> bool:
     """Is the tensor called ``name`` optimizer state (a slot, a step counter) rather than a model weight?
 
     Example:
-        >>> is_optimizer_state("dense/kernel/Adam"), is_optimizer_state("global_step"), is_optimizer_state("dense/kernel")
-        (True, True, False)
+        >>> [is_optimizer_state(n) for n in ("dense/kernel/Adam", "global_step", "dense/kernel")]
+        [True, True, False]
     """
     return _OPTIMIZER_RX.search(name) is not None
 

@@ -118,3 +118,12 @@ def test_demo_bad_input(tmp_path):
         assert res.returncode == 1 and len(err) == 1 and needle in err[0], (args, res.stderr)
     with pytest.raises(ValueError, match="framework must be one of"):
         run_demo("jax")
+
+
+def test_demo_says_when_end_step_comes_after_training():
+    cfg = default_config(steps=100).replace(end_step=100, pruning_frequency=10)
+    res = run_demo("torch", cfg, steps=20, progress=False)
+    # the target is the schedule read at the last update point passed (step 20)
+    assert res.target == cfg.schedule().sparsity(20) and res.total_exact
+    assert "end_step 100 comes after the last training step (20); the target shown is the schedule's " \
+           "sparsity at step 20" in format_result(res).splitlines()
