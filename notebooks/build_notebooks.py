@@ -18,7 +18,7 @@ SETUP = """\
 import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
-from sparsify.demo.data import load_digits_split, batch_indices
+from sparsify.cli.demo.data import load_digits_split, batch_indices
 data = load_digits_split(seed=0)      # scikit-learn's bundled 8x8 digits, no download
 print(data.x_train.shape, data.x_test.shape)"""
 
@@ -96,7 +96,7 @@ print("max |difference| between training and exported graph:", float(np.abs(expo
 assert np.allclose(exported, original, atol=1e-5)"""),
     ("code", """\
 from sparsify.layout import tf_to_canonical
-from sparsify.plots import plot_mask
+from sparsify.cli.plots import plot_mask
 fc1 = sess.run(kernels["fc1"])                 # TF layout (in, out); the core's layout is (out, in)
 plot_mask(tf_to_canonical(fc1, "dense") != 0, name="fc1 (1x4 blocks)")"""),
 ]
@@ -144,7 +144,7 @@ for name, kernels in results.items():
         assert abs((k == 0).mean() - 0.75) < 1e-3, (name, layer)
 print("both flavours: every kernel exactly 75% zeros")"""),
     ("code", """\
-from sparsify.plots import plot_layer_sparsity
+from sparsify.cli.plots import plot_layer_sparsity
 plot_layer_sparsity({f"{n}: {l}": float((k == 0).mean()) for n, ks in results.items() for l, k in ks.items()},
                     target=0.75)"""),
 ]
@@ -268,7 +268,7 @@ assert out.shape == ref.shape and after["MACs"] < before["MACs"] and after["para
 # a plain module: it saves and loads like any torch model (here the whole module, as it has a new shape)
 print(small.layer1[0].conv1)
 torch.save(small.state_dict(), "resnet18_pruned.pt")
-from sparsify.report import build_report
+from sparsify.cli.report import build_report
 print(build_report("resnet18_pruned.pt").totals(weights_only=True))"""),
 ]
 

@@ -1,7 +1,10 @@
-"""``python -m sparsify`` runs the ``sparsify`` command (see :mod:`sparsify.cli`)."""
+"""``python -m sparsify`` runs the ``sparsify`` command (see :mod:`sparsify.cli`).
+
+The application's entry point: like :mod:`sparsify.cli`, not part of the core.
+"""
 import sys
 
-from .cli import main
+from sparsify.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

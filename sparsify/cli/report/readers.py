@@ -1,4 +1,4 @@
-"""Read saved weights and report their sparsity and pattern conformity.
+"""Read every numeric tensor of a saved weights file, whatever framework wrote it.
 
 Reads, without executing any code stored in the file:
 
@@ -13,40 +13,29 @@ Reads, without executing any code stored in the file:
   and HDF5 weight files (``.h5`` / ``.weights.h5``),
 * NumPy ``.npz`` archives (``allow_pickle=False``).
 
-TensorFlow and Keras kernels are converted to the canonical (PyTorch) layout
-with :func:`sparsify.layout.tf_to_canonical` before a pattern is checked; the
-kind is guessed from the name and rank (rank 2: dense, rank >= 3: conv, a
-``depthwise`` name: depthwise). TensorFlow and torch are imported lazily
-only when a file of theirs is read.
+Arrays come back in the file's own layout; :data:`FORMATS` says which layout
+that is. TensorFlow and torch are imported only when a file of theirs is read.
 
 Example:
-    >>> import numpy as np
-    >>> w = np.array([[0.0, 1.0, 0.0, 2.0], [3.0, 0.0, 0.0, 4.0]])
-    >>> pattern_conformity(w, "2:4")["conforms"]
-    True
-    >>> tensor_stats("fc.weight", w, pattern="2:4").sparsity
-    0.5
+    >>> import numpy as np, tempfile, os
+    >>> f = os.path.join(tempfile.mkdtemp(), "w.npz"); np.savez(f, w=np.zeros((2, 2)))
+    >>> fmt, tensors = read_tensors(f)
+    >>> fmt, FORMATS[fmt], tensors["w"].shape
+    ('npz', 'canonical', (2, 2))
 """
 from __future__ import annotations
 
-import importlib
 import io
 import os
 import re
 import zipfile
-from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
-from ._frameworks import import_tensorflow, import_torch
-from .layout import tf_to_canonical, to_2d
-from .patterns import PatternNInM, PatternNxM, get_pattern
+from ..frameworks import import_tensorflow, import_torch
 
-__all__ = [
-    "FORMATS", "TensorStats", "SparsityReport", "detect_format", "read_tensors", "guess_tf_kind",
-    "pattern_conformity", "tensor_stats", "build_report", "format_report",
-]
+__all__ = ["FORMATS", "detect_format", "read_tensors"]
 
 #: Formats :func:`read_tensors` understands, with the layout their kernels use.
 FORMATS: dict[str, str] = {
@@ -60,12 +49,8 @@ FORMATS: dict[str, str] = {
 }
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-_OPTIMIZER_RX = re.compile(
-    r"(^|/)optimizer(/|$)|OPTIMIZER_SLOT|(^|/)(beta[12]_power|global_step|save_counter|iteration)s?(/|$)"
-    r"|/(Adam|Adam_1|Momentum|RMSProp|RMSProp_1|Adagrad|ExponentialMovingAverage)$")
 
 
-# ----- reading -----------------------------------------------------------------------------
 def detect_format(path: str | os.PathLike) -> str:
     """Name of the format of ``path`` (a key of :data:`FORMATS`), from its content.
 
@@ -190,7 +175,9 @@ def _read_graph_constants(p: str, saved_model: bool) -> dict[str, np.ndarray]:
         with open(p, "rb") as fh:
             raw = fh.read()
         if saved_model:
-            proto = importlib.import_module("tensorflow.core.protobuf.saved_model_pb2").SavedModel()
+            from tensorflow.core.protobuf import saved_model_pb2
+
+            proto = saved_model_pb2.SavedModel()
             proto.ParseFromString(raw)
             graphs = [mg.graph_def for mg in proto.meta_graphs]
         else:
@@ -291,207 +278,3 @@ def read_tensors(path: str | os.PathLike, fmt: str | None = None) -> tuple[str, 
     if not tensors:
         raise ValueError(f"{p!r} ({fmt}) holds no numeric tensors")
     return fmt, tensors
-
-
-# ----- analysis ------------------------------------------------------------------------------
-def guess_tf_kind(name: str, shape: tuple[int, ...]) -> str | None:
-    """Guess the TF layout kind of a kernel from its name and rank (None: not a kernel).
-
-    Example:
-        >>> guess_tf_kind("conv/kernel", (3, 3, 8, 16)), guess_tf_kind("dense/kernel", (8, 4))
-        ('conv', 'dense')
-    """
-    low = name.lower()
-    if len(shape) < 2:
-        return None
-    if "embedding" in low:
-        return "embedding"
-    if "depthwise" in low and len(shape) == 4:
-        return "depthwise"
-    if "transpose" in low and len(shape) >= 3:
-        return "conv_transpose"
-    return "dense" if len(shape) == 2 else "conv"
-
-
-def pattern_conformity(w: np.ndarray, pattern: Any) -> dict[str, Any]:
-    """Does the zero structure of a canonical weight satisfy ``pattern``?
-
-    For ``"N:M"``: every group of M consecutive weights along the last axis of
-    the 2-D view holds at least N zeros. For ``"NxM"`` blocks: every zero lies
-    in a block that is entirely zero (``"1x1"`` always conforms).
-
-    Returns:
-        ``{"fits": bool, "conforms": bool | None, "units": int, "violations": int,
-        "reason": str | None}``; ``conforms`` is None when the 2-D view does not fit.
-
-    Example:
-        >>> pattern_conformity(np.array([[0.0, 0.0, 1.0, 1.0]]), "1x2")["conforms"]
-        True
-        >>> pattern_conformity(np.array([[0.0, 1.0, 1.0, 1.0]]), "2:4")["violations"]
-        1
-    """
-    pat = get_pattern(pattern)
-    w2 = to_2d(np.asarray(w))
-    reason = pat.fits(w2.shape)
-    if reason is not None:
-        return {"fits": False, "conforms": None, "units": 0, "violations": 0, "reason": reason}
-    nonzero = w2 != 0
-    if isinstance(pat, PatternNInM):
-        zeros_per_group = (~pat.groups(nonzero)).sum(axis=-1)
-        units = int(zeros_per_group.size)
-        violations = int((zeros_per_group < pat.N).sum())
-    elif isinstance(pat, PatternNxM):
-        touched = pat.unit_pre_pruned(nonzero)            # blocks holding at least one zero
-        units = int(touched.size)
-        violations = int((touched & ~_all_zero(pat, nonzero)).sum())   # ... but not entirely zero
-    else:  # a registered pattern we do not know: report fit only
-        return {"fits": True, "conforms": None, "units": 0, "violations": 0,
-                "reason": f"no conformity rule for pattern family {type(pat).__name__}"}
-    return {"fits": True, "conforms": violations == 0, "units": units, "violations": violations, "reason": None}
-
-
-def _all_zero(pat: PatternNxM, nonzero2d: np.ndarray) -> np.ndarray:
-    """Blocks (unit shape) whose elements are all zero."""
-    # unit_pre_pruned(m) marks blocks where m has a False; with m = ~nonzero it marks
-    # blocks holding a non-zero, so its negation is "entirely zero".
-    return ~pat.unit_pre_pruned(~nonzero2d)
-
-
-@dataclass
-class TensorStats:
-    """Sparsity of one tensor (and conformity of its 2-D view to a pattern)."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    size: int
-    zeros: int
-    sparsity: float
-    is_weight: bool
-    pattern: dict[str, Any] | None = None
-
-
-def tensor_stats(name: str, value: np.ndarray, pattern: Any = None, layout: str = "canonical") -> TensorStats:
-    """Statistics of one tensor; ``layout="tf"`` converts kernels to canonical first.
-
-    Example:
-        >>> tensor_stats("k", np.zeros((4, 2)), layout="tf").zeros
-        8
-    """
-    value = np.asarray(value)
-    zeros = int(value.size - np.count_nonzero(value))
-    is_weight = value.ndim >= 2
-    conf = None
-    if pattern is not None and is_weight:
-        canon = value
-        if layout == "tf":
-            kind = guess_tf_kind(name, value.shape)
-            if kind is not None:
-                try:
-                    canon = tf_to_canonical(value, kind)
-                except ValueError:
-                    canon = value
-        conf = pattern_conformity(canon, pattern)
-    return TensorStats(name=name, shape=tuple(int(d) for d in value.shape), dtype=str(value.dtype),
-                       size=int(value.size), zeros=zeros, sparsity=(zeros / value.size) if value.size else 0.0,
-                       is_weight=is_weight, pattern=conf)
-
-
-@dataclass
-class SparsityReport:
-    """Per-tensor and total sparsity of one weights file."""
-
-    path: str
-    format: str
-    pattern: str | None
-    tensors: list[TensorStats] = field(default_factory=list)
-
-    def totals(self, weights_only: bool = False) -> dict[str, Any]:
-        """``{"size", "zeros", "sparsity"}`` over all tensors (or only those of rank >= 2)."""
-        ts = [t for t in self.tensors if t.is_weight or not weights_only]
-        size = sum(t.size for t in ts)
-        zeros = sum(t.zeros for t in ts)
-        return {"tensors": len(ts), "size": size, "zeros": zeros, "sparsity": zeros / size if size else 0.0}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain, JSON-serialisable dict."""
-        out = {"path": self.path, "format": self.format, "pattern": self.pattern,
-               "tensors": [dict(asdict(t), shape=list(t.shape)) for t in self.tensors],
-               "total": self.totals(), "weights_total": self.totals(weights_only=True)}
-        if self.pattern is not None:
-            checked = [t for t in self.tensors if t.pattern is not None and t.pattern["fits"]]
-            out["pattern_conforms"] = bool(checked) and all(t.pattern["conforms"] for t in checked)
-        return out
-
-
-def build_report(path: str | os.PathLike, pattern: str | None = None, include_optimizer: bool = False,
-                 fmt: str | None = None) -> SparsityReport:
-    """Read ``path`` and compute its :class:`SparsityReport`.
-
-    Optimizer state (slots, step counters) is left out unless ``include_optimizer``.
-
-    Example:
-        >>> import numpy as np, tempfile, os
-        >>> d = tempfile.mkdtemp(); f = os.path.join(d, "w.npz")
-        >>> np.savez(f, w=np.array([[0.0, 1.0, 0.0, 2.0]]))
-        >>> build_report(f, pattern="2:4").to_dict()["pattern_conforms"]
-        True
-    """
-    if pattern is not None:
-        get_pattern(pattern)          # validate before reading anything
-    fmt, tensors = read_tensors(path, fmt)
-    layout = FORMATS[fmt]
-    rep = SparsityReport(path=os.fspath(path), format=fmt, pattern=pattern)
-    for name, value in tensors.items():
-        if not include_optimizer and _OPTIMIZER_RX.search(name):
-            continue
-        if value.dtype.kind in "iu" and value.ndim == 0:
-            continue                   # counters
-        rep.tensors.append(tensor_stats(name, value, pattern, layout))
-    if not rep.tensors:
-        raise ValueError(f"{os.fspath(path)!r} ({fmt}) holds only optimizer state; use include_optimizer")
-    return rep
-
-
-def _fmt_pattern(conf: dict[str, Any] | None) -> str:
-    if conf is None:
-        return "-"
-    if not conf["fits"]:
-        return "does not fit"
-    if conf["conforms"] is None:
-        return "?"
-    if conf["conforms"]:
-        return "yes"
-    return f"no ({conf['violations']}/{conf['units']} bad)"
-
-
-def format_report(rep: SparsityReport) -> str:
-    """Human-readable table of a :class:`SparsityReport`.
-
-    Example:
-        >>> r = SparsityReport("w.npz", "npz", None, [tensor_stats("w", np.zeros((2, 2)))])
-        >>> "100.00%" in format_report(r)
-        True
-    """
-    rows = [("name", "shape", "dtype", "sparsity", "zeros / size") + ((rep.pattern,) if rep.pattern else ())]
-    for t in rep.tensors:
-        row = (t.name, "x".join(map(str, t.shape)) or "scalar", t.dtype, f"{100 * t.sparsity:.2f}%",
-               f"{t.zeros} / {t.size}")
-        rows.append(row + ((_fmt_pattern(t.pattern),) if rep.pattern else ()))
-    for label, tot in (("total (all tensors)", rep.totals()), ("total (weights, rank >= 2)", rep.totals(True))):
-        rows.append((label, "", "", f"{100 * tot['sparsity']:.2f}%", f"{tot['zeros']} / {tot['size']}")
-                    + (("",) if rep.pattern else ()))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    right = {3, 4}
-    lines = [f"{rep.path} ({rep.format}), {len(rep.tensors)} tensors"]
-    for i, r in enumerate(rows):
-        cells = [c.rjust(w) if j in right else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))]
-        lines.append("  ".join(cells).rstrip())
-        if i == 0 or i == len(rep.tensors):
-            lines.append("  ".join("-" * w for w in widths))
-    if rep.pattern:
-        d = rep.to_dict()
-        if "pattern_conforms" in d:
-            lines.append(f"pattern {rep.pattern}: {'every' if d['pattern_conforms'] else 'NOT every'} "
-                         "weight that fits it conforms")
-    return "\n".join(lines)

@@ -3,43 +3,43 @@
 Three backends share one model (``64 -> 128 -> 64 -> 10``), data split and
 schedule: ``"tf-graph"`` (``tf.compat.v1`` graph mode through
 ``sparsify_tf``), ``"keras"`` (``sparsify_tf.keras.PruningCallback``) and
-``"torch"`` (``sparsify_torch.prune``). Each backend imports its framework
-lazily, so the core never needs TensorFlow or PyTorch.
+``"torch"`` (``sparsify_torch.prune``). A backend imports its framework when
+it runs, so ``sparsify demo --framework torch`` never loads TensorFlow.
+``print(format_result(run_demo("torch", cfg, steps=100)))`` is what
+``sparsify demo --framework torch --steps 100`` prints.
 
 Example:
-    >>> from sparsify.demo import default_config, run_demo, format_result
+    >>> from sparsify.cli.demo import default_config
     >>> cfg = default_config(pattern="2:4", steps=100)
-    >>> (cfg.target_sparsity, cfg.end_step, cfg.pruning_frequency)
-    (0.5, 66, 6)
-    >>> print(format_result(run_demo("torch", cfg, steps=100, progress=False)))  # doctest: +SKIP
+    >>> (cfg.target_sparsity, cfg.start_step, cfg.end_step, cfg.pruning_frequency)
+    (0.5, 0, 66, 6)
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from ..config import PruningConfig
-from ..engine import PruningEngine
-from ..layout import to_2d
-from ..patterns import PatternNInM, get_pattern
+from sparsify.config import PruningConfig
+from sparsify.engine import PruningEngine
+from sparsify.layout import to_2d
+from sparsify.patterns import PatternNInM, get_pattern
+
+from ..plots import plot_layer_sparsity, plot_mask, plot_schedule
+from . import keras_backend, tf_graph, torch_backend
 from .common import LAYERS, BackendRun
 from .data import load_digits_split
 
 __all__ = ["FRAMEWORKS", "DEFAULT_STEPS", "default_config", "run_demo", "format_result", "DemoResult", "LayerResult"]
 
-#: ``--framework`` name -> backend module.
-FRAMEWORKS: dict[str, str] = {
-    "tf-graph": "sparsify.demo.tf_graph",
-    "keras": "sparsify.demo.keras_backend",
-    "torch": "sparsify.demo.torch_backend",
-}
+#: ``--framework`` name -> backend module (its ``train`` imports the framework when called).
+FRAMEWORKS: dict[str, ModuleType] = {"tf-graph": tf_graph, "keras": keras_backend, "torch": torch_backend}
 DEFAULT_STEPS = 300
 
 
@@ -171,10 +171,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
         if out_dir.exists() and not out_dir.is_dir():
             raise ValueError(f"out {os.fspath(out)!r} exists and is not a directory")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        backend = importlib.import_module(FRAMEWORKS[framework])
-    except ImportError as e:
-        raise ImportError(f"the {framework} demo needs its framework: {e}") from None
+    backend = FRAMEWORKS[framework]
     data = load_digits_split(seed)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -186,7 +183,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     rows, total_exact = _layer_results(cfg, target, run.weights)
     notes = list(run.extra)
     if cfg.end_step > run.final_step:
-        notes.append(f"the schedule ends at step {cfg.end_step}, after the last training step ({run.final_step}); "
+        notes.append(f"end_step {cfg.end_step} comes after the last training step ({run.final_step}); "
                      f"the target shown is the schedule's sparsity at step {run.final_step}")
     res = DemoResult(framework, cfg, steps, target, rows, run.dense_accuracy, run.pruned_accuracy, seconds,
                      total_exact, notes=notes)
@@ -201,24 +198,19 @@ def _write_out(out: Path, res: DemoResult, run: BackendRun) -> list[str]:
     res.config.to_yaml(out / "config.yaml")
     files.append(str(out / "config.yaml"))
     files += run.files
-    try:
-        from ..plots import plot_layer_sparsity, plot_mask, plot_schedule
-    except ImportError:  # pragma: no cover - plots are optional
-        plot_schedule = None
-    if plot_schedule is not None:
-        try:
-            plot_schedule(res.config, max(res.steps, res.config.end_step) + 1, path=out / "schedule.png")
-            files.append(str(out / "schedule.png"))
-            targets = {r.name: r.target for r in res.layers if r.target is not None}
-            plot_layer_sparsity({r.name: r.achieved for r in res.layers}, targets or None,
-                                path=out / "layer_sparsity.png",
-                                title=f"{res.framework}: sparsity per layer ({res.config.pattern})")
-            files.append(str(out / "layer_sparsity.png"))
-            for name, w in run.weights.items():
-                plot_mask(w != 0, name=name, path=out / f"mask_{name}.png")
-                files.append(str(out / f"mask_{name}.png"))
-        except ImportError as e:
-            res.notes.append(f"plots skipped: {e}")
+    try:                                   # matplotlib is an optional extra
+        plot_schedule(res.config, max(res.steps, res.config.end_step) + 1, path=out / "schedule.png")
+        files.append(str(out / "schedule.png"))
+        targets = {r.name: r.target for r in res.layers if r.target is not None}
+        plot_layer_sparsity({r.name: r.achieved for r in res.layers}, targets or None,
+                            path=out / "layer_sparsity.png",
+                            title=f"{res.framework}: sparsity per layer ({res.config.pattern})")
+        files.append(str(out / "layer_sparsity.png"))
+        for name, w in run.weights.items():
+            plot_mask(w != 0, name=name, path=out / f"mask_{name}.png")
+            files.append(str(out / f"mask_{name}.png"))
+    except ImportError as e:
+        res.notes.append(f"plots skipped: {e}")
     with open(out / "summary.json", "w", encoding="utf-8") as fh:
         json.dump(res.to_dict() | {"files": files + [str(out / "summary.json")]}, fh, indent=2)
     files.append(str(out / "summary.json"))
@@ -241,7 +233,8 @@ def format_result(res: DemoResult) -> str:
     cfg = res.config
     head = (f"sparsify demo: {res.framework}, digits MLP 64-128-64-10, pattern {cfg.pattern}, "
             f"{cfg.pruning_scope} scope, {cfg.sparsity_decay_type} schedule to {100 * cfg.target_sparsity:g}% "
-            f"(steps {cfg.start_step}-{cfg.end_step}, every {cfg.pruning_frequency}), {res.steps} steps per phase")
+            f"(start_step {cfg.start_step}, end_step {cfg.end_step}, pruning_frequency {cfg.pruning_frequency}), "
+            f"{res.steps} steps per phase")
     rows = [("layer", "shape", "target", "achieved", "kept / total", "exact")]
     for r in res.layers:
         rows.append((r.name, "x".join(map(str, r.shape)), _pct(r.target), _pct(r.achieved), f"{r.kept} / {r.total}",

@@ -1,4 +1,4 @@
-"""The ``sparsify`` command: ``demo``, ``report`` and ``schedule``.
+"""The ``sparsify`` command: argument parsing and the ``demo``, ``report`` and ``schedule`` subcommands.
 
 Examples (shell)::
 
@@ -12,8 +12,17 @@ Bad input (a missing or unreadable file, an unknown format, a bad config key)
 prints one line on stderr and exits with status 1 (2 for command-line usage
 errors), without a traceback. Set ``SPARSIFY_DEBUG=1`` to see tracebacks.
 
+TensorFlow and torch are imported only where a subcommand needs them (the
+demo's backend, reading a file of theirs), so ``sparsify --help`` and
+``sparsify schedule`` never load them.
+
 Example:
-    >>> main(["schedule", "--set", "end_step=4", "--set", "pruning_frequency=2"])  # doctest: +SKIP
+    >>> main(["schedule", "--set", "target_sparsity=0.5", "--set", "end_step=4", "--set", "pruning_frequency=2"])
+    gradual schedule: 0% -> 50%, start_step 0, end_step 4, pruning_frequency 2, pattern 1x1
+        step   schedule   applied  update
+           0      0.00%     0.00%  yes
+           2     43.75%    43.75%  yes
+           4     50.00%    50.00%  yes
     0
 """
 from __future__ import annotations
@@ -23,6 +32,17 @@ import json
 import os
 import sys
 from typing import Any, Sequence
+
+import numpy as np
+import yaml
+
+from sparsify import __version__
+from sparsify.config import SCHEDULE_TYPES, PruningConfig, load_yaml_mapping, yaml_loader
+from sparsify.patterns import registered_patterns
+
+from .demo import FRAMEWORKS, default_config, format_result, run_demo
+from .plots import plot_schedule, schedule_points
+from .report import FORMATS, build_report, format_report
 
 __all__ = ["main", "build_parser", "build_config", "CLIError"]
 
@@ -42,14 +62,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 # ----- config helpers --------------------------------------------------------------------------
-from .config import load_yaml_mapping, yaml_loader as _yaml_loader  # noqa: E402  (keeps `pattern: 2:4` a string)
-
-
 def _load_yaml_value(raw: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.load(raw, Loader=_yaml_loader()) if raw.strip() else ""
+    try:            # yaml_loader keeps an unquoted `2:4` a string (YAML 1.1 reads it as base-60 124)
+        return yaml.load(raw, Loader=yaml_loader()) if raw.strip() else ""
     except yaml.YAMLError:
         return raw
 
@@ -71,7 +86,7 @@ def _parse_set(items: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
-def build_config(config: str | None = None, sets: Sequence[str] | None = None, **overrides: Any):
+def build_config(config: str | None = None, sets: Sequence[str] | None = None, **overrides: Any) -> PruningConfig:
     """A validated :class:`~sparsify.PruningConfig` from a YAML file, ``--set`` items and overrides.
 
     Later sources win: the file, then ``sets`` (``"key=value"``, values parsed
@@ -81,8 +96,6 @@ def build_config(config: str | None = None, sets: Sequence[str] | None = None, *
         >>> build_config(None, ["pattern=2:4"], target_sparsity=0.5).pattern
         '2:4'
     """
-    from .config import PruningConfig
-
     data: dict[str, Any] = _load_config_file(config) if config else {}
     data.update(_parse_set(sets))
     data.update({k: v for k, v in overrides.items() if v is not None})
@@ -91,10 +104,6 @@ def build_config(config: str | None = None, sets: Sequence[str] | None = None, *
 
 # ----- schedule ----------------------------------------------------------------------------------
 def _cmd_schedule(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from .plots import schedule_points
-
     cfg = build_config(args.config, args.set)
     steps, applied, upd = schedule_points(cfg, args.steps)
     sched = cfg.schedule()
@@ -112,16 +121,14 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
                           "sparsity": [float(applied[s]) for s in rows],
                           "update": [bool(upd[s]) for s in rows]}, indent=2))
     else:
-        print(f"{cfg.sparsity_decay_type} schedule: {100 * cfg.init_sparsity:g}% -> {100 * cfg.target_sparsity:g}% "
-              f"from step {cfg.start_step} to {cfg.end_step}, mask update every {cfg.pruning_frequency} steps, "
+        print(f"{cfg.sparsity_decay_type} schedule: {100 * cfg.init_sparsity:g}% -> {100 * cfg.target_sparsity:g}%, "
+              f"start_step {cfg.start_step}, end_step {cfg.end_step}, pruning_frequency {cfg.pruning_frequency}, "
               f"pattern {cfg.pattern}")
         print(f"{'step':>8}  {'schedule':>9}  {'applied':>8}  update")
         for s in rows:
             print(f"{int(s):>8}  {100 * float(sched.sparsity(int(s))):>8.2f}%  {100 * float(applied[s]):>7.2f}%  "
                   f"{'yes' if upd[s] else ''}")
     if args.plot:
-        from .plots import plot_schedule
-
         plot_schedule(cfg, args.steps, path=args.plot)
         if not args.json:
             print(f"plot written to {args.plot}")
@@ -130,8 +137,6 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
 
 # ----- report ------------------------------------------------------------------------------------
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import build_report, format_report
-
     rep = build_report(args.path, pattern=args.pattern, include_optimizer=args.all, fmt=args.format)
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2))
@@ -142,8 +147,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 # ----- demo --------------------------------------------------------------------------------------
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import default_config, format_result, run_demo
-
     if args.steps is not None and args.steps < 1:
         raise CLIError(f"--steps must be a positive integer, got {args.steps}")
     if args.config:
@@ -160,15 +163,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ----- parser ------------------------------------------------------------------------------------
+def _pattern_help(what: str) -> str:
+    families = ", ".join(registered_patterns())
+    return f"{what}: a pattern of a registered family ({families}), e.g. 1x1, 4x1, channelx1, 2:4"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``sparsify`` command.
+
+    Pattern families and schedule kinds in the help come from the core
+    (:func:`sparsify.patterns.registered_patterns`, :data:`sparsify.config.SCHEDULE_TYPES`),
+    the demo's frameworks and the report's formats from :mod:`.demo` and :mod:`.report`.
 
     Example:
         >>> build_parser().parse_args(["report", "model.pt", "--json"]).json
         True
     """
-    from . import __version__
-
+    set_help = "override one config key, e.g. end_step=1000 or pruning_frequency=50 (repeatable)"
     p = _Parser(prog=PROG, description="Exact, fast sparsity while training for TensorFlow graphs, Keras and PyTorch.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", metavar="{demo,report,schedule}", parser_class=_Parser)
@@ -176,14 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="train a small model on scikit-learn's digits, dense and pruned",
                        description="Train a small MLP on scikit-learn's bundled digits dense, then with gradual "
                                    "pruning, and print per-layer target vs achieved sparsity and accuracy.")
-    d.add_argument("--framework", choices=("tf-graph", "keras", "torch"), default="tf-graph",
+    d.add_argument("--framework", choices=tuple(FRAMEWORKS), default="tf-graph",
                    help="backend (default: tf-graph, TensorFlow compat.v1 graph mode)")
-    d.add_argument("--pattern", default=None, help="sparsity pattern: 1x1 (default), 4x1, channelx1, 2:4, ...")
+    d.add_argument("--pattern", default=None, help=_pattern_help("sparsity pattern (default 1x1)"))
     d.add_argument("--sparsity", type=float, default=None,
                    help="target sparsity in [0, 1) (default 0.9, or N/M for an N:M pattern)")
     d.add_argument("--steps", type=int, default=None, help="training steps per phase (default 300)")
     d.add_argument("--config", metavar="FILE.yaml", help="pruning config (YAML); --pattern/--sparsity override it")
-    d.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config key (repeatable)")
+    d.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
     d.add_argument("--out", metavar="DIR", help="write the pruned model, the config used and plots here")
     d.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -193,18 +204,19 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Read weights without executing code from the file and print per-tensor and "
                                    "total sparsity, and (with --pattern) whether each 2-D view satisfies a pattern.")
     r.add_argument("path", help="torch state_dict (.pt), TF checkpoint (prefix or dir), SavedModel dir, frozen .pb, .keras, .h5, .npz")
-    r.add_argument("--pattern", default=None, help="check each weight's 2-D view against a pattern, e.g. 2:4 or 4x1")
+    r.add_argument("--pattern", default=None, help=_pattern_help("check each weight's 2-D view against a pattern"))
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.add_argument("--all", action="store_true", help="include optimizer state (slots, step counters)")
-    r.add_argument("--format", default=None,
-                   choices=("torch", "tf-checkpoint", "savedmodel", "graphdef", "keras", "hdf5", "npz"),
+    r.add_argument("--format", default=None, choices=tuple(FORMATS),
                    help="file format (default: detected from the content)")
     r.set_defaults(func=_cmd_report)
 
     s = sub.add_parser("schedule", help="print or plot the sparsity-vs-step curve of a config",
-                       description="Print the sparsity at each mask update point of a config (or plot it).")
+                       description="Print the sparsity at each mask update point of a config (or plot it): "
+                                   "from start_step to end_step, a mask update every pruning_frequency steps. "
+                                   f"Schedule kinds (sparsity_decay_type): {', '.join(SCHEDULE_TYPES)}.")
     s.add_argument("--config", metavar="FILE.yaml", help="pruning config (YAML); default: PruningConfig()")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config key (repeatable)")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
     s.add_argument("--steps", type=int, default=None, help="horizon in steps (default: 10%% past end_step)")
     s.add_argument("--every", type=int, default=None, help="print every N steps instead of the update points")
     s.add_argument("--max-rows", type=int, default=40, help="at most this many update points printed (default 40)")
@@ -222,8 +234,10 @@ def _one_line(e: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (0 ok, 1 error, 2 usage error).
 
+    Errors go to stderr as one line; the status is what comes back.
+
     Example:
-        >>> main(["report", "no/such/file.pt"])  # doctest: +SKIP
+        >>> main(["report", "no/such/file.pt"])
         1
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -251,6 +265,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "(set SPARSIFY_DEBUG=1 for a traceback)\n")
         return 1
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

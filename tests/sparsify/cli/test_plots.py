@@ -1,11 +1,11 @@
-"""`sparsify.plots`: the data each plot draws, and the PNGs it writes."""
+"""`sparsify.cli.plots`: the data each plot draws, and the PNGs it writes."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from sparsify import PruningConfig
-from sparsify.plots import plot_layer_sparsity, plot_mask, plot_schedule, schedule_points
+from sparsify.cli.plots import plot_layer_sparsity, plot_mask, plot_schedule, schedule_points
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

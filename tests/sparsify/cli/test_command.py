@@ -1,4 +1,5 @@
-"""The `sparsify` command: `schedule`, `report` and error handling (the demo is in tests/test_demo.py)."""
+"""`sparsify.cli.command`: the `sparsify` command's `schedule`, `report`, help and error handling
+(the demo is in test_demo.py)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparsify.cli import build_config, main
+from sparsify.cli.command import build_config, build_parser, main
+from sparsify.cli.demo import FRAMEWORKS
+from sparsify.cli.report import FORMATS
+from sparsify.config import SCHEDULE_TYPES
+from sparsify.patterns import registered_patterns
 
 SPARSIFY = str(Path(sys.executable).with_name("sparsify"))
 
@@ -37,7 +42,7 @@ def test_schedule_table_literal(capsys):
     rows = [ln.split() for ln in lines[2:]]
     # gradual, exponent 3: 0.5 * (1 - (1 - 2/4) ** 3) = 43.75% at step 2
     assert rows == [["0", "0.00%", "0.00%", "yes"], ["2", "43.75%", "43.75%", "yes"], ["4", "50.00%", "50.00%", "yes"]]
-    assert lines[0].startswith("gradual schedule: 0% -> 50% from step 0 to 4")
+    assert lines[0] == "gradual schedule: 0% -> 50%, start_step 0, end_step 4, pruning_frequency 2, pattern 1x1"
 
 
 def test_schedule_every_and_json_from_yaml(tmp_path, capsys):
@@ -164,3 +169,46 @@ def test_report_npz_json_matches_numpy(tmp_path, capsys):
     assert main(["report", str(tmp_path / "w.npz"), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["tensors"][0]["zeros"] == int((w == 0).sum())
+
+
+# ----- help and start-up -----------------------------------------------------------------------------
+def test_help_lists_the_core_names(capsys):
+    for args in (("demo",), ("report",), ("schedule",)):
+        with pytest.raises(SystemExit) as e:
+            main([*args, "--help"])
+        assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())          # argparse wraps lines
+    # pattern families and schedule kinds come from the core's registries, not a hand-written list
+    assert text.count(f"registered family ({', '.join(registered_patterns())})") == 2
+    assert f"Schedule kinds (sparsity_decay_type): {', '.join(SCHEDULE_TYPES)}." in text
+    # the application's vocabulary is the config's: start_step, end_step, pruning_frequency
+    assert "from start_step to end_step, a mask update every pruning_frequency steps" in text
+    assert "e.g. end_step=1000 or pruning_frequency=50" in text
+    assert "begin_step" not in text and "update_step_freq" not in text
+
+
+def test_parser_choices_come_from_the_demo_and_the_report():
+    parser = build_parser()
+    assert [parser.parse_args(["report", "m", "--format", f]).format for f in FORMATS] == list(FORMATS)
+    assert [parser.parse_args(["demo", "--framework", f]).framework for f in FRAMEWORKS] == list(FRAMEWORKS)
+    assert parser.parse_args(["demo"]).framework == "tf-graph"
+
+
+def test_command_and_help_load_no_framework():
+    # `sparsify --help` and `sparsify schedule` stay fast: no TensorFlow, Keras or torch behind them
+    code = ("import sys\n"
+            "from sparsify.cli import main\n"
+            "import sparsify.cli.demo.tf_graph, sparsify.cli.demo.keras_backend, sparsify.cli.demo.torch_backend\n"
+            "import sparsify.cli.report.readers, sparsify.cli.plots, sparsify.cli.frameworks\n"
+            "assert main(['schedule', '--set', 'end_step=10']) == 0\n"
+            "heavy = ('tensorflow', 'keras', 'tf_keras', 'torch', 'sparsify_tf', 'sparsify_torch', 'matplotlib')\n"
+            "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] in heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3])))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "LOADED []"
+
+
+def test_python_dash_m_sparsify_help():
+    res = subprocess.run([sys.executable, "-m", "sparsify", "--help"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.startswith("usage: sparsify [-h] [--version] {demo,report,schedule}")

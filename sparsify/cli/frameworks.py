@@ -1,29 +1,35 @@
-"""Lazy, quiet imports of the frameworks for the command-line tools (private).
+"""Quiet, on-demand imports of TensorFlow and PyTorch for the application.
 
-The core never imports TensorFlow or torch at module import time; the CLI,
-the report reader and the demo backends call :func:`import_tensorflow` /
-:func:`import_torch` inside the functions that need them.
+``sparsify --help``, ``sparsify schedule`` and ``sparsify report`` on an
+``.npz`` file need neither framework, so the command imports one only inside
+the function that needs it: :func:`import_tensorflow` / :func:`import_torch`.
 
 A CUDA-enabled TensorFlow wheel on a machine without a GPU writes a few lines
 from native code (absl, before its log is initialised, so
 ``TF_CPP_MIN_LOG_LEVEL`` cannot hide them) while it is imported and while it
 first enumerates devices. :func:`import_tensorflow` sends the native stderr
-to /dev/null for exactly that first import; Python exceptions still propagate.
+to /dev/null for exactly that first import (:func:`native_stderr_silenced`);
+Python exceptions still propagate.
+
+Example:
+    >>> import os
+    >>> with native_stderr_silenced():
+    ...     _ = os.write(2, b"native noise nobody sees")
 """
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sys
 from types import ModuleType
 from typing import Iterator
 
-__all__ = ["import_tensorflow", "import_torch"]
+__all__ = ["import_tensorflow", "import_torch", "native_stderr_silenced"]
 
 
 @contextlib.contextmanager
-def _native_stderr_silenced() -> Iterator[None]:
+def native_stderr_silenced() -> Iterator[None]:
+    """Send file descriptor 2 (what native code writes to) to /dev/null inside the block."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -51,14 +57,14 @@ def import_tensorflow(quiet_python_logs: bool = True) -> ModuleType:
         ImportError: TensorFlow is not installed (names the extra to install).
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    first = "tensorflow" not in sys.modules
     try:
-        if first:
-            with _native_stderr_silenced():
-                tf = importlib.import_module("tensorflow")
+        if "tensorflow" not in sys.modules:
+            with native_stderr_silenced():
+                import tensorflow as tf
+
                 tf.config.list_physical_devices()
         else:
-            tf = importlib.import_module("tensorflow")
+            import tensorflow as tf
     except ImportError as e:
         raise ImportError(f"tensorflow is not installed ({e}); pip install 'sparsify[tf]'") from None
     if quiet_python_logs:
@@ -69,6 +75,7 @@ def import_tensorflow(quiet_python_logs: bool = True) -> ModuleType:
 def import_torch() -> ModuleType:
     """``import torch``, or an ImportError naming the extra to install."""
     try:
-        return importlib.import_module("torch")
+        import torch
     except ImportError as e:
         raise ImportError(f"torch is not installed ({e}); pip install 'sparsify[torch]'") from None
+    return torch

@@ -5,20 +5,20 @@ optimizer (its ``iterations`` restart at 0, which is what the callback's
 schedule follows) and fits again with the callback. ``strip_pruning`` then
 leaves a plain model, saved as ``model.keras``.
 
-Keras is imported lazily (``importlib``) so the core never needs it.
+TensorFlow and Keras are imported when :func:`train` runs, so choosing another backend never loads them.
 """
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._frameworks import import_tensorflow
-from ..config import PruningConfig
-from ..layout import tf_to_canonical
+from sparsify.config import PruningConfig
+from sparsify.layout import tf_to_canonical
+
+from ..frameworks import import_tensorflow
 from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, set_bar_sparsity
 from .data import Digits, batch_indices
 
@@ -28,8 +28,10 @@ __all__ = ["train"]
 def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, out: Path | None = None) -> BackendRun:
     """Train dense, then prune with ``PruningCallback`` for ``steps`` steps each."""
     tf = import_tensorflow()
-    keras = importlib.import_module("keras")
-    sk = importlib.import_module("sparsify_tf.keras")
+    import keras
+
+    import sparsify_tf.keras as sk
+
     keras.utils.set_random_seed(seed)
 
     class Progress(keras.callbacks.Callback):

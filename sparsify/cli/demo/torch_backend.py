@@ -1,16 +1,16 @@
 """Demo backend: PyTorch with ``sparsify_torch.prune`` (mask parametrizations + ``Pruner.step()``).
 
-torch is imported lazily (``importlib``) so the core never needs it.
+torch is imported when :func:`train` runs, so choosing another backend never loads it.
 """
 from __future__ import annotations
 
-import importlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from .._frameworks import import_torch
-from ..config import PruningConfig
+from sparsify.config import PruningConfig
+
+from ..frameworks import import_torch
 from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, set_bar_sparsity
 from .data import Digits, batch_indices
 
@@ -20,8 +20,8 @@ __all__ = ["train"]
 def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, out: Path | None = None) -> BackendRun:
     """Train dense, then prune with ``sparsify_torch.prune`` for ``steps`` steps each."""
     torch = import_torch()
-    sparsify_torch = importlib.import_module("sparsify_torch")
-    nn = torch.nn
+    import sparsify_torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)            # a tiny MLP: one thread is fastest and leaves the other cores alone
     try:

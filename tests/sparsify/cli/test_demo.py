@@ -1,4 +1,5 @@
-"""`sparsify demo` for each framework, run the way a user runs it (the installed console script)."""
+"""`sparsify.cli.demo`: `sparsify demo` for each framework, run the way a user runs it (the installed console
+script)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sparsify.demo import default_config, format_result, run_demo
+from sparsify.cli import main
+from sparsify.cli.demo import FRAMEWORKS, default_config, format_result, run_demo
 
 SPARSIFY = str(Path(sys.executable).with_name("sparsify"))
 STEPS = "40"
@@ -40,7 +42,12 @@ def check_layer(row: list[str], shape: str, target: str, kept: int, total: int) 
     assert row == [shape, target, target, str(kept), "/", str(total), "yes"], row
 
 
-@pytest.mark.parametrize("framework", ["tf-graph", "keras", "torch"])
+def test_frameworks():
+    assert list(FRAMEWORKS) == ["tf-graph", "keras", "torch"]
+    assert all(callable(backend.train) for backend in FRAMEWORKS.values())
+
+
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
 def test_demo_each_framework(framework, tmp_path):
     out = tmp_path / "out"
     res = run_cli("demo", "--framework", framework, "--steps", STEPS, "--no-progress", "--out", str(out))
@@ -76,8 +83,6 @@ def test_demo_pattern_config_and_skipped_layer(tmp_path, capsys):
     cfg = tmp_path / "prune.yaml"
     cfg.write_text("pattern: 4x1\ntarget_sparsity: 0.75\nstart_step: 0\nend_step: 20\npruning_frequency: 5\n"
                    "skip_incompatible_layers: true\n")
-    from sparsify.cli import main
-
     assert main(["demo", "--framework", "torch", "--steps", "30", "--config", str(cfg), "--no-progress"]) == 0
     out = capsys.readouterr().out
     rows = table(out)
@@ -113,3 +118,12 @@ def test_demo_bad_input(tmp_path):
         assert res.returncode == 1 and len(err) == 1 and needle in err[0], (args, res.stderr)
     with pytest.raises(ValueError, match="framework must be one of"):
         run_demo("jax")
+
+
+def test_demo_says_when_end_step_comes_after_training():
+    cfg = default_config(steps=100).replace(end_step=100, pruning_frequency=10)
+    res = run_demo("torch", cfg, steps=20, progress=False)
+    # the target is the schedule read at the last update point passed (step 20)
+    assert res.target == cfg.schedule().sparsity(20) and res.total_exact
+    assert "end_step 100 comes after the last training step (20); the target shown is the schedule's " \
+           "sparsity at step 20" in format_result(res).splitlines()

@@ -8,20 +8,20 @@ model is written as a ``tf.compat.v1.train.Saver`` checkpoint (masks baked
 into the weights) and an inference SavedModel exported by
 ``sparsify_tf.export_saved_model`` (no mask variables, no update ops).
 
-TensorFlow is imported lazily (``importlib``) so the core never needs it.
+TensorFlow is imported when :func:`train` runs, so choosing another backend never loads it.
 """
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._frameworks import import_tensorflow
-from ..config import PruningConfig
-from ..layout import tf_to_canonical
+from sparsify.config import PruningConfig
+from sparsify.layout import tf_to_canonical
+
+from ..frameworks import import_tensorflow
 from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, set_bar_sparsity
 from .data import Digits, batch_indices
 
@@ -56,7 +56,8 @@ def _build(tf: Any, init: dict[str, np.ndarray] | None, seed: int):
 def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, out: Path | None = None) -> BackendRun:
     """Train dense, then prune with ``sparsify_tf.prune_graph`` for ``steps`` steps each."""
     tf = import_tensorflow()
-    sparsify_tf = importlib.import_module("sparsify_tf")
+    import sparsify_tf
+
     tf1 = tf.compat.v1
     n = len(data.x_train)
     session_cfg = tf1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)

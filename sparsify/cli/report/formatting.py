@@ -1,0 +1,71 @@
+"""The human-readable table of a :class:`~sparsify.cli.report.statistics.SparsityReport`.
+
+Example:
+    >>> import numpy as np
+    >>> from sparsify.cli.report.statistics import SparsityReport, tensor_stats
+    >>> rep = SparsityReport("w.npz", "npz", "2:4", [tensor_stats("fc", np.array([[0.0, 1.0, 0.0, 2.0]]), "2:4")])
+    >>> print(format_report(rep))
+    w.npz (npz), 1 tensors
+    name                        shape  dtype    sparsity  zeros / size  2:4
+    --------------------------  -----  -------  --------  ------------  ---
+    fc                          1x4    float64    50.00%         2 / 4  yes
+    --------------------------  -----  -------  --------  ------------  ---
+    total (all tensors)                           50.00%         2 / 4
+    total (weights, rank >= 2)                    50.00%         2 / 4
+    pattern 2:4: every weight that fits it conforms
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .statistics import SparsityReport
+
+__all__ = ["format_report", "format_conformity"]
+
+
+def format_conformity(conf: dict[str, Any] | None) -> str:
+    """One table cell for a :func:`~sparsify.cli.report.statistics.pattern_conformity` result.
+
+    Example:
+        >>> format_conformity({"fits": True, "conforms": False, "units": 4, "violations": 1, "reason": None})
+        'no (1/4 bad)'
+    """
+    if conf is None:
+        return "-"
+    if not conf["fits"]:
+        return "does not fit"
+    if conf["conforms"] is None:
+        return "?"
+    if conf["conforms"]:
+        return "yes"
+    return f"no ({conf['violations']}/{conf['units']} bad)"
+
+
+def format_report(rep: SparsityReport) -> str:
+    """Human-readable table of a :class:`SparsityReport`.
+
+    The last line says whether every weight the pattern fits conforms to it
+    (when the report was built with a pattern).
+    """
+    rows = [("name", "shape", "dtype", "sparsity", "zeros / size") + ((rep.pattern,) if rep.pattern else ())]
+    for t in rep.tensors:
+        row = (t.name, "x".join(map(str, t.shape)) or "scalar", t.dtype, f"{100 * t.sparsity:.2f}%",
+               f"{t.zeros} / {t.size}")
+        rows.append(row + ((format_conformity(t.pattern),) if rep.pattern else ()))
+    for label, tot in (("total (all tensors)", rep.totals()), ("total (weights, rank >= 2)", rep.totals(True))):
+        rows.append((label, "", "", f"{100 * tot['sparsity']:.2f}%", f"{tot['zeros']} / {tot['size']}")
+                    + (("",) if rep.pattern else ()))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = {3, 4}
+    lines = [f"{rep.path} ({rep.format}), {len(rep.tensors)} tensors"]
+    for i, r in enumerate(rows):
+        cells = [c.rjust(w) if j in right else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if i == 0 or i == len(rep.tensors):
+            lines.append("  ".join("-" * w for w in widths))
+    if rep.pattern:
+        d = rep.to_dict()
+        if "pattern_conforms" in d:
+            lines.append(f"pattern {rep.pattern}: {'every' if d['pattern_conforms'] else 'NOT every'} "
+                         "weight that fits it conforms")
+    return "\n".join(lines)
