@@ -124,6 +124,20 @@ class Pattern:
         """
         return score2d
 
+    def conformity(self, nonzero2d: np.ndarray) -> tuple[int, int]:
+        """``(units, violations)``: does a 2-D zero structure follow the pattern?
+
+        A unit violates it when it holds a zero without being entirely zero
+        (N:M: a group with fewer than N zeros). Reports use this for every family.
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("1x2").conformity(np.array([[False, False, True, False]]))
+            (2, 1)
+        """
+        touched = self.unit_pre_pruned(nonzero2d)           # units holding a zero
+        return int(touched.size), int((touched & self.unit_pre_pruned(~nonzero2d)).sum())
+
     def units_for_ratio(self, ratio: float, n_units: int) -> int:
         """Exact number of units to prune for an element sparsity ``ratio``."""
         return exact_prune_count(ratio, n_units)

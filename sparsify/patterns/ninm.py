@@ -148,6 +148,16 @@ class PatternNInM(Pattern):
                 sums[bad] = np.where(np.isnan(cols[:, bad]).any(axis=0), np.nan, exact)
         return small.reshape(score2d.shape), sums.reshape(score2d.shape[0], -1)
 
+    def conformity(self, nonzero2d: np.ndarray) -> tuple[int, int]:
+        """``(groups, violations)``: a group violates ``"N:M"`` when it holds fewer than N zeros.
+
+        Example:
+            >>> PatternNInM("2:4").conformity(np.array([[False, True, False, True, True, True, True, False]]))
+            (2, 1)
+        """
+        zeros = (~self.groups(np.asarray(nonzero2d, dtype=bool))).sum(axis=-1)
+        return int(zeros.size), int((zeros < self.N).sum())
+
     def unit_scores(self, score2d):
         small, sums = self.smallest_in_group(score2d)
         return sums, small

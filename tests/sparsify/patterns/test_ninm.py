@@ -98,3 +98,10 @@ def test_plus_and_minus_inf_among_the_n_lowest_is_named():
     with pytest.raises(ValueError, match=r"layer 'fc': a unit of pattern '2:4' holds both \+inf and -inf"):
         get_pattern("2:4").get_masks({"fc": s}, 0.5)
     assert as_int(get_pattern("1:4").get_mask_single(s, 0.25)) == [[0, 1, 1, 1]]
+
+
+def test_conformity_counts_groups_with_fewer_than_n_zeros():
+    mask = get_pattern("2:4").get_mask_single(A, 0.5)
+    assert get_pattern("2:4").conformity(mask) == (4, 0)
+    assert get_pattern("2:4").conformity(np.ones((2, 8), dtype=bool)) == (4, 4)    # dense groups violate
+    assert get_pattern("1:4").conformity(mask) == (4, 0)

@@ -136,3 +136,13 @@ def test_property_block_exact_counts_and_uniformity(shape, name, ratio, seed):
     assert (blocks.all(axis=(1, 3)) | ~blocks.any(axis=(1, 3))).all()     # each block all kept or all pruned
     n_blocks = blocks.shape[0] * blocks.shape[2]
     assert (~blocks.any(axis=(1, 3))).sum() == exact_prune_count(ratio, n_blocks)
+
+
+def test_conformity_of_a_zero_structure():
+    nonzero = np.ones((4, 6), dtype=bool)
+    nonzero[:, 2] = False                                        # one whole column
+    assert get_pattern("channelx1").conformity(nonzero) == (6, 0)
+    assert get_pattern("1xchannel").conformity(nonzero) == (4, 4)   # every row holds a stray zero
+    assert get_pattern("1x1").conformity(nonzero) == (24, 0)
+    nonzero[0, 0] = False
+    assert get_pattern("channelx1").conformity(nonzero) == (6, 1)
