@@ -2,8 +2,8 @@
 
 * between ``<!-- config-reference:start -->`` and ``<!-- config-reference:end -->``:
   the config reference, generated from ``dataclasses.fields(PruningConfig)``,
-  the allowed values the config module validates against and the class
-  docstring's ``Attributes:`` section;
+  the allowed values the config module validates against (the pattern and
+  schedule registries included) and the class docstring's ``Attributes:`` section;
 * between ``<!-- bench-results:start -->`` and ``<!-- bench-results:end -->``:
   a copy of ``bench/RESULTS.md`` (its title dropped, headings demoted one level).
 
@@ -45,16 +45,18 @@ def _descriptions(doc: str) -> dict[str, str]:
 
 
 def _allowed(name: str, default: object) -> str:
-    from sparsify.config import SCHEDULE_TYPES, SCOPES
+    from sparsify.config import SCOPES
     from sparsify.criteria import CRITERIA
-    from sparsify.patterns import BLOCK_REDUCTIONS
+    from sparsify.patterns import BLOCK_REDUCTIONS, pattern_examples, registered_patterns
+    from sparsify.schedules import registered_schedules
 
-    choices = {"pruning_scope": SCOPES, "sparsity_decay_type": SCHEDULE_TYPES, "criterion": CRITERIA,
+    choices = {"pruning_scope": SCOPES, "sparsity_decay_type": registered_schedules(), "criterion": CRITERIA,
                "block_score_reduce": BLOCK_REDUCTIONS}
     if name in choices:
         return ", ".join(f"`{c}`" for c in choices[name])
-    if name == "pattern":
-        return "`NxM` blocks (`1x1`, `4x1`, `1x4`, ...), `channelx1`, `1xchannel`, `N:M` with 0 < N < M (`2:4`)"
+    if name == "pattern":      # the registered families and their example names
+        return "; ".join(f"`{family}`: " + ", ".join(f"`{e}`" for e in pattern_examples(family))
+                         for family in registered_patterns())
     if name in ("op_names", "excluded_op_names"):
         return "list of regular expressions (`re.search` on weight names)"
     if isinstance(default, bool):

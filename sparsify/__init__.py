@@ -15,16 +15,20 @@ from .criteria import magnitude, snip, snip_momentum
 from .engine import PruningEngine, select_names
 from .protocol import MaskUpdate, PruningProtocol, sparsity_figures
 from .layout import canonical_to_tf, from_2d, tf_to_canonical, to_2d
-from .patterns import Pattern, PatternNInM, PatternNxM, get_pattern, register_pattern, registered_patterns
-from .schedules import ConstantSchedule, DecaySchedule, GradualSchedule, get_schedule
+from .patterns import (Pattern, PatternNInM, PatternNxM, get_pattern, pattern_examples, register_pattern,
+                       registered_patterns)
+from .schedules import (ConstantSchedule, DecaySchedule, GradualSchedule, get_schedule, register_schedule,
+                        registered_schedules)
 from .selection import exact_prune_count, lowest_k_mask
 
 __version__ = "0.1.0"
 
 __all__ = [
     "PruningConfig", "PruningEngine", "select_names", "PruningProtocol", "MaskUpdate", "sparsity_figures",
-    "GradualSchedule", "ConstantSchedule", "DecaySchedule", "get_schedule",
+    "GradualSchedule", "ConstantSchedule", "DecaySchedule", "get_schedule", "register_schedule",
+    "registered_schedules",
     "Pattern", "PatternNxM", "PatternNInM", "get_pattern", "register_pattern", "registered_patterns",
+    "pattern_examples",
     "exact_prune_count", "lowest_k_mask", "magnitude", "snip", "snip_momentum",
     "to_2d", "from_2d", "tf_to_canonical", "canonical_to_tf", "__version__",
 ]

@@ -23,13 +23,19 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .criteria import CRITERIA
-from .patterns import BLOCK_REDUCTIONS, PatternNInM, get_pattern
-from .schedules import DECAY_TYPES, ConstantSchedule, DecaySchedule, GradualSchedule, Schedule
+from .patterns import BLOCK_REDUCTIONS, get_pattern
+from .schedules import Schedule, ScheduleSettings, build_schedule, registered_schedules, schedule_kind
 
 __all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES", "yaml_loader", "load_yaml_mapping"]
 
 SCOPES = ("global", "local")
-SCHEDULE_TYPES = ("gradual", "constant", *DECAY_TYPES)
+
+
+def __getattr__(name: str) -> Any:
+    # SCHEDULE_TYPES: the registered schedule kinds now (a kind registered later shows up too)
+    if name == "SCHEDULE_TYPES":
+        return registered_schedules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def yaml_loader():
@@ -104,15 +110,25 @@ class PruningConfig:
     """Every pruning setting, validated at construction.
 
     Attributes:
-        target_sparsity: final fraction of pruned weights, in [0, 1).
-        pattern: ``"1x1"`` (unstructured), ``"NxM"`` blocks, ``"channelx1"``,
-            ``"1xchannel"`` or ``"N:M"`` (N pruned of every M, e.g. ``"2:4"``).
+        target_sparsity: final fraction of pruned weights, in [0, 1) (at most N/M for ``"N:M"``).
+        pattern: ``"1x1"`` (unstructured); ``"NxM"`` blocks of N rows by M
+            columns of the 2-D view ``(out, kernel * in)``; ``"channelxM"``
+            all rows by M columns (``"channelx1"`` prunes input columns);
+            ``"Nxchannel"`` N rows by all columns (``"1xchannel"`` prunes output
+            channels); ``"N:M"`` N pruned of every M consecutive weights along
+            the last axis (``"2:4"`` keeps 2 of 4, which is NVIDIA's "2:4
+            sparsity").
         pruning_scope: ``"local"`` (every layer the same ratio) or ``"global"``
             (one threshold over all layers).
         start_step, end_step: schedule window (optimizer steps).
         pruning_frequency: steps between mask updates (<= 0: every step).
-        sparsity_decay_type: ``"gradual"`` (polynomial, ``exponent``),
-            ``"constant"``, ``"linear"``, ``"exp"``, ``"cos"``, ``"cube"``.
+        sparsity_decay_type: the schedule from ``init_sparsity`` i to
+            ``target_sparsity`` t, p the fraction of the window done:
+            ``"gradual"`` i + (t-i)(1 - (1-p)^exponent) (the seed's
+            polynomial); ``"constant"`` t from ``start_step`` (``end_step``
+            may be -1); Intel Neural Compressor's ``"linear"`` i + (t-i)p,
+            ``"exp"`` 1 - (1-i)((1-t)/(1-i))^p, ``"cos"`` i + (t-i)(1 -
+            cos(p pi/2)), ``"cube"`` i + (t-i)p^3.
         init_sparsity: sparsity at ``start_step``.
         exponent: exponent of the gradual schedule.
         leave_enabled: keep masking after ``end_step``.
@@ -161,10 +177,10 @@ class PruningConfig:
                 raise TypeError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
         if self.start_step < 0:
             raise ValueError(f"start_step must be >= 0, got {self.start_step}")
-        if self.end_step < self.start_step and not (self.end_step == -1 and self.sparsity_decay_type == "constant"):
+        kind = schedule_kind(self.sparsity_decay_type, "sparsity_decay_type")
+        if self.end_step < self.start_step and not (self.end_step == -1 and kind.open_end):
             raise ValueError(f"end_step must be >= start_step ({self.start_step}), got {self.end_step}")
         self._choice("pruning_scope", SCOPES)
-        self._choice("sparsity_decay_type", SCHEDULE_TYPES)
         self._choice("criterion", CRITERIA)
         self._choice("block_score_reduce", BLOCK_REDUCTIONS)
         if not _is_num(self.exponent) or not math.isfinite(self.exponent) or self.exponent <= 0:
@@ -185,9 +201,7 @@ class PruningConfig:
             pat = get_pattern(self.pattern)
         except ValueError as e:
             raise ValueError(f"pattern: {e}") from None
-        if isinstance(pat, PatternNInM) and self.target_sparsity > pat.max_ratio + 1e-12:
-            raise ValueError(f"target_sparsity for pattern {self.pattern!r} must be <= N/M = {pat.max_ratio:g}, "
-                             f"got {self.target_sparsity}")
+        pat.check_ratio(self.target_sparsity, "target_sparsity")      # e.g. at most N/M for "N:M"
 
     # ----- validation helpers ----------------------------------------------------------
     def _ratio(self, name: str) -> None:
@@ -282,16 +296,16 @@ class PruningConfig:
 
     # ----- derived objects -------------------------------------------------------------
     def schedule(self) -> Schedule:
-        """The schedule this config describes."""
-        kind = self.sparsity_decay_type
-        if kind == "constant":
-            return ConstantSchedule(self.target_sparsity, self.start_step, self.end_step,
-                                    self.pruning_frequency, self.leave_enabled)
-        if kind == "gradual":
-            return GradualSchedule(self.init_sparsity, self.target_sparsity, self.start_step, self.end_step,
-                                   self.pruning_frequency, self.exponent, self.leave_enabled)
-        return DecaySchedule(kind, self.init_sparsity, self.target_sparsity, self.start_step, self.end_step,
-                             self.pruning_frequency, self.leave_enabled)
+        """The schedule this config describes (``sparsity_decay_type`` from the schedule registry).
+
+        Example:
+            >>> float(PruningConfig(sparsity_decay_type="cube", target_sparsity=0.8, end_step=100).schedule().sparsity(50))
+            0.1
+        """
+        return build_schedule(self.sparsity_decay_type, ScheduleSettings(
+            init_sparsity=self.init_sparsity, final_sparsity=self.target_sparsity, begin_step=self.start_step,
+            end_step=self.end_step, update_frequency=self.pruning_frequency, exponent=self.exponent,
+            leave_enabled=self.leave_enabled))
 
     def pattern_obj(self):
         """The :class:`~sparsify.patterns.Pattern` this config describes."""

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-__all__ = ["exact_prune_count", "lowest_k_mask", "lowest_k_keep", "check_finite"]
+__all__ = ["exact_prune_count", "lowest_k_mask", "lowest_k_keep", "check_finite", "NaNScoreError"]
 
 _CHUNK = 1 << 18          # elements classified per step (about L2-sized)
 _SAMPLE = 1 << 16         # sample size used to bracket the k-th value
@@ -43,18 +43,28 @@ def exact_prune_count(sparsity: float, n_units: int, keep_one: bool = True) -> i
     return max(0, min(k, upper))
 
 
+class NaNScoreError(ValueError):
+    """A score is NaN (a ``ValueError``, so callers may catch either)."""
+
+
 def check_finite(values: np.ndarray, name: str) -> None:
-    """Raise ``ValueError`` naming ``name`` if ``values`` holds a NaN.
+    """Raise :class:`NaNScoreError` (a ``ValueError``) naming ``name`` if ``values`` holds a NaN.
+
+    Infinities are legal scores: ``+inf`` keeps a unit, ``-inf`` prunes it first.
 
     Example:
         >>> check_finite(np.array([1.0, np.nan]), "fc1")
         Traceback (most recent call last):
         ...
-        ValueError: layer 'fc1': scores contain NaN; fix the weights or gradients before pruning
+        sparsify.selection.NaNScoreError: layer 'fc1': scores contain NaN; fix the weights or gradients before pruning
     """
-    if values.dtype.kind in "fc" and np.isnan(np.sum(values)):   # cheap screen; inf-inf only triggers the exact check
+    if values.dtype.kind not in "fc":
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        screen = np.isnan(np.sum(values))                # cheap; inf - inf or overflow only trigger the exact check
+    if screen:
         if np.isnan(values).any():
-            raise ValueError(f"layer {name!r}: scores contain NaN; fix the weights or gradients before pruning")
+            raise NaNScoreError(f"layer {name!r}: scores contain NaN; fix the weights or gradients before pruning")
 
 
 def _partition_select(flat: np.ndarray, k: int) -> np.ndarray:

@@ -54,7 +54,7 @@ def test_channel_literal_on_conv():
     conv = nn.Conv2d(2, 3, 1, bias=False)
     with torch.no_grad():
         conv.weight.copy_(torch.tensor([[1.0, 1.0], [-5.0, 0.0], [0.5, 0.5]]).view(3, 2, 1, 1))
-    prune(conv, {"target_sparsity": 0.34, "pattern": "channelx1", **ONE_SHOT})
+    prune(conv, {"target_sparsity": 0.34, "pattern": "1xchannel", **ONE_SHOT})   # 1 row by all columns
     assert kept(conv) == [[[[True]], [[True]]], [[[True]], [[False]]], [[[False]], [[False]]]]  # 0 stays 0
     assert conv.parametrizations.weight[0].bool_mask().view(3, 2).tolist() == [[True, True], [True, True],
                                                                                [False, False]]
@@ -203,7 +203,7 @@ def _check_structure(pattern: str, mask2d: np.ndarray) -> None:
     if pattern == "4x1":
         blocks = mask2d.reshape(mask2d.shape[0] // 4, 4, mask2d.shape[1])
         assert (blocks == blocks[:, :1]).all()
-    elif pattern == "channelx1":
+    elif pattern == "1xchannel":                   # one row (output channel) by all columns
         assert (mask2d == mask2d[:, :1]).all()
     elif pattern == "2:4":
         per_group = mask2d.reshape(mask2d.shape[0], -1, 4).sum(-1)
@@ -211,7 +211,7 @@ def _check_structure(pattern: str, mask2d: np.ndarray) -> None:
 
 
 @pytest.mark.parametrize("scope", ["local", "global"])
-@pytest.mark.parametrize("pattern", ["1x1", "4x1", "2:4", "channelx1"])
+@pytest.mark.parametrize("pattern", ["1x1", "4x1", "2:4", "1xchannel"])
 def test_cnn_training_every_pattern_and_scope(pattern, scope):
     x, y = digits(256)
     model = cnn()
@@ -232,7 +232,7 @@ def test_cnn_training_every_pattern_and_scope(pattern, scope):
                 np.testing.assert_array_equal(masks[n], want[n])
                 assert not (masks[n] & ~before[n]).any()           # monotone
                 _check_structure(pattern, to_2d(masks[n]))
-            if pattern == "channelx1":   # units are whole rows (output channels), counted as units
+            if pattern == "1xchannel":   # units are whole rows (output channels), counted as units
                 rows = [to_2d(m)[:, 0] for m in masks.values()]
                 total, n_pruned = sum(r.size for r in rows), sum(int((~r).sum()) for r in rows)
             else:
@@ -246,7 +246,7 @@ def test_cnn_training_every_pattern_and_scope(pattern, scope):
         else:
             for n in pruner.names:
                 np.testing.assert_array_equal(masks[n], before[n])
-    if pattern != "channelx1":
+    if pattern != "1xchannel":
         assert pruner.total_sparsity() == pytest.approx(0.5, abs=0.02)
 
 

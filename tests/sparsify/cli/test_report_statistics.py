@@ -33,11 +33,11 @@ def test_block_conformity_literal():
     res = pattern_conformity(w, "4x1")
     assert (res["conforms"], res["violations"]) == (False, 1)
     assert pattern_conformity(w, "1x1")["conforms"] is True
-    # whole rows ("channelx1")
+    # whole rows ("1xchannel": one row by all columns)
     rows = np.ones((3, 4)); rows[1] = 0.0
-    assert pattern_conformity(rows, "channelx1")["conforms"] is True
+    assert pattern_conformity(rows, "1xchannel")["conforms"] is True
     rows[2, 0] = 0.0
-    assert pattern_conformity(rows, "channelx1")["violations"] == 1
+    assert pattern_conformity(rows, "1xchannel")["violations"] == 1
 
 
 def test_conformity_pattern_does_not_fit():

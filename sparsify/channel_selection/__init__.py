@@ -1,0 +1,63 @@
+"""Framework-neutral math for structured (channel) pruning.
+
+A model's prunable channels come in *groups*: channels that must be removed
+together (a conv's output channels, the BatchNorm after it, the input channels
+of every consumer, every branch of a residual add). Each channel has a global
+integer *label* and an importance *criterion* (higher = more important). This
+package chooses which labels to prune; it never imports torch or tensorflow.
+
+* :mod:`~sparsify.channel_selection.scores`: :class:`ChannelScores` and the
+  :class:`GroupedScores` protocol (labels, criteria, segments per group);
+* :mod:`~sparsify.channel_selection.order`: the pruning order inside one group
+  (least important first, every segment keeps ``min_channels``);
+* :mod:`~sparsify.channel_selection.labels`: counts and the seed's selection
+  functions (uniform ratio, per-group config);
+* :mod:`~sparsify.channel_selection.search_space`: what the latency-driven
+  search may keep per group;
+* :mod:`~sparsify.channel_selection.segments`: segments from layer channel
+  sets, labels split back into groups.
+
+Example:
+    >>> import numpy as np
+    >>> info = ChannelScores([np.array([0, 1, 2, 3]), np.array([4, 5])],
+    ...                      [np.array([3., 1., 2., 0.]), np.array([5., 4.])])
+    >>> get_labels_for_uniform_pruning(info, 0.5)
+    [1, 3, 5]
+    >>> get_least_important_labels_by_config(info, [1, 0])
+    [3]
+"""
+from .labels import (check_pruning_config, check_pruning_ratio, get_criteria_label_dict,
+                     get_labels_for_uniform_pruning, get_least_important_labels_by_config,
+                     iterate_over_gate_criteria, max_prunable_per_group, n_channels_to_prune)
+from .order import (cumulative_pruning_cost, least_important_indices, max_channels_to_prune, pruning_order,
+                    segment_min_channels)
+from .scores import ChannelScores, GroupedScores, MinChannels, group_segments, group_sizes
+from .search_space import (architecture_search_space, default_architecture_optimization_strategy,
+                           strategy_min_channels)
+from .segments import segments_from_layer_channels, split_labels_by_group
+
+__all__ = [
+    "ChannelScores",
+    "GroupedScores",
+    "least_important_indices",
+    "pruning_order",
+    "cumulative_pruning_cost",
+    "segment_min_channels",
+    "max_channels_to_prune",
+    "max_prunable_per_group",
+    "check_pruning_ratio",
+    "n_channels_to_prune",
+    "iterate_over_gate_criteria",
+    "get_criteria_label_dict",
+    "get_labels_for_uniform_pruning",
+    "check_pruning_config",
+    "get_least_important_labels_by_config",
+    "default_architecture_optimization_strategy",
+    "split_labels_by_group",
+    "segments_from_layer_channels",
+    "strategy_min_channels",
+    "architecture_search_space",
+    "group_sizes",
+    "group_segments",
+    "MinChannels",
+]

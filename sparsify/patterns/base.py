@@ -1,0 +1,354 @@
+"""The base pattern: exact unit selection, local and global allocation, monotone masks.
+
+A pattern turns per-element scores into boolean masks (True = kept) with an
+exact number of pruned units. Scores and masks are ``dict[str, np.ndarray]``
+keyed by layer name, in the canonical (PyTorch) layout; patterns work on the
+2-D view of :mod:`sparsify.layout`. A subclass says what a *unit* is
+(:meth:`Pattern.unit_scores`, :meth:`Pattern.unit_pre_pruned`,
+:meth:`Pattern.expand_keep`); everything else lives here.
+
+Example:
+    >>> import numpy as np
+    >>> from sparsify.patterns import get_pattern
+    >>> get_pattern("1x1").get_masks({"w": np.array([[3.0, 1.0], [2.0, 0.5]])}, 0.5)["w"].tolist()
+    [[True, False], [True, False]]
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..layout import from_2d, to_2d
+from ..selection import NaNScoreError, check_finite, exact_prune_count, lowest_k_keep
+from .allocation import allocate_pruned_units
+
+__all__ = ["Pattern", "BLOCK_REDUCTIONS", "config_value"]
+
+BLOCK_REDUCTIONS = ("sum", "mean", "max")
+_RATIO_CEILING = 0.999999           # a layer never prunes to (numerically) 100%
+
+
+def config_value(config: Any, key: str, default: Any) -> Any:
+    """``key`` of a pattern config: a name string (only ``"pattern"``), a dict, an object or None.
+
+    Example:
+        >>> config_value("2:4", "pattern", "1x1"), config_value({"pruning_scope": "global"}, "pruning_scope", "local")
+        ('2:4', 'global')
+    """
+    if config is None:
+        return default
+    if isinstance(config, str):
+        return config if key == "pattern" else default
+    if isinstance(config, Mapping):
+        return config.get(key, default)
+    return getattr(config, key, default)
+
+
+class Pattern:
+    """Base class: exact unit selection, local and global allocation, monotone masks.
+
+    Subclasses define what a *unit* is through :meth:`unit_scores`,
+    :meth:`unit_pre_pruned`, :meth:`expand_keep` (and :meth:`units_for_ratio`
+    when a unit's pruned fraction is not 1), and list a few names they accept
+    in ``examples`` with a one-line ``summary`` (help texts are built from them).
+
+    Attributes:
+        pattern: the pattern name it was built from.
+        is_global: True for ``pruning_scope="global"``.
+        max_ratio: highest sparsity ratio the pattern can reach (1.0: any
+            ratio below 1; ``N/M`` for ``"N:M"``, inclusive).
+    """
+
+    family = "base"
+    #: a few names of this family, for help texts (see :func:`sparsify.patterns.pattern_examples`)
+    examples: tuple[str, ...] = ()
+    #: one line describing the family's names
+    summary: str = ""
+    #: how error messages name :attr:`max_ratio` (e.g. "N/M")
+    max_ratio_label: str = ""
+    #: True when a NaN score always reaches its unit's score (sum/mean/max of a block), so the
+    #: selection kernel, which names the layer, finds it without a separate full pass.
+    nan_reaches_units = False
+
+    def __init__(self, config: Any = None) -> None:
+        self.pattern: str = config_value(config, "pattern", "1x1")
+        scope = config_value(config, "pruning_scope", "local")
+        if scope not in ("global", "local"):
+            raise ValueError(f"pruning_scope must be 'global' or 'local', got {scope!r}")
+        self.is_global: bool = scope == "global"
+        self.max_sparsity_ratio_per_layer: float = float(config_value(config, "max_sparsity_ratio_per_layer", 0.98))
+        self.min_sparsity_ratio_per_layer: float = float(config_value(config, "min_sparsity_ratio_per_layer", 0.0))
+        self.block_score_reduce: str = config_value(config, "block_score_reduce", "sum")
+        if self.block_score_reduce not in BLOCK_REDUCTIONS:
+            raise ValueError(f"block_score_reduce must be one of {BLOCK_REDUCTIONS}, got {self.block_score_reduce!r}")
+        self.skip_incompatible_layers: bool = bool(config_value(config, "skip_incompatible_layers", False))
+
+    @classmethod
+    def parse(cls, name: str) -> dict[str, Any] | None:  # pragma: no cover - abstract
+        """Constructor keywords parsed from ``name``, or None if the name is not of this family."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.pattern!r}, scope={'global' if self.is_global else 'local'})"
+
+    # ----- what a unit is (subclasses) -------------------------------------------------
+    @property
+    def max_ratio(self) -> float:
+        """Highest sparsity ratio this pattern can reach (ratios are also always < 1)."""
+        return 1.0
+
+    def fits(self, shape2d: tuple[int, int]) -> str | None:
+        """None if the 2-D view fits the pattern, else the reason it does not."""
+        return None
+
+    def unit_scores(self, score2d: np.ndarray) -> tuple[np.ndarray, Any]:
+        """Scores of the units of one 2-D view (any shape; flattened row-major),
+        plus anything :meth:`expand_keep` needs again."""
+        raise NotImplementedError
+
+    def unit_pre_pruned(self, pre2d: np.ndarray) -> np.ndarray:
+        """Units (shape of :meth:`unit_scores`) touched by an earlier pruning."""
+        raise NotImplementedError
+
+    def expand_keep(self, unit_keep: np.ndarray, score2d: np.ndarray, aux: Any) -> np.ndarray:
+        """Element-level keep mask of the 2-D view from the kept units."""
+        raise NotImplementedError
+
+    def pre_pruned_scores(self, score2d: np.ndarray, pre2d: np.ndarray) -> np.ndarray:
+        """Element scores :meth:`unit_scores` sees when earlier masks exist (default: unchanged).
+
+        Units touched by an earlier pruning score ``-inf`` afterwards anyway; a
+        pattern whose units are chosen *inside* a group (N:M) lowers the
+        pruned elements here so they go first within their group.
+        """
+        return score2d
+
+    def conformity(self, nonzero2d: np.ndarray) -> tuple[int, int]:
+        """``(units, violations)``: does a 2-D zero structure follow the pattern?
+
+        A unit violates it when it holds a zero without being entirely zero
+        (N:M: a group with fewer than N zeros). Reports use this for every family.
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("1x2").conformity(np.array([[False, False, True, False]]))
+            (2, 1)
+        """
+        touched = self.unit_pre_pruned(nonzero2d)           # units holding a zero
+        return int(touched.size), int((touched & self.unit_pre_pruned(~nonzero2d)).sum())
+
+    def units_for_ratio(self, ratio: float, n_units: int) -> int:
+        """Exact number of units to prune for an element sparsity ``ratio``."""
+        return exact_prune_count(ratio, n_units)
+
+    def check_ratio(self, ratio: float, what: str = "target_sparsity_ratio") -> float:
+        """``ratio`` as a float in [0, 1) and <= :attr:`max_ratio`; ``ValueError`` naming ``what``.
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("2:4").check_ratio(0.6, "target_sparsity")
+            Traceback (most recent call last):
+            ...
+            ValueError: target_sparsity for pattern '2:4' must be <= N/M = 0.5, got 0.6
+        """
+        r = float(ratio)
+        if np.isnan(r) or not 0.0 <= r < 1.0:
+            raise ValueError(f"{what} must be in [0, 1), got {ratio!r}")
+        if r > self.max_ratio + 1e-12:
+            label = f"{self.max_ratio_label} = " if self.max_ratio_label else ""
+            raise ValueError(f"{what} for pattern {self.pattern!r} must be <= {label}{self.max_ratio:g}, got {ratio!r}")
+        return r
+
+    # ----- helpers ---------------------------------------------------------------------
+    def _nan_error(self, name: str, score2d: np.ndarray, error: NaNScoreError) -> ValueError:
+        """The error for NaN unit scores: NaN element scores, or +inf and -inf in one unit."""
+        if score2d.dtype.kind in "fc" and np.isnan(score2d).any():
+            return error
+        return ValueError(f"layer {name!r}: a unit of pattern {self.pattern!r} holds both +inf and -inf scores, "
+                          "so its score is undefined; use one sign of infinity per unit")
+
+    def _select(self, name: str, prepared: tuple, k: int) -> np.ndarray:
+        try:
+            return lowest_k_keep(prepared[1], k, name)
+        except NaNScoreError as e:
+            raise self._nan_error(name, prepared[0], e) from None
+
+    def _prepare(self, name: str, score: np.ndarray, pre_mask: np.ndarray | None, check_nan: bool = True):
+        score = np.asarray(score)
+        if score.ndim == 0:
+            raise ValueError(f"layer {name!r}: scores must have at least 1 dimension, got a scalar")
+        s2 = to_2d(score)
+        reason = self.fits(s2.shape)
+        if reason is not None:
+            if self.skip_incompatible_layers:
+                return None
+            raise ValueError(f"layer {name!r} with 2-D view {s2.shape} does not fit pattern {self.pattern!r}: "
+                             f"{reason} (set skip_incompatible_layers=True to leave such layers dense)")
+        pre2 = None
+        if pre_mask is not None:
+            pre_mask = np.asarray(pre_mask)
+            if pre_mask.shape != score.shape:
+                raise ValueError(f"layer {name!r}: pre_mask shape {pre_mask.shape} differs from scores shape {score.shape}")
+            pre2 = to_2d(pre_mask.astype(bool, copy=False))
+            if pre2.all():
+                pre2 = None
+        seen = s2 if pre2 is None else self.pre_pruned_scores(s2, pre2)
+        elements_checked = check_nan or not self.nan_reaches_units or seen is not s2
+        if elements_checked:
+            check_finite(s2, name)
+        units, aux = self.unit_scores(seen)
+        if pre2 is not None:
+            if not elements_checked:                # before -inf hides a NaN in a pruned unit
+                try:
+                    check_finite(units, name)
+                except NaNScoreError as e:
+                    raise self._nan_error(name, s2, e) from None
+            units = np.where(self.unit_pre_pruned(pre2), -np.inf, units)
+        return s2, units, pre2, aux
+
+    def _finish(self, score: np.ndarray, prepared: tuple, unit_keep: np.ndarray) -> np.ndarray:
+        s2, _, pre2, aux = prepared
+        keep2 = self.expand_keep(unit_keep, s2, aux)
+        if pre2 is not None:
+            keep2 = keep2 & pre2
+        return from_2d(keep2, np.shape(score))
+
+    def _limits(self, n_units: int, max_ratio: float) -> tuple[int, int]:
+        ceiling = min(self.max_ratio, _RATIO_CEILING)
+        lo = self.units_for_ratio(min(self.min_sparsity_ratio_per_layer, ceiling), n_units)
+        hi = self.units_for_ratio(min(max_ratio, ceiling), n_units)
+        return lo, max(lo, hi)
+
+    def check_shape(self, name: str, shape: tuple[int, ...]) -> bool:
+        """Check a layer's canonical ``shape`` against the pattern before any state changes.
+
+        Returns True if the layer will be pruned, False if it is left dense
+        (``skip_incompatible_layers``); raises ``ValueError`` naming the layer otherwise.
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("4x1").check_shape("fc", (8, 3))
+            True
+            >>> get_pattern("2:4").check_shape("fc", (8, 3))
+            Traceback (most recent call last):
+            ...
+            ValueError: layer 'fc' with 2-D view (8, 3) does not fit pattern '2:4': its last axis (3) is not a multiple of M=4 (set skip_incompatible_layers=True to leave such layers dense)
+        """
+        return self._prepare(name, np.zeros(tuple(shape), dtype=np.float32), None) is not None
+
+    # ----- public API (seed names) -----------------------------------------------------
+    def get_mask_single(self, score: np.ndarray, exact_sparsity_ratio: float,
+                        pre_mask: np.ndarray | None = None, name: str = "layer") -> np.ndarray:
+        """Mask of one layer with exactly ``units_for_ratio(ratio)`` units pruned.
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("1x1").get_mask_single(np.array([3.0, 1.0, 2.0]), 0.34).tolist()
+            [True, False, True]
+        """
+        ratio = self.check_ratio(exact_sparsity_ratio, "exact_sparsity_ratio")
+        prepared = self._prepare(name, score, pre_mask, check_nan=False)
+        if prepared is None:
+            return np.ones(np.shape(score), dtype=bool) if pre_mask is None else np.asarray(pre_mask, bool).copy()
+        k = self.units_for_ratio(ratio, prepared[1].size)
+        return self._finish(score, prepared, self._select(name, prepared, k))
+
+    def get_masks(self, scores: Mapping[str, np.ndarray], target_sparsity_ratio: float,
+                  pre_masks: Mapping[str, np.ndarray] | None = None,
+                  max_sparsity_ratio_per_layer: float | None = None,
+                  keep_pre_mask: bool = False) -> dict[str, np.ndarray]:
+        """Masks for all layers, in global or local scope as configured.
+
+        ``keep_pre_mask=True`` returns copies of ``pre_masks`` unchanged.
+        """
+        if keep_pre_mask:
+            if pre_masks is None:
+                raise ValueError("keep_pre_mask=True needs pre_masks")
+            return {k: np.asarray(v, dtype=bool).copy() for k, v in pre_masks.items()}
+        fn = self.get_masks_global if self.is_global else self.get_masks_local
+        return fn(scores, target_sparsity_ratio, pre_masks, max_sparsity_ratio_per_layer)
+
+    def get_masks_local(self, scores: Mapping[str, np.ndarray], target_sparsity_ratio: float,
+                        pre_masks: Mapping[str, np.ndarray] | None = None,
+                        max_sparsity_ratio_per_layer: float | None = None) -> dict[str, np.ndarray]:
+        """Every layer pruned to the same ratio, clamped to the per-layer min/max."""
+        ratio = self.check_ratio(target_sparsity_ratio)
+        max_ratio = self.max_sparsity_ratio_per_layer if max_sparsity_ratio_per_layer is None else max_sparsity_ratio_per_layer
+        masks = {}
+        for name, score in scores.items():
+            pre = None if pre_masks is None else pre_masks.get(name)
+            prepared = self._prepare(name, score, pre, check_nan=False)
+            if prepared is None:
+                masks[name] = np.ones(np.shape(score), dtype=bool) if pre is None else np.asarray(pre, bool).copy()
+                continue
+            n_units = prepared[1].size
+            lo, hi = self._limits(n_units, max_ratio)
+            k = min(max(self.units_for_ratio(ratio, n_units), lo), hi)
+            masks[name] = self._finish(score, prepared, self._select(name, prepared, k))
+        return masks
+
+    def get_masks_global(self, scores: Mapping[str, np.ndarray], target_sparsity_ratio: float,
+                         pre_masks: Mapping[str, np.ndarray] | None = None,
+                         max_sparsity_ratio_per_layer: float | None = None) -> dict[str, np.ndarray]:
+        """One threshold over all layers' units (dict order breaks ties), exact total.
+
+        A layer that would exceed the per-layer max (or fall below the min) is
+        clamped there and the others are re-thresholded, so the total number
+        of pruned units stays exact (when the caps allow it); see
+        :func:`sparsify.patterns.allocation.allocate_pruned_units`.
+        """
+        ratio = self.check_ratio(target_sparsity_ratio)
+        max_ratio = self.max_sparsity_ratio_per_layer if max_sparsity_ratio_per_layer is None else max_sparsity_ratio_per_layer
+        masks: dict[str, np.ndarray] = {}
+        prepared: dict[str, tuple] = {}
+        for name, score in scores.items():
+            pre = None if pre_masks is None else pre_masks.get(name)
+            p = self._prepare(name, score, pre)
+            if p is None:
+                masks[name] = np.ones(np.shape(score), dtype=bool) if pre is None else np.asarray(pre, bool).copy()
+            else:
+                prepared[name] = p
+        if not prepared:
+            return masks
+        units = {n: p[1] for n, p in prepared.items()}
+        limits = {n: self._limits(u.size, max_ratio) for n, u in units.items()}
+        total = self.units_for_ratio(ratio, sum(u.size for u in units.values()))
+        total = min(max(total, sum(lo for lo, _ in limits.values())), sum(hi for _, hi in limits.values()))
+        try:
+            counts = allocate_pruned_units(units, limits, total)
+        except NaNScoreError as e:                  # elements were checked: +inf and -inf in one unit
+            bad = next(n for n, u in units.items() if u.dtype.kind in "fc" and np.isnan(u).any())
+            raise self._nan_error(bad, prepared[bad][0], e) from None
+        for name, p in prepared.items():
+            c = counts[name]
+            keep = c if isinstance(c, np.ndarray) else lowest_k_keep(p[1], c, name)
+            masks[name] = self._finish(scores[name], p, keep)
+        return {n: masks[n] for n in scores}
+
+    def get_block_size_dict(self, data: Mapping[str, np.ndarray]) -> dict[str, list[int]]:
+        """Block (rows, cols) of the 2-D view for each layer."""
+        raise NotImplementedError
+
+    def get_sparsity_ratio(self, pre_masks: Mapping[str, np.ndarray], return_dict: bool = False):
+        """Fraction of pruned elements over all masks (and per layer with ``return_dict``).
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("1x1").get_sparsity_ratio({"a": np.array([True, False, False, True])})
+            0.5
+        """
+        per = {n: 1.0 - float(np.count_nonzero(m)) / max(np.size(m), 1) for n, m in pre_masks.items()}
+        total = sum(np.size(m) for m in pre_masks.values())
+        ratio = (sum(np.size(m) - np.count_nonzero(m) for m in pre_masks.values()) / total) if total else 0.0
+        return (float(ratio), per) if return_dict else float(ratio)
+
+    def get_pattern_lock_masks(self, modules: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Masks that lock the current zeros of each weight (True where non-zero).
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("1x1").get_pattern_lock_masks({"w": np.array([0.0, 2.0])})["w"].tolist()
+            [False, True]
+        """
+        return {n: np.asarray(w) != 0 for n, w in modules.items()}
