@@ -1,8 +1,11 @@
 """sparsify: exact, fast sparsity while training — the framework-neutral core.
 
-NumPy only: this package never imports TensorFlow or PyTorch. The adapters
-``sparsify_tf`` and ``sparsify_torch`` convert weights to the canonical layout,
-call :class:`PruningEngine` (or the patterns directly) and write masks back.
+NumPy only: the core never imports TensorFlow, PyTorch or an adapter. The
+adapters ``sparsify_tf`` and ``sparsify_torch`` convert weights to the
+canonical layout, follow :class:`PruningProtocol` (which calls
+:class:`PruningEngine`) and write masks back. The application (``sparsify``
+command, demo, report, plots) lives in :mod:`sparsify.cli`, the one place that
+imports the adapters.
 
 Example:
     >>> import numpy as np, sparsify

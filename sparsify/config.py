@@ -175,6 +175,8 @@ class PruningConfig:
             v = getattr(self, name)
             if not _is_int(v):
                 raise TypeError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
+            if not -(2 ** 62) <= v < 2 ** 62:     # steps are int64 in every framework, with room to add
+                raise ValueError(f"{name} must be in [-2**62, 2**62) (steps are 64-bit integers), got {v}")
         if self.start_step < 0:
             raise ValueError(f"start_step must be >= 0, got {self.start_step}")
         kind = schedule_kind(self.sparsity_decay_type, "sparsity_decay_type")

@@ -118,3 +118,9 @@ def test_unknown_keys_get_a_hint():
 
 def test_string_op_names_become_a_list():
     assert PruningConfig(op_names="conv").op_names == ["conv"]
+
+
+@pytest.mark.parametrize("key, value", [("end_step", 10 ** 30), ("start_step", 2 ** 62), ("pruning_frequency", -2 ** 63)])
+def test_steps_must_fit_in_64_bits(key, value):
+    with pytest.raises(ValueError, match=rf"{key} must be in \[-2\*\*62, 2\*\*62\) \(steps are 64-bit integers\)"):
+        PruningConfig(**{key: value})
