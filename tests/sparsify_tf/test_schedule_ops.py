@@ -38,15 +38,15 @@ def _assert_equal_core(sched, steps, out):
     np.testing.assert_array_equal(out["active"], sched.active(steps))
 
 
-def _schedule(kind, begin=3, end=97, freq=7, leave=True):
-    return get_schedule({"type": kind, "init_sparsity": 0.05, "final_sparsity": 0.85, "begin_step": begin,
-                         "end_step": end, "update_frequency": freq, "leave_enabled": leave})
+def _schedule(kind, start=3, end=97, freq=7, leave=True):
+    return get_schedule({"type": kind, "init_sparsity": 0.05, "final_sparsity": 0.85, "start_step": start,
+                         "end_step": end, "pruning_frequency": freq, "leave_enabled": leave})
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_equals_core_at_every_step(kind):
-    for sched in (_schedule(kind), _schedule(kind, begin=0, end=50, freq=0, leave=False),
-                  _schedule(kind, begin=20, end=20, freq=5)):
+    for sched in (_schedule(kind), _schedule(kind, start=0, end=50, freq=0, leave=False),
+                  _schedule(kind, start=20, end=20, freq=5)):
         steps = np.arange(0, 160)
         out, _ = _run(sched, steps)
         _assert_equal_core(sched, steps, out)
@@ -56,7 +56,7 @@ def test_every_kind_equals_core_at_every_step(kind):
 def test_long_schedule_is_evaluated_by_the_core(kind):
     """Over 2**20 steps: no table, no formula in TF; the core's values at spot-checked steps, bit for bit."""
     end = (1 << 21) + 5
-    sched = _schedule(kind, begin=10, end=end, freq=1000)
+    sched = _schedule(kind, start=10, end=end, freq=1000)
     assert end - 10 > MAX_TABLE_STEPS
     steps = [0, 9, 10, 11, 12_345, 1 << 20, (1 << 20) + 1, 1 << 21, end - 1, end, end + 1, 10 ** 9]
     out, g = _run(sched, steps)
@@ -68,7 +68,7 @@ def test_long_schedule_is_evaluated_by_the_core(kind):
 
 
 def test_never_ending_constant_schedule():
-    sched = sparsify.ConstantSchedule(0.6, begin_step=5, end_step=-1, update_frequency=10)
+    sched = sparsify.ConstantSchedule(0.6, 5, -1, 10)
     steps = [0, 4, 5, 6, 15, 10 ** 6, 10 ** 12]
     out, _ = _run(sched, steps)
     _assert_equal_core(sched, steps, out)
