@@ -1,10 +1,14 @@
 """sparsify_tf: the TensorFlow adapter of sparsify.
 
-Graph mode (``tf.compat.v1``): the seed API (:mod:`sparsify_tf.mask_pruning`),
-the high-level :func:`prune_graph` entry point with :class:`PruningHook` (pruned
-weights and their optimizer slots stay exactly zero through training), and
-export of clean inference graphs (:mod:`sparsify_tf.export`). The Keras
-callback lives in ``sparsify_tf.keras`` (imported on demand, not here).
+Graph mode (``tf.compat.v1``): the seed API (:mod:`sparsify_tf.mask_pruning`,
+built on :mod:`sparsify_tf.pruning_scope`, :mod:`sparsify_tf.masking` and
+:mod:`sparsify_tf.schedule_ops`), the high-level :func:`prune_graph` entry point
+(:mod:`sparsify_tf.graph_pruning`, which follows the core's
+``sparsify.PruningProtocol``) with :class:`PruningHook`
+(:mod:`sparsify_tf.pruning_hook`; pruned weights and their optimizer slots
+stay exactly zero through training), and export of clean inference graphs
+(:mod:`sparsify_tf.export`). The Keras callback lives in ``sparsify_tf.keras``
+(imported on demand, not here).
 
 Example:
     >>> import sparsify_tf
@@ -12,7 +16,7 @@ Example:
     True
 """
 from .export import export_frozen_graph, export_saved_model
-from .graph_pruning import GraphPruning, PruningHook, prune_graph
+from .graph_pruning import GraphPruning, prune_graph
 from .graph_utils import get_prunable_ops_and_inputs, is_prunable_op
 from .mask_creator import CoreMaskCreator, get_mask_creator
 from .mask_pruning import (
@@ -22,6 +26,7 @@ from .mask_pruning import (
     get_or_create_ks_schedule_ops, get_or_create_ks_scheduled_graph_ops, get_scheduled_update_op,
 )
 from .optimizer_slots import find_optimizer_slots
+from .pruning_hook import PruningHook
 from .schedule_ops import schedule_tensors
 
 __all__ = [

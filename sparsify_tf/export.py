@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from .graph_utils import get_tensor_var
-from .mask_pruning import pruned_inputs
+from .masking import pruned_inputs
 
 __all__ = ["export_frozen_graph", "export_saved_model", "FORBIDDEN_EXPORT_OPS"]
 

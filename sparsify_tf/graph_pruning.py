@@ -3,18 +3,36 @@
 :func:`prune_graph` finds every prunable op (MatMul, BatchMatMul*, Conv2D,
 Conv3D, DepthwiseConv2dNative, Conv2DBackpropInput) whose weight variable
 matches ``config.op_names``, adds the masks, rewires the ops and builds ONE
-update op ``tf.cond(update_due, update, no_op)`` that computes all masks
-together with :class:`sparsify.PruningEngine` (local or global scope, any
-pattern). Run the update after every training step: with
-:class:`PruningHook`, with :meth:`GraphPruning.wrap_train_op`, or by hand.
+update op ``tf.cond(update_due, update, no_op)``. The update protocol is the
+core's :class:`sparsify.PruningProtocol`: inside the update, the protocol is
+restored from the graph's variables (the masks and the last done step, so
+checkpoints carry everything) and advanced to the global step; it decides
+what is due (an update, the release after ``end_step`` when
+``leave_enabled=False``, or both) and computes all masks together (local or
+global scope, any pattern). The graph only converts weights to the canonical
+layout (``sparsify.layout``) and writes masks back. A cheap in-graph guard
+keeps most steps out of Python: the update runs only when the schedule's last
+update point is after the done step, or the release is due. Run the update
+after every training step: with :class:`~sparsify_tf.PruningHook`, with
+:meth:`GraphPruning.wrap_train_op`, or by hand.
+
+**Layer order.** Layers are handed to the core in the graph's own weight
+order, the creation order of the weight variables (the order of
+``tf.compat.v1.global_variables()``), not the order of the ops reading them.
+Global scope breaks ties across layers in that order, as the torch
+(``named_parameters()``) and Keras (``model.weights``) adapters do.
+
+**Release.** With ``leave_enabled=False`` the first update after ``end_step``
+releases the masks: they become all ones, and the weights keep the zeros of
+the last masks (training may then regrow them), as in the torch and Keras adapters.
 
 When masks change, the update also zeroes the pruned entries of the
 optimizer's slots (Momentum accumulator, Adam ``m``/``v``, RMSProp ``ms``/``mom``,
 see :mod:`sparsify_tf.optimizer_slots`), so with a zero gradient through the
 mask a pruned weight stays exactly 0.0 through training with any
 ``tf.compat.v1.train`` optimizer. Slots are found in the graph when the update
-op is built: :meth:`GraphPruning.wrap_train_op` and :class:`PruningHook` build
-it after the optimizer exists; by hand, use :meth:`GraphPruning.build_update_op`.
+op is built: :meth:`GraphPruning.wrap_train_op` and the hook build it after
+the optimizer exists; by hand, use :meth:`GraphPruning.build_update_op`.
 
 Example:
     >>> import numpy as np, tensorflow as tf
@@ -26,7 +44,7 @@ Example:
     ...     w2 = tf1.get_variable("fc2/kernel", [8, 4])
     ...     y = tf.matmul(tf.nn.relu(tf.matmul(x, w1)), w2)
     ...     pruning = prune_graph({"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
-    >>> sorted(pruning.masks)
+    >>> pruning.layer_names
     ['fc1/kernel', 'fc2/kernel']
     >>> with tf1.Session(graph=g) as sess:
     ...     sess.run(tf1.global_variables_initializer()); _ = sess.run(pruning.update_op)
@@ -35,6 +53,7 @@ Example:
 """
 from __future__ import annotations
 
+import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -44,23 +63,32 @@ import numpy as np
 import tensorflow as tf
 
 from sparsify.config import PruningConfig
+from sparsify.criteria import needs_gradients
 from sparsify.engine import PruningEngine
 from sparsify.layout import canonical_to_tf, tf_to_canonical
+from sparsify.protocol import PruningProtocol
 
 from .graph_utils import (
     check_global_step, check_graph_editable, get_prunable_ops_and_inputs, get_tensor_var, global_step_tensor,
-    v1_cond,
+    in_variable_creation_order, v1_cond,
 )
-from .mask_pruning import PruningOpVars, PruningScope, _check_group, create_op_pruning_no_update, \
-    create_summaries_pruning, apply_op_vars_masks
+from .masking import PruningOpVars, bake_masks, mask_op_input, sparsity_summaries
 from .optimizer_slots import find_optimizer_slots, unknown_apply_ops
-from .schedule_ops import schedule_tensors
+from .pruning_scope import PruningScope, check_ks_group
+from .schedule_ops import schedule_tensors, update_point_tensors
 
-__all__ = ["prune_graph", "GraphPruning", "PruningHook"]
+__all__ = ["prune_graph", "GraphPruning"]
 
 tf1 = tf.compat.v1
 
 _PRUNINGS: "weakref.WeakKeyDictionary[tf.Graph, dict[str, GraphPruning]]" = weakref.WeakKeyDictionary()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PruningHook":       # it lives in sparsify_tf.pruning_hook; kept importable from here
+        from .pruning_hook import PruningHook
+        return PruningHook
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(eq=False)
@@ -68,18 +96,21 @@ class GraphPruning:
     """Handles returned by :func:`prune_graph`.
 
     Attributes:
-        config, engine: the validated config and its core engine.
+        config: the validated config.
+        protocol: the core :class:`sparsify.PruningProtocol` the update advances
+            (restored from the graph's variables at each update; ``protocol.names``
+            are the pruned layers in the order handed to the core).
         graph, ks_group, global_step: where the ops live.
         update_op: run after each training step (a no-op unless an update point
-            was passed since the last update; never loses an update when steps are skipped).
-            It zeroes the slots of optimizers that existed when :func:`prune_graph` ran
-            (``slots``); :meth:`build_update_op`, :meth:`wrap_train_op` and :meth:`hook`
-            also cover optimizers built later.
-        update_ready: bool tensor, True when ``update_op`` will recompute masks.
+            was passed since the last update, or the release is due; never loses an update
+            when steps are skipped). It zeroes the slots of optimizers that existed when
+            :func:`prune_graph` ran (``slots``); :meth:`build_update_op`, :meth:`wrap_train_op`
+            and :meth:`hook` also cover optimizers built later.
+        update_ready: bool tensor, True when ``update_op`` will call the core.
         sparsity: float64 tensor, the target sparsity of the latest update point
             (``engine.target_sparsity(global_step)``).
         schedule_sparsity: float64 tensor, ``schedule.sparsity(global_step)``.
-        last_update_step: int64 variable, the step of the last applied update (-1: none).
+        last_update_step: int64 variable, the protocol's done step (-1: none).
         masks, weights: layer name (the weight variable's name) -> mask / weight variable.
         masked: layer name -> masked weight tensor (what the ops read).
         kinds: layer name -> layout kind (``"dense"``, ``"conv"``, ...).
@@ -90,7 +121,7 @@ class GraphPruning:
     """
 
     config: PruningConfig
-    engine: PruningEngine
+    protocol: PruningProtocol
     graph: tf.Graph
     ks_group: str
     global_step: tf.Variable | tf.Tensor
@@ -111,8 +142,13 @@ class GraphPruning:
     _updates: dict = field(repr=False, default_factory=dict)
 
     @property
+    def engine(self) -> PruningEngine:
+        """The core engine of the config (schedule, pattern): ``protocol.engine``."""
+        return self.protocol.engine
+
+    @property
     def layer_names(self) -> list[str]:
-        """Pruned layer (weight variable) names in graph order."""
+        """Pruned layer (weight variable) names, in variable creation order."""
         return list(self.masks)
 
     def optimizer_slots(self) -> dict[str, list[tf.Variable]]:
@@ -126,6 +162,10 @@ class GraphPruning:
                           "unknown to sparsify_tf; they are not zeroed, so pruned weights may drift from 0 "
                           "between mask updates (the forward pass still reads weight * mask)", stacklevel=3)
         return self.optimizer_slots()
+
+    def existing_update_op(self) -> tf.Operation | None:
+        """The update op already built for the optimizer slots in the graph now, or None (builds nothing)."""
+        return self._updates.get(_slots_key(self.optimizer_slots()))
 
     def build_update_op(self) -> tf.Operation:
         """The update op, also zeroing the slots of every optimizer built so far.
@@ -164,17 +204,18 @@ class GraphPruning:
         with self.graph.as_default():
             return tf.group(train_op, update, name="nm_train_and_prune")
 
-    def hook(self, run_at_start: bool = True) -> "PruningHook":
-        """A :class:`PruningHook` running the update (zeroing optimizer slots too) after each step."""
+    def hook(self, run_at_start: bool = True) -> Any:
+        """A :class:`~sparsify_tf.PruningHook` running the update (zeroing optimizer slots too) after each step."""
+        from .pruning_hook import PruningHook
         return PruningHook(self, run_at_start=run_at_start)
 
     def summaries(self) -> list[tf.Tensor]:
         """TensorBoard scalars: one per pruned op with its sparsity."""
-        return create_summaries_pruning(self.op_vars)
+        return sparsity_summaries(self.op_vars)
 
     def apply_masks(self, sess: tf1.Session) -> None:
         """Bake the masks into the weight variables (``weight *= mask``)."""
-        apply_op_vars_masks(self.op_vars, self.ks_group, sess)
+        bake_masks(self.op_vars, self.ks_group, sess)
 
     def get_masks(self, sess: tf1.Session, canonical: bool = False) -> dict[str, np.ndarray]:
         """Current masks as bool arrays (TF layout, or the core's canonical layout)."""
@@ -195,15 +236,26 @@ class GraphPruning:
         return export_saved_model(sess, export_dir, inputs, outputs)
 
 
-def _np_update_fn(engine: PruningEngine, names: list[str], kinds: dict[str, str]) -> Callable:
+def _core_update_fn(protocol: PruningProtocol, kinds: Mapping[str, str]) -> Callable:
+    """The ``numpy_function`` body: restore the protocol from the variables, advance it, return what to write."""
+    names = list(protocol.names)
     n = len(names)
+    lock = threading.Lock()
 
-    def fn(last_step, *arrays):
+    def fn(step, done, *arrays):
         ws, ms = arrays[:n], arrays[n:]
-        canon = {name: tf_to_canonical(w, kinds[name]) for name, w in zip(names, ws)}
-        pre = {name: tf_to_canonical(m, kinds[name]) != 0 for name, m in zip(names, ms)}
-        new = engine.compute_masks(canon, int(last_step), pre_masks=pre)
-        return [canonical_to_tf(new[name], kinds[name], w.shape).astype(w.dtype) for name, w in zip(names, ws)]
+        with lock:
+            protocol.restore(int(done), {k: tf_to_canonical(m, kinds[k]) != 0 for k, m in zip(names, ms)})
+            update = protocol.advance(int(step), lambda: {k: tf_to_canonical(w, kinds[k]) for k, w in zip(names, ws)})
+        if update is None:            # the guard and the protocol agree, so this is only a safety net
+            return [*ms, *(np.ones_like(w) for w in ws), np.int64(done)]
+        masks, zero = [], []
+        for k, w in zip(names, ws):
+            m = canonical_to_tf(update.masks[k], kinds[k], w.shape).astype(w.dtype)
+            masks.append(m)
+            zero.append(m if update.zero[k] is update.masks[k]
+                        else canonical_to_tf(update.zero[k], kinds[k], w.shape).astype(w.dtype))
+        return [*masks, *zero, np.int64(update.step)]
 
     return fn
 
@@ -218,7 +270,7 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
 
     Call it after building the model and before building the optimizer (so
     gradients flow through the masks and pruned weights get zero gradients),
-    then run the update after every training step (:class:`PruningHook`,
+    then run the update after every training step (:class:`~sparsify_tf.PruningHook`,
     :meth:`GraphPruning.wrap_train_op`, or :meth:`GraphPruning.build_update_op`
     by hand). When masks change, the update also zeroes the pruned entries of
     the optimizer slots (Momentum, Adam, RMSProp...), so pruned weights stay
@@ -248,15 +300,14 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             with tf1.train.MonitoredTrainingSession(hooks=[pruning.hook()]) as sess: ...
     """
     cfg = PruningConfig.coerce(config)
-    engine = PruningEngine(cfg)
-    if engine.needs_gradients:
+    if needs_gradients(cfg.criterion):
         raise ValueError(f"criterion {cfg.criterion!r} needs gradients, which graph-mode pruning does not "
                          "collect; use criterion='magnitude'")
     if graph is None:
         graph = tf1.get_default_graph()
     if not isinstance(graph, tf.Graph):
         raise TypeError(f"graph must be a tf.Graph, got {graph!r}")
-    ks_group = _check_group(ks_group)
+    ks_group = check_ks_group(ks_group)
     cached = _PRUNINGS.get(graph, {}).get(ks_group)
     if cached is not None:
         if cached.config != cfg:
@@ -282,64 +333,71 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     if not shapes:
         raise ValueError("the graph has no prunable op (MatMul, BatchMatMul, Conv2D, Conv3D, "
                          "DepthwiseConv2dNative, Conv2DBackpropInput) reading a tf.Variable weight")
-    names = engine.select_layers(list(shapes), shapes)
-    engine.check_layers({n: shapes[n] for n in names})
+    ordered = in_variable_creation_order(graph, list(shapes))
+    protocol = PruningProtocol(cfg, {n: shapes[n] for n in ordered})
+    names = list(protocol.names)
     for n in names:
         get_tensor_var(graph, n)
     chosen = set(names)
+    schedule = protocol.engine.schedule
 
     with graph.as_default():
         gs = global_step if global_step is not None else tf1.train.get_or_create_global_step(graph)
         check_global_step(gs, graph)
-        step = global_step_tensor(gs)
         with tf1.variable_scope(PruningScope.general(ks_group)):
-            done = tf1.get_variable(f"nm_last_update_step", [], tf.int64, initializer=tf1.constant_initializer(-1),
+            done = tf1.get_variable("nm_last_update_step", [], tf.int64, initializer=tf1.constant_initializer(-1),
                                     trainable=False, use_resource=True)
         with tf1.name_scope(PruningScope.general(ks_group, PruningScope.OPS_SCHEDULE, trailing_slash=True)):
-            t = schedule_tensors(engine.schedule, step)
+            t = schedule_tensors(schedule, global_step_tensor(gs))
         with tf1.name_scope(PruningScope.general(ks_group, trailing_slash=True)):
-            after_end = None
-            if not cfg.leave_enabled:
-                after_end = tf.greater(step, cfg.end_step, name="nm_is_after_end_step")
             sparsity = tf.identity(t["target_sparsity"], name=PruningScope.OP_SPARSITY)
             schedule_sparsity = tf.identity(t["sparsity"], name="nm_schedule_sparsity")
 
         op_vars: list[PruningOpVars] = []
-        masks, weights, masked = {}, {}, {}
+        first: dict[str, PruningOpVars] = {}
         for p in candidates:
-            if p.var_name not in chosen:
-                continue
-            ov = create_op_pruning_no_update(p.op, p.tensor, ks_group, cfg.leave_enabled, after_end)
-            masks.setdefault(p.var_name, ov.mask)
-            masked.setdefault(p.var_name, ov.masked)
-            weights.setdefault(p.var_name, get_tensor_var(graph, p.var_name))
-            op_vars.append(ov)
-        layer_kinds = {n: kinds[n] for n in masks}
-        np_fn = _np_update_fn(engine, list(masks), layer_kinds)
+            if p.var_name in chosen:
+                ov = mask_op_input(p.op, p.tensor, ks_group)
+                first.setdefault(p.var_name, ov)
+                op_vars.append(ov)
+        masks = {n: first[n].mask for n in names}
+        masked = {n: first[n].masked for n in names}
+        weights = {n: get_tensor_var(graph, n) for n in names}
+        layer_kinds = {n: kinds[n] for n in names}
+        np_fn = _core_update_fn(protocol, layer_kinds)
         scope = PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)
+        end_step = cfg.end_step
 
         def _build_update(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple[tf.Tensor, tf.Operation]:
             with tf1.name_scope(scope):
-                last = schedule_tensors(engine.schedule, global_step_tensor(gs))["last_update_step"]
-                ready = tf.greater(last, done.read_value())
+                step = global_step_tensor(gs)
+                _, last = update_point_tensors(schedule, step)
+                done_now = done.read_value()
+                ready = tf.greater(last, done_now)
+                if not cfg.leave_enabled:      # the release: after end_step, once
+                    ready = tf.logical_or(ready, tf.logical_and(step > end_step, done_now <= end_step))
 
                 def _update():
-                    reads = [weights[n].read_value() for n in masks]
-                    mreads = [masks[n].read_value() for n in masks]
-                    outs = tf.numpy_function(np_fn, [last, *reads, *mreads], [r.dtype for r in reads],
-                                             stateful=False, name="nm_core_masks")
+                    reads = [weights[n].read_value() for n in names]
+                    outs = tf.numpy_function(np_fn, [step, done_now, *reads, *(masks[n].read_value() for n in names)],
+                                             [r.dtype for r in reads] * 2 + [tf.int64], stateful=False,
+                                             name="nm_core_masks")
+                    k = len(names)
                     assigns = []
-                    for n, r, o in zip(masks, reads, outs):
-                        o.set_shape(r.shape)
-                        assigns.append(tf1.assign(masks[n], o, name=PruningScope.OP_MASK_ASSIGN))
-                        assigns.append(tf1.assign(weights[n], r * o, name=PruningScope.OP_WEIGHT_UPDATE))
-                        keep = tf.cast(o, tf.bool) if slots.get(n) else None
+                    for i, (n, r) in enumerate(zip(names, reads)):
+                        new, zero = outs[i], outs[k + i]
+                        new.set_shape(r.shape)
+                        zero.set_shape(r.shape)
+                        assigns.append(tf1.assign(masks[n], new, name=PruningScope.OP_MASK_ASSIGN))
+                        assigns.append(tf1.assign(weights[n], r * zero, name=PruningScope.OP_WEIGHT_UPDATE))
+                        keep = tf.cast(zero, tf.bool) if slots.get(n) else None
                         for slot in slots.get(n, ()):
                             # optimizer state of pruned entries: zero, so a zero gradient keeps them at 0.0
                             value = slot.read_value()
                             assigns.append(tf1.assign(slot, tf.where(keep, value, tf.zeros_like(value)),
                                                       name="nm_slot_zero"))
-                    assigns.append(tf1.assign(done, last))
+                    outs[-1].set_shape([])
+                    assigns.append(tf1.assign(done, outs[-1]))
                     return tf.group(*assigns)
 
                 def _noop():
@@ -358,96 +416,9 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             kept = tf.add_n([tf.math.count_nonzero(m, dtype=tf.int64) for m in masks.values()])
             total = 1.0 - tf.cast(kept, tf.float64) / float(size)
 
-    pruning = GraphPruning(cfg, engine, graph, ks_group, gs, update_op, update_ready, sparsity, schedule_sparsity,
+    pruning = GraphPruning(cfg, protocol, graph, ks_group, gs, update_op, update_ready, sparsity, schedule_sparsity,
                            done, masks, weights, masked, layer_kinds, op_vars, layer_sparsity, total,
                            slots=initial_slots, _build_update=lambda slots: _build_update(slots)[1],
                            _updates={_slots_key(initial_slots): update_op})
     _PRUNINGS.setdefault(graph, {})[ks_group] = pruning
     return pruning
-
-
-class PruningHook(tf1.train.SessionRunHook):
-    """Runs the pruning update after training steps (MonitoredTrainingSession, Estimator).
-
-    Given a :class:`GraphPruning`, the hook builds its update op in ``begin()``
-    (before the session finalizes the graph, after the optimizer exists) with
-    :meth:`GraphPruning.build_update_op`, so it also zeroes the optimizer slots
-    of pruned weights. It fetches the global step with each training run and
-    calls the update only when the core schedule says an update point may have
-    passed since the last applied update (so most steps cost no extra
-    ``session.run``); given a bare update op, it runs it after every step.
-
-    Args:
-        pruning: a :class:`GraphPruning` or an update op.
-        run_at_start: also run the update once when the session is created
-            (applies a begin step of 0, and one-shot pruning, before training).
-
-    Example:
-            with tf1.train.MonitoredTrainingSession(hooks=[PruningHook(pruning)]) as sess:
-                while not sess.should_stop(): sess.run(train_op)
-    """
-
-    def __init__(self, pruning: GraphPruning | tf.Operation, run_at_start: bool = True) -> None:
-        if isinstance(pruning, GraphPruning):
-            self._pruning: GraphPruning | None = pruning
-            self._update = pruning.update_op
-        elif isinstance(pruning, (tf.Operation, tf.Tensor)):
-            self._pruning = None
-            self._update = pruning
-        else:
-            raise TypeError(f"pruning must be a GraphPruning (from prune_graph) or an update op, got {pruning!r}")
-        if not isinstance(run_at_start, bool):
-            raise TypeError(f"run_at_start must be True or False, got {run_at_start!r}")
-        self._run_at_start = run_at_start
-        self._done = -1
-        self._done_after_update: tf.Tensor | None = None
-
-    @property
-    def update_op(self) -> tf.Operation | tf.Tensor:
-        """The op the hook runs (set in ``begin()`` when given a :class:`GraphPruning`)."""
-        return self._update
-
-    def begin(self) -> None:
-        pr = self._pruning
-        if pr is None:
-            return
-        if not pr.graph.finalized:
-            self._update = pr.build_update_op()
-            with pr.graph.as_default(), tf.control_dependencies([self._update]):
-                self._done_after_update = pr.last_update_step.read_value()   # read once the update is done
-            return
-        slots = pr.optimizer_slots()
-        key = _slots_key(slots)
-        if key in pr._updates:
-            self._update = pr._updates[key]
-        else:
-            warnings.warn("PruningHook.begin() ran on a finalized graph: the optimizer slots of pruned weights "
-                          f"{ {n: [v.op.name for v in vs] for n, vs in slots.items() if vs} } are not zeroed; "
-                          "create the session after the optimizer (or call pruning.build_update_op() "
-                          "before finalizing)", stacklevel=2)
-
-    def after_create_session(self, session: tf1.Session, coord: Any) -> None:
-        if self._run_at_start:
-            session.run(self._update)
-        if self._pruning is not None:
-            self._done = int(session.run(self._pruning.last_update_step))
-
-    def before_run(self, run_context: tf1.train.SessionRunContext) -> Any:
-        if self._pruning is None:
-            return None
-        return tf1.train.SessionRunArgs(self._pruning.global_step)
-
-    def after_run(self, run_context: tf1.train.SessionRunContext, run_values: tf1.train.SessionRunValues) -> None:
-        pr = self._pruning
-        if pr is None:
-            run_context.session.run(self._update)
-            return
-        # Skip the extra session call unless an update point may have been passed. The step was
-        # read in the same run as the train op, before or after its increment: look one step ahead.
-        # The update op itself re-checks in the graph, so an early call changes nothing.
-        if pr.engine.update_due(self._done, int(run_values.results) + 1):
-            if self._done_after_update is not None:
-                self._done = int(run_context.session.run(self._done_after_update))
-            else:
-                run_context.session.run(self._update)
-                self._done = int(run_context.session.run(pr.last_update_step))

@@ -29,6 +29,7 @@ __all__ = [
     "PRUNABLE_OP_TYPES", "PrunableInput", "clean_tensor_name", "is_prunable_op", "get_prunable_ops_and_inputs",
     "get_ops_and_inputs_by_name_or_regex", "prunable_input_of", "trace_variable_name", "get_tensor_var",
     "check_graph_editable", "check_global_step", "global_step_tensor", "v1_cond", "replace_op_input",
+    "in_variable_creation_order",
 ]
 
 tf1 = tf.compat.v1
@@ -173,6 +174,16 @@ def get_tensor_var(graph: tf.Graph, var_name: str) -> tf.Variable:
             return v
     raise ValueError(f"no variable named {var_name!r} in the GLOBAL_VARIABLES collection of the graph; "
                      "pruned weights must be tf.Variables created in that collection")
+
+
+def in_variable_creation_order(graph: tf.Graph, var_names: Sequence[str]) -> list[str]:
+    """``var_names`` (unique) in the creation order of their variables, i.e. the order of
+    ``tf.compat.v1.global_variables()``: the model's own weight order, which breaks ties in global scope.
+
+    Names of variables outside that collection follow, in the order given.
+    """
+    index = {v.op.name: i for i, v in enumerate(graph.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES))}
+    return sorted(dict.fromkeys(var_names), key=lambda n: index.get(n, len(index)))
 
 
 def check_graph_editable(graph: tf.Graph) -> None:

@@ -3,7 +3,9 @@
 :class:`CoreMaskCreator` wraps a core :class:`~sparsify.patterns.Pattern` and
 builds a ``tf.numpy_function`` that converts the TF kernel to the canonical
 layout (``sparsify.layout``), asks the pattern for the mask and converts it
-back. It replaces the seed's ``PruningMaskCreator`` objects.
+back. It replaces the seed's ``PruningMaskCreator`` objects. A pattern with
+``pruning_scope: global`` computes the masks of several weights in one core
+call (:meth:`CoreMaskCreator.create_sparsity_masks`), one threshold for all.
 
 Example:
     >>> import numpy as np
@@ -13,7 +15,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -50,6 +52,26 @@ class CoreMaskCreator:
         canon = tf_to_canonical(np.zeros(tuple(tf_shape), dtype=np.float32), kind)
         self.pattern.get_mask_single(np.ones(canon.shape, dtype=np.float32), 0.0, name=name)
 
+    @property
+    def is_global(self) -> bool:
+        """True when the pattern prunes with one threshold over all weights given together."""
+        return bool(self.pattern.is_global)
+
+    def check_sparsity(self, sparsity: float, name: str = "sparsity") -> float:
+        """``ValueError`` naming ``name`` now if the pattern cannot prune to ``sparsity`` (N:M: above N/M).
+
+        Example:
+            >>> CoreMaskCreator("2:4").check_sparsity(0.9, "final_sparsity")
+            Traceback (most recent call last):
+            ...
+            ValueError: final_sparsity=0.9 cannot be reached with mask_creator '2:4': final_sparsity for pattern '2:4' must be <= N/M = 0.5, got 0.9
+        """
+        try:
+            return self.pattern.check_ratio(sparsity, name)
+        except ValueError as e:
+            raise ValueError(f"{name}={sparsity!r} cannot be reached with mask_creator {self.pattern.pattern!r}: "
+                             f"{e}") from None
+
     def masks_numpy(self, weights: Mapping[str, np.ndarray], kinds: Mapping[str, str], sparsity: float,
                     pre_masks: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Masks (TF layout, float, 1 = kept) for TF-layout ``weights`` at ``sparsity``."""
@@ -64,13 +86,33 @@ class CoreMaskCreator:
     def create_sparsity_mask(self, tensor: tf.Tensor, sparsity: tf.Tensor, pre_mask: tf.Tensor | None = None,
                              kind: str = "dense", name: str = "layer") -> tf.Tensor:
         """Graph op computing the mask of ``tensor`` (TF layout) at ``sparsity`` with the core."""
-        def _fn(w, s, *pre):
-            return self.masks_numpy({name: w}, {name: kind}, float(s), {name: pre[0]} if pre else None)[name]
+        return self.create_sparsity_masks([tensor], sparsity, None if pre_mask is None else [pre_mask],
+                                          [kind], [name], op_name="nm_core_mask")[0]
 
-        inputs = [tensor, sparsity] + ([pre_mask] if pre_mask is not None else [])
-        out = tf.numpy_function(_fn, inputs, tensor.dtype, stateful=False, name="nm_core_mask")
-        out.set_shape(tensor.shape)
-        return out
+    def create_sparsity_masks(self, tensors: Sequence[tf.Tensor], sparsity: tf.Tensor,
+                              pre_masks: Sequence[tf.Tensor] | None, kinds: Sequence[str], names: Sequence[str],
+                              op_name: str = "nm_core_masks") -> list[tf.Tensor]:
+        """Graph op computing the masks of all ``tensors`` (TF layout) at ``sparsity`` in one core call.
+
+        With a global pattern, one threshold over all of them, ties broken in the order given.
+        """
+        n = len(tensors)
+        if not n or len(kinds) != n or len(names) != n or (pre_masks is not None and len(pre_masks) != n):
+            raise ValueError(f"tensors, kinds and names (and pre_masks) must be non-empty and of equal length, got "
+                             f"{n}, {len(kinds)}, {len(names)}"
+                             + ("" if pre_masks is None else f", {len(pre_masks)}"))
+        kind_of = dict(zip(names, kinds))
+
+        def _fn(s, *arrays):
+            ws, pre = arrays[:n], arrays[n:]
+            masks = self.masks_numpy(dict(zip(names, ws)), kind_of, float(s), dict(zip(names, pre)) if pre else None)
+            return [masks[k] for k in names]
+
+        inputs = [sparsity, *tensors, *(pre_masks or [])]
+        outs = tf.numpy_function(_fn, inputs, [t.dtype for t in tensors], stateful=False, name=op_name)
+        for o, t in zip(outs, tensors):
+            o.set_shape(t.shape)
+        return list(outs)
 
 
 def get_mask_creator(mask_creator: MaskCreatorLike) -> CoreMaskCreator:

@@ -2,7 +2,10 @@
 
 Same names and arguments as the seed (``sparseml.tensorflow_v1.optim.mask_pruning``)
 but working on TensorFlow 2.x graphs without ``tf.contrib.graph_editor``, for
-resource and legacy ref variables. The flow:
+resource and legacy ref variables. This module is the facade; the naming lives
+in :mod:`sparsify_tf.pruning_scope`, the mask variables and rewired inputs in
+:mod:`sparsify_tf.masking`, the schedule tensors in :mod:`sparsify_tf.schedule_ops`
+and the mask values in the core (through :mod:`sparsify_tf.mask_creator`). The flow:
 
 1. :func:`create_ks_schedule_ops` / :func:`get_or_create_ks_schedule_ops` build
    the ``update_ready`` and ``sparsity`` tensors from the global step (equal to
@@ -11,7 +14,14 @@ resource and legacy ref variables. The flow:
    :func:`get_or_create_graph_ops_pruning` add a mask variable per weight, a
    masked input ``mask * weight`` that the op now reads, and an update op
    ``tf.cond(update_ready, update, no_op)`` whose mask values come from the core.
+   A ``mask_creator`` with ``pruning_scope: global`` gives the whole group one
+   update op: one core call, one threshold over all its weights (in variable
+   creation order, which breaks ties).
 3. :func:`get_scheduled_update_op` groups the updates: run it after each step.
+
+Seed semantics are kept: the sparsity of an update is the schedule's at the
+current step, and with ``leave_enabled=False`` the ops read the dense weights
+once the step is after ``end_step`` (``is_after_end_step``).
 
 Example:
     >>> import numpy as np, tensorflow as tf
@@ -31,9 +41,7 @@ Example:
 """
 from __future__ import annotations
 
-import weakref
-from collections import namedtuple
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -41,10 +49,15 @@ import tensorflow as tf
 from sparsify.schedules import GradualSchedule
 
 from .graph_utils import (
-    PrunableInput, check_global_step, check_graph_editable, clean_tensor_name, global_step_tensor,
-    get_ops_and_inputs_by_name_or_regex, get_tensor_var, prunable_input_of, replace_op_input, v1_cond,
+    PrunableInput, check_global_step, check_graph_editable, get_ops_and_inputs_by_name_or_regex, get_tensor_var,
+    global_step_tensor, in_variable_creation_order, v1_cond,
 )
 from .mask_creator import CoreMaskCreator, MaskCreatorLike, get_mask_creator
+from .masking import (
+    GraphMasks, PruningOpVars, bake_masks, mask_op_input, no_update_op, prunable_input, pruned_inputs,
+    sparsity_summaries,
+)
+from .pruning_scope import PruningScope, check_ks_group
 from .schedule_ops import schedule_tensors
 
 __all__ = [
@@ -56,117 +69,6 @@ __all__ = [
 ]
 
 tf1 = tf.compat.v1
-
-PruningOpVars = namedtuple("PruningOpVars", ["op", "op_input", "update", "mask", "masked"])
-PruningOpVars.__doc__ = """Handles of one pruned op: the op, its original weight input tensor, the
-update op (None for ``create_op_pruning_no_update``), the mask variable and the masked tensor."""
-
-
-class PruningScope:
-    """Scope and collection naming for kernel sparsity in the graph (seed names).
-
-    Example:
-        >>> PruningScope.general("grp", PruningScope.OPS_SCHEDULE)
-        'nm_ks_ops/grp/schedule_ops'
-        >>> PruningScope.collection_name("grp", PruningScope.VAR_MASK)
-        'nm_ks_collection_grp_nm_mask'
-    """
-
-    NM_KS = "nm_ks"
-    NM_KS_OPS = "nm_ks_ops"
-
-    OPS = "ops"
-    OPS_INPUT = "input_ops"
-    OPS_UPDATE = "update_ops"
-    OPS_SUMMARY = "summary_ops"
-    OPS_SCHEDULE = "schedule_ops"
-    OPS_SPARSITY = "sparsity_ops"
-    OPS_MASK = "ops_mask"            # aligned with OPS: one entry per PruningOpVars
-    OPS_MASKED = "ops_masked"
-
-    OP_COND_UPDATE = "nm_conditional_update"
-    OP_SPARSITY = "nm_sparsity"
-    OP_UPDATE_READY = "nm_update_ready"
-    OP_MASKED_VAR = "nm_masked_var"
-    OP_MASK_ASSIGN = "nm_mask_assign"
-    OP_PRUNE_VARS_ASSIGN = "nm_prune_vars_assign"
-    OP_MASK_UPDATE_NO_OP = "nm_mask_update_no_op"
-    OP_MASK_UPDATE = "nm_mask_update"
-    OP_WEIGHT_UPDATE = "nm_weight_update"
-    OP_SAVE = "nm_save"
-
-    VAR_MASK = "nm_mask"
-    VAR_THRESHOLD = "nm_threshold"
-
-    @staticmethod
-    def general(ks_group: str, additional: str | None = None, trailing_slash: bool = False) -> str:
-        """Scope for group-wide ops (schedule, conditional update): ``nm_ks_ops/<group>[/additional]``."""
-        return PruningScope._format(PruningScope._format(PruningScope.NM_KS_OPS, ks_group), additional,
-                                    trailing_slash)
-
-    @staticmethod
-    def model(op_tens: Any, ks_group: str, additional: str | None = None, trailing_slash: bool = False) -> str:
-        """Scope for one op's mask and update ops: ``<op>_nm_ks/<group>[/additional]``."""
-        op_name = clean_tensor_name(op_tens if isinstance(op_tens, str) else op_tens.name)
-        scope = PruningScope._format(f"{op_name}_{PruningScope.NM_KS}", ks_group)
-        return PruningScope._format(scope, additional, trailing_slash)
-
-    @staticmethod
-    def collection_name(ks_group: str, name: str) -> str:
-        """Collection name for ``name`` in ``ks_group``: ``nm_ks_collection_<group>_<name>``."""
-        return f"nm_ks_collection_{ks_group}_{name}"
-
-    @staticmethod
-    def _format(current: str, additional: str | None = None, trailing_slash: bool = False) -> str:
-        scope = current if additional is None else f"{current}/{additional}"
-        return scope + "/" if trailing_slash else scope
-
-
-# ---------------------------------------------------------------------------------------
-# Per-graph bookkeeping (Python side): masks per variable, pruned inputs for export.
-_REGISTRY: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
-
-
-def _state(graph: tf.Graph) -> dict:
-    st = _REGISTRY.get(graph)
-    if st is None:
-        st = {"masks": {}, "masked": {}, "opvars": {}, "rewires": [], "save_ops": {}, "meta": {}}
-        _REGISTRY[graph] = st
-    return st
-
-
-def pruned_inputs(graph: tf.Graph) -> list[dict[str, Any]]:
-    """Every rewired op input of ``graph``: ``op``, ``index``, ``original`` (tensor name),
-    ``var`` (weight variable), ``mask`` (mask variable), ``kind``, ``group``. Used by export."""
-    return list(_state(graph)["rewires"])
-
-
-def _check_group(ks_group: Any) -> str:
-    if not isinstance(ks_group, str) or not ks_group or "/" in ks_group or " " in ks_group:
-        raise ValueError(f"ks_group must be a non-empty string without '/' or spaces, got {ks_group!r}")
-    return ks_group
-
-
-def _prunable(op: tf.Operation, op_input: tf.Tensor) -> PrunableInput:
-    if not isinstance(op, tf.Operation):
-        raise TypeError(f"op must be a tf.Operation, got {op!r}")
-    p = prunable_input_of(op)
-    if p is None:
-        from .graph_utils import PRUNABLE_OP_TYPES
-        raise ValueError(f"op {op.name!r} of type {op.type!r} is not prunable: prunable ops are "
-                         f"{', '.join(PRUNABLE_OP_TYPES)} (forward ops) reading a tf.Variable weight")
-    if op_input is not None and op_input is not p.tensor:
-        raise ValueError(f"op_input {getattr(op_input, 'name', op_input)!r} is not the weight input of op "
-                         f"{op.name!r}; its weight input is {p.tensor.name!r}")
-    return p
-
-
-def _existing(graph: tf.Graph, ks_group: str, op: tf.Operation) -> PruningOpVars | None:
-    return _state(graph)["opvars"].get((ks_group, op.name))
-
-
-def _var_read(var: tf.Variable) -> tf.Tensor:
-    return var.read_value()
 
 
 def create_op_pruning_no_update(op: tf.Operation, op_input: tf.Tensor, ks_group: str, leave_enabled: bool = True,
@@ -188,66 +90,26 @@ def create_op_pruning_no_update(op: tf.Operation, op_input: tf.Tensor, ks_group:
     Returns:
         ``PruningOpVars(op, op_input, None, mask, masked)``.
     """
-    ks_group = _check_group(ks_group)
-    if not isinstance(leave_enabled, bool):
-        raise TypeError(f"leave_enabled must be True or False, got {leave_enabled!r}")
-    found = _existing(op.graph, ks_group, op) if isinstance(op, tf.Operation) else None
-    if found is not None:
-        return found._replace(update=None)
-    p = _prunable(op, op_input)
-    graph = op.graph
-    check_graph_editable(graph)
-    if not leave_enabled and is_after_end_step is None:
-        raise ValueError("is_after_end_step must be given when leave_enabled is False")
-    var = get_tensor_var(graph, p.var_name)
-    st = _state(graph)
-    mask = st["masks"].get((ks_group, p.var_name))
-    with graph.as_default():
-        if mask is None:
-            with tf1.variable_scope(PruningScope.model(op, ks_group), reuse=tf1.AUTO_REUSE):
-                mask = tf1.get_variable(PruningScope.VAR_MASK, p.tensor.shape, initializer=tf1.ones_initializer(),
-                                        trainable=False, dtype=p.tensor.dtype.base_dtype,
-                                        use_resource=_is_resource(var))
-            tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.VAR_MASK), mask)
-            st["masks"][(ks_group, p.var_name)] = mask
-        key = (ks_group, p.tensor.name)
-        masked = st["masked"].get(key)
-        if masked is None:
-            with tf1.name_scope(PruningScope.model(op, ks_group, trailing_slash=True)):
-                masked = tf.multiply(mask, p.tensor, name=PruningScope.OP_MASKED_VAR)
-            tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_MASKED_VAR), masked)
-            st["masked"][key] = masked
-        feed = masked
-        if not leave_enabled:
-            with tf1.name_scope(PruningScope.model(op, ks_group, trailing_slash=True)):
-                feed = tf.where(is_after_end_step, p.tensor, masked, name="nm_masked_or_dense")
-        _rewire(op, p, feed)
-    st["rewires"].append({"op": op.name, "index": p.index, "original": p.tensor.name, "var": p.var_name,
-                          "mask": mask.op.name, "kind": p.kind, "group": ks_group})
-    op_vars = PruningOpVars(op, p.tensor, None, mask, masked)
-    st["opvars"][(ks_group, op.name)] = op_vars
-    st["meta"][(ks_group, op.name)] = p
-    return op_vars
+    return mask_op_input(op, op_input, ks_group, leave_enabled, is_after_end_step)._replace(update=None)
 
 
-def _is_resource(var: tf.Variable) -> bool:
-    return var.op.type == "VarHandleOp"
+def _check_static_sparsity(creator: CoreMaskCreator, sparsity: tf.Tensor) -> None:
+    value = tf.get_static_value(sparsity) if isinstance(sparsity, tf.Tensor) else None
+    if value is not None and np.ndim(value) == 0:
+        creator.check_sparsity(float(value), "sparsity")
 
 
-def _rewire(op: tf.Operation, p: PrunableInput, new: tf.Tensor) -> None:
-    # Gradient ops built before pruning read the weight directly; point them at the masked weight too.
-    grad_mark = f"{op.name}_grad/"
-    for consumer in list(p.tensor.consumers()):
-        if consumer is not op and grad_mark in consumer.name:
-            for i, t in enumerate(consumer.inputs):
-                if t is p.tensor:
-                    replace_op_input(consumer, i, new)
-    replace_op_input(op, p.index, new)
+def _recorded_input(graph: tf.Graph, ks_group: str, op: tf.Operation, op_input: tf.Tensor | None) -> PrunableInput:
+    return GraphMasks.of(graph).inputs.get((ks_group, op.name)) or prunable_input(op, op_input)
 
 
-def _no_update(scope: str, dtype) -> tf.Operation:
-    with tf1.name_scope(scope):
-        return tf.group(tf.constant(0.0, dtype=dtype, name=PruningScope.OP_MASK_UPDATE_NO_OP))
+def _assign_masks(weights: Sequence[tf.Variable], reads: Sequence[tf.Tensor], masks: Sequence[tf.Variable],
+                  new_masks: Sequence[tf.Tensor]) -> tf.Operation:
+    assigns = []
+    for var, weight, mask, new in zip(weights, reads, masks, new_masks):
+        assigns.append(tf1.assign(mask, new, name=PruningScope.OP_MASK_ASSIGN))
+        assigns.append(tf1.assign(var, weight * new, name=PruningScope.OP_WEIGHT_UPDATE))
+    return tf.group(*assigns)
 
 
 def create_op_pruning(op: tf.Operation, op_input: tf.Tensor, sparsity: tf.Tensor, update_ready: tf.Tensor,
@@ -272,34 +134,31 @@ def create_op_pruning(op: tf.Operation, op_input: tf.Tensor, sparsity: tf.Tensor
         ``PruningOpVars(op, op_input, update, mask, masked)``.
     """
     creator = get_mask_creator(mask_creator)
-    ks_group = _check_group(ks_group)
-    found = _existing(op.graph, ks_group, op) if isinstance(op, tf.Operation) else None
+    ks_group = check_ks_group(ks_group)
+    found = GraphMasks.of(op.graph).find(ks_group, op) if isinstance(op, tf.Operation) else None
     if found is not None and found.update is not None:
         return found
-    p = _prunable(op, op_input) if found is None else _state(op.graph)["meta"][(ks_group, op.name)]
+    p = _recorded_input(op.graph, ks_group, op, op_input) if found is not None else prunable_input(op, op_input)
     creator.check_shape(p.var_name, tuple(p.tensor.shape.as_list()), p.kind)
-    init = found or create_op_pruning_no_update(op, op_input, ks_group, leave_enabled, is_after_end_step)
+    _check_static_sparsity(creator, sparsity)
+    init = found or mask_op_input(op, op_input, ks_group, leave_enabled, is_after_end_step)
     graph = op.graph
     var = get_tensor_var(graph, p.var_name)
-    mask = init.mask
     scope = PruningScope.model(op, ks_group, additional=PruningScope.OPS_UPDATE, trailing_slash=True)
-    dtype = p.tensor.dtype.base_dtype
 
     def _update():
         with tf1.name_scope(scope):
-            weight = _var_read(var)
-            new_mask = creator.create_sparsity_mask(weight, tf.cast(sparsity, tf.float64), _var_read(mask),
+            weight = var.read_value()
+            new_mask = creator.create_sparsity_mask(weight, tf.cast(sparsity, tf.float64), init.mask.read_value(),
                                                     kind=p.kind, name=p.var_name)
-            return tf.group(tf1.assign(mask, new_mask, name=PruningScope.OP_MASK_ASSIGN),
-                            tf1.assign(var, weight * new_mask, name=PruningScope.OP_WEIGHT_UPDATE))
+            return _assign_masks([var], [weight], [init.mask], [new_mask])
 
     with graph.as_default(), tf1.name_scope(scope):
-        mask_update = v1_cond(update_ready, _update, lambda: _no_update(scope, dtype),
+        mask_update = v1_cond(update_ready, _update, lambda: no_update_op(scope, p.tensor.dtype.base_dtype),
                               name=PruningScope.OP_MASK_UPDATE)
     tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_MASK_UPDATE), mask_update)
-    op_vars = PruningOpVars(op, init.op_input, mask_update, mask, init.masked)
-    _state(graph)["opvars"][(ks_group, op.name)] = op_vars
-    return op_vars
+    return GraphMasks.of(graph).record(ks_group, PruningOpVars(op, init.op_input, mask_update, init.mask,
+                                                               init.masked))
 
 
 def create_constant_op_pruning(op: tf.Operation, op_input: tf.Tensor, is_start_step: tf.Tensor,
@@ -310,9 +169,9 @@ def create_constant_op_pruning(op: tf.Operation, op_input: tf.Tensor, is_start_s
     weight is non-zero); at ``is_end_step`` the weight is multiplied by the
     mask and the mask reverts to ones (seed semantics).
     """
-    ks_group = _check_group(ks_group)
-    p = _prunable(op, op_input)
-    init = create_op_pruning_no_update(op, op_input, ks_group)
+    ks_group = check_ks_group(ks_group)
+    p = prunable_input(op, op_input)
+    init = mask_op_input(op, op_input, ks_group)
     graph = op.graph
     var = get_tensor_var(graph, p.var_name)
     mask = init.mask
@@ -326,8 +185,8 @@ def create_constant_op_pruning(op: tf.Operation, op_input: tf.Tensor, is_start_s
 
     def _set_constant_mask():
         with tf1.name_scope(scope):
-            weight = _var_read(var)
-            old = _var_read(mask)
+            weight = var.read_value()
+            old = mask.read_value()
             new_mask = tf.numpy_function(_lock, [weight, is_start_step], weight.dtype, name="nm_core_lock_mask")
             new_mask.set_shape(weight.shape)
             new_weight = weight * old * new_mask
@@ -337,11 +196,9 @@ def create_constant_op_pruning(op: tf.Operation, op_input: tf.Tensor, is_start_s
 
     with graph.as_default(), tf1.name_scope(scope):
         mask_update = v1_cond(tf.logical_or(is_start_step, is_end_step), _set_constant_mask,
-                              lambda: _no_update(scope, p.tensor.dtype.base_dtype),
+                              lambda: no_update_op(scope, p.tensor.dtype.base_dtype),
                               name=PruningScope.OP_MASK_UPDATE)
-    op_vars = PruningOpVars(op, init.op_input, mask_update, mask, init.masked)
-    _state(graph)["opvars"][(ks_group, op.name)] = op_vars
-    return op_vars
+    return GraphMasks.of(graph).record(ks_group, PruningOpVars(op, init.op_input, mask_update, mask, init.masked))
 
 
 def _collect(ks_group: str, op_vars: PruningOpVars) -> None:
@@ -351,6 +208,37 @@ def _collect(ks_group: str, op_vars: PruningOpVars) -> None:
         tf1.add_to_collection(PruningScope.collection_name(ks_group, name), value)
 
 
+def _create_group_pruning(graph: tf.Graph, found: Sequence[PrunableInput], sparsity: tf.Tensor,
+                          update_ready: tf.Tensor, leave_enabled: bool, is_after_end_step: tf.Tensor | None,
+                          ks_group: str, creator: CoreMaskCreator) -> list[PruningOpVars]:
+    """One conditional update for all weights of ``found``: one core call (global scope)."""
+    rec = GraphMasks.of(graph)
+    recorded = [rec.find(ks_group, p.op) for p in found]
+    if all(ov is not None and ov.update is not None for ov in recorded):
+        return recorded
+    inits = [mask_op_input(p.op, p.tensor, ks_group, leave_enabled, is_after_end_step) for p in found]
+    names = in_variable_creation_order(graph, [p.var_name for p in found])
+    masks = {p.var_name: ov.mask for p, ov in zip(found, inits)}
+    kinds = {p.var_name: p.kind for p in found}
+    weights = {n: get_tensor_var(graph, n) for n in names}
+    scope = PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)
+
+    def _update():
+        with tf1.name_scope(scope):
+            reads = [weights[n].read_value() for n in names]
+            new = creator.create_sparsity_masks(reads, tf.cast(sparsity, tf.float64),
+                                                [masks[n].read_value() for n in names], [kinds[n] for n in names],
+                                                names)
+            return _assign_masks([weights[n] for n in names], reads, [masks[n] for n in names], new)
+
+    with tf1.name_scope(scope):
+        update = v1_cond(update_ready, _update, lambda: no_update_op(scope, found[0].tensor.dtype.base_dtype),
+                         name=PruningScope.OP_MASK_UPDATE)
+    tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_MASK_UPDATE), update)
+    return [rec.record(ks_group, PruningOpVars(p.op, p.tensor, update, ov.mask, ov.masked))
+            for p, ov in zip(found, inits)]
+
+
 def create_graph_ops_pruning(graph: tf.Graph, var_names: Sequence[str], sparsity: tf.Tensor,
                              update_ready: tf.Tensor, leave_enabled: bool, is_after_end_step: tf.Tensor | None,
                              ks_group: str, mask_creator: MaskCreatorLike) -> list[PruningOpVars]:
@@ -358,25 +246,33 @@ def create_graph_ops_pruning(graph: tf.Graph, var_names: Sequence[str], sparsity
 
     ``var_names`` holds variable names (``"dense/kernel"``) or ``"re:<regex>"``
     patterns (``re.match``); ``["re:.*"]`` selects every prunable weight. Ops
-    sharing a weight share one mask and one update. Every name and shape is
-    checked before the graph is changed.
+    sharing a weight share one mask and one update. A global ``mask_creator``
+    (``pruning_scope: global``) gives all of them one update: one core call,
+    one threshold. Every name and shape is checked before the graph is changed.
     """
     if not isinstance(graph, tf.Graph):
         raise TypeError(f"graph must be a tf.Graph, got {graph!r}")
     check_graph_editable(graph)
-    ks_group = _check_group(ks_group)
+    ks_group = check_ks_group(ks_group)
     creator = get_mask_creator(mask_creator)
     found = get_ops_and_inputs_by_name_or_regex(var_names, graph)
     for p in found:
         creator.check_shape(p.var_name, tuple(p.tensor.shape.as_list()), p.kind)
-    result, by_var = [], {}
+    _check_static_sparsity(creator, sparsity)
     with graph.as_default():
+        if creator.is_global:
+            result = _create_group_pruning(graph, found, sparsity, update_ready, leave_enabled, is_after_end_step,
+                                           ks_group, creator)
+            for op_vars in result:
+                _collect(ks_group, op_vars)
+            return result
+        result, by_var = [], {}
         for p in found:
             if p.var_name in by_var:
                 first = by_var[p.var_name]
-                init = create_op_pruning_no_update(p.op, p.tensor, ks_group, leave_enabled, is_after_end_step)
-                op_vars = PruningOpVars(p.op, p.tensor, first.update, init.mask, init.masked)
-                _state(graph)["opvars"][(ks_group, p.op.name)] = op_vars
+                init = mask_op_input(p.op, p.tensor, ks_group, leave_enabled, is_after_end_step)
+                op_vars = GraphMasks.of(graph).record(
+                    ks_group, PruningOpVars(p.op, p.tensor, first.update, init.mask, init.masked))
             else:
                 op_vars = create_op_pruning(p.op, p.tensor, sparsity, update_ready, leave_enabled,
                                             is_after_end_step, ks_group, creator)
@@ -391,7 +287,7 @@ def get_or_create_graph_ops_pruning(graph: tf.Graph, var_names: Sequence[str], s
                                     is_after_end_step: tf.Tensor | None, ks_group: str,
                                     mask_creator: MaskCreatorLike) -> list[PruningOpVars]:
     """The group's ``PruningOpVars`` from its collections, or :func:`create_graph_ops_pruning`."""
-    ks_group = _check_group(ks_group)
+    ks_group = check_ks_group(ks_group)
     cols = [graph.get_collection(PruningScope.collection_name(ks_group, n))
             for n in (PruningScope.OPS, PruningScope.OPS_INPUT, PruningScope.OPS_UPDATE,
                       PruningScope.OPS_MASK, PruningScope.OPS_MASKED)]
@@ -403,15 +299,7 @@ def get_or_create_graph_ops_pruning(graph: tf.Graph, var_names: Sequence[str], s
 
 def create_summaries_pruning(pruning_op_vars: Sequence[PruningOpVars]) -> list[tf.Tensor]:
     """One TensorBoard scalar per pruned op: the fraction of zeros of its masked weight."""
-    summaries, seen = [], set()
-    for op_vars in pruning_op_vars:
-        if op_vars.op.name in seen:
-            continue
-        seen.add(op_vars.op.name)
-        with op_vars.op.graph.as_default():
-            summaries.append(tf1.summary.scalar(f"nm_ks_sparsity/{clean_tensor_name(op_vars.op.name)}",
-                                                tf.math.zero_fraction(op_vars.masked)))
-    return summaries
+    return sparsity_summaries(pruning_op_vars)
 
 
 def apply_op_vars_masks(pruning_op_vars: Sequence[PruningOpVars], ks_group: str, sess: tf1.Session) -> None:
@@ -419,20 +307,7 @@ def apply_op_vars_masks(pruning_op_vars: Sequence[PruningOpVars], ks_group: str,
 
     The assign ops are created once per weight and reused by later calls.
     """
-    ks_group = _check_group(ks_group)
-    ops = []
-    for op_vars in pruning_op_vars:
-        graph = op_vars.op.graph
-        st = _state(graph)
-        p = st["meta"].get((ks_group, op_vars.op.name)) or _prunable(op_vars.op, None)
-        key = (ks_group, p.var_name)
-        if key not in st["save_ops"]:
-            var = get_tensor_var(graph, p.var_name)
-            with graph.as_default(), tf1.name_scope(PruningScope.model(op_vars.op, ks_group, PruningScope.OP_SAVE)):
-                st["save_ops"][key] = tf1.assign(var, _var_read(var) * _var_read(op_vars.mask)).op
-        ops.append(st["save_ops"][key])
-    if ops:
-        sess.run(list(dict.fromkeys(ops)))
+    bake_masks(pruning_op_vars, ks_group, sess)
 
 
 def create_ks_schedule_ops(global_step: tf.Variable | tf.Tensor, begin_step: int, end_step: int,
@@ -442,9 +317,10 @@ def create_ks_schedule_ops(global_step: tf.Variable | tf.Tensor, begin_step: int
 
     Equal to ``sparsify.GradualSchedule(init_sparsity, final_sparsity,
     begin_step, end_step, update_step_freq, exponent)``'s ``update_ready(step)``
-    and ``sparsity(step)`` at every step (``sparsity`` is float64).
+    and ``sparsity(step)`` at every step, bit for bit (``sparsity`` is float64,
+    read from the core's values, see :mod:`sparsify_tf.schedule_ops`).
     """
-    ks_group = _check_group(ks_group)
+    ks_group = check_ks_group(ks_group)
     sched = GradualSchedule(init_sparsity, final_sparsity, begin_step, end_step, update_step_freq, exponent)
     graph = global_step.graph
     check_graph_editable(graph)
@@ -475,7 +351,7 @@ def get_or_create_ks_schedule_ops(global_step: tf.Variable | tf.Tensor, begin_st
 
 def get_scheduled_update_op(pruning_op_vars: Sequence[PruningOpVars], ks_group: str) -> tf.Operation:
     """One op grouping the update ops of ``pruning_op_vars`` (created once per group)."""
-    ks_group = _check_group(ks_group)
+    ks_group = check_ks_group(ks_group)
     if not pruning_op_vars:
         raise ValueError("pruning_op_vars is empty: nothing to update")
     graph = pruning_op_vars[0].op.graph
@@ -497,16 +373,23 @@ def get_or_create_ks_scheduled_graph_ops(graph: tf.Graph, global_step: tf.Variab
                                          ) -> tuple[tf.Operation, list[PruningOpVars], tf.Tensor, tf.Tensor]:
     """Schedule, masks and grouped update op for ``var_names`` in one call (idempotent).
 
+    Everything is checked when the graph is built, before it changes: the
+    schedule, the weights' shapes against the pattern, and the sparsities the
+    pattern must reach (an N:M ``mask_creator`` prunes at most N/M, so
+    ``"2:4"`` needs ``init_sparsity`` and ``final_sparsity`` <= 0.5).
+
     Returns:
         ``(update_op, pruning_op_vars, update_ready, sparsity)``.
     """
     if not isinstance(graph, tf.Graph):
         raise TypeError(f"graph must be a tf.Graph, got {graph!r}")
     check_graph_editable(graph)
-    ks_group = _check_group(ks_group)
+    ks_group = check_ks_group(ks_group)
     creator = get_mask_creator(mask_creator)
     check_global_step(global_step, graph)
     GradualSchedule(init_sparsity, final_sparsity, begin_step, end_step, update_step_freq, exponent, leave_enabled)
+    creator.check_sparsity(init_sparsity, "init_sparsity")
+    creator.check_sparsity(final_sparsity, "final_sparsity")
     existing = graph.get_collection(PruningScope.collection_name(ks_group, PruningScope.OPS))
     if not existing:   # raise before anything is created
         for p in get_ops_and_inputs_by_name_or_regex(var_names, graph):
@@ -533,7 +416,7 @@ def create_ks_scheduled_constant_graph_ops(graph: tf.Graph, global_step: tf.Vari
     if not isinstance(graph, tf.Graph):
         raise TypeError(f"graph must be a tf.Graph, got {graph!r}")
     check_graph_editable(graph)
-    ks_group = _check_group(ks_group)
+    ks_group = check_ks_group(ks_group)
     check_global_step(global_step, graph)
     for name, v in (("begin_step", begin_step), ("end_step", end_step)):
         if isinstance(v, bool) or not isinstance(v, int):

@@ -1,10 +1,20 @@
-"""In-graph schedule tensors that equal the core schedules at every step.
+"""In-graph schedule tensors whose every sparsity value comes from the core schedule.
 
-Computed from the global step in int64 with the core's step logic; sparsity
-values are looked up in a float64 table filled by the core schedule itself
-(over ``[begin, end]``, up to 2**20 entries; longer schedules fall back to
-the closed-form formula, equal within 1 ulp), so ``sess.run(sparsity)`` at
-step ``s`` equals ``schedule.sparsity(s)`` of the core exactly.
+TF never evaluates a schedule formula. Sparsity values are gathered by step
+from a float64 table of the core schedule's own values over
+``[start_step - 1, end_step]`` (a schedule is constant before its start and
+from its end on). A schedule too long for a table (more than 2**20 steps, or
+one that never ends) is evaluated by the core itself, in a
+``tf.numpy_function`` that runs only when the tensor is evaluated at a step
+inside the schedule window. So at every step ``sess.run(t["sparsity"])`` is
+``schedule.sparsity(step)`` bit for bit, for every schedule kind, including
+kinds added to the core later: none is named here.
+
+The step logic (update points at the start, every ``pruning_frequency`` steps
+and at the end) is integer arithmetic on the int64 step, the grid of
+``sparsify.schedules.Schedule``; a schedule class with other update points
+(overriding ``update_ready``/``last_update_step``) is asked through
+``tf.numpy_function`` instead.
 
 Example:
     >>> import tensorflow as tf, sparsify
@@ -14,95 +24,100 @@ Example:
     ...     step = tf.compat.v1.placeholder(tf.int64, [])
     ...     t = schedule_tensors(sched, step)
     >>> with tf.compat.v1.Session(graph=g) as s:
-    ...     round(float(s.run(t["sparsity"], {step: 15})), 4), bool(s.run(t["update_ready"], {step: 15}))
-    (0.7, True)
+    ...     bool(s.run(t["sparsity"], {step: 15}) == sched.sparsity(15)), bool(s.run(t["update_ready"], {step: 15}))
+    (True, True)
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import tensorflow as tf
 
-from sparsify.schedules import ConstantSchedule, DecaySchedule, GradualSchedule, Schedule
+from sparsify.schedules import Schedule
 
-__all__ = ["schedule_tensors"]
+from .graph_utils import v1_cond
 
+__all__ = ["schedule_tensors", "sparsity_tensor", "update_point_tensors", "MAX_TABLE_STEPS"]
 
-def _fraction(sched: Schedule, p: tf.Tensor) -> tf.Tensor:
-    if isinstance(sched, GradualSchedule):
-        return 1.0 - tf.pow(1.0 - p, tf.constant(float(sched.exponent), tf.float64))
-    kind = sched.decay_type
-    if kind == "linear":
-        return p
-    if kind == "cube":
-        return 1.0 - tf.pow(1.0 - p, tf.constant(3.0, tf.float64))
-    if kind == "exp":
-        return (1.0 - tf.exp(-5.0 * p)) / (1.0 - math.exp(-5.0))
-    return (1.0 - tf.cos(math.pi * p)) / 2.0
+#: Longest schedule window (in steps) whose values are stored as a table in the graph.
+MAX_TABLE_STEPS = 1 << 20
 
 
-_MAX_TABLE = 1 << 20
+def _window(schedule: Schedule) -> tuple[int, int, int]:
+    """``(start, end, frequency)`` read through the schedule's public step methods (end -1: never ends).
 
-
-def _formula(sched: Schedule, step: tf.Tensor) -> tf.Tensor:
-    s = tf.cast(step, tf.float64)
-    b = float(sched.begin_step)
-    if isinstance(sched, ConstantSchedule):
-        return tf.where(s >= b, tf.constant(sched.sparsity_value, tf.float64), tf.constant(0.0, tf.float64))
-    final = tf.constant(sched.final_sparsity, tf.float64)
-    zero = tf.constant(0.0, tf.float64)
-    e = float(sched.end_step)
-    if e == b:
-        return tf.where(s >= b, final, zero)
-    p = tf.clip_by_value((s - b) / (e - b), 0.0, 1.0)
-    init = sched.init_sparsity
-    mid = init + (sched.final_sparsity - init) * _fraction(sched, p)
-    return tf.where(s < b, zero, tf.where(s >= e, final, mid))
-
-
-def _sparsity(sched: Schedule, step: tf.Tensor) -> tf.Tensor:
-    """Sparsity at ``step``: a lookup in the core's own values over [begin, end] (exact), else the formula."""
-    if isinstance(sched, ConstantSchedule) or sched.end_step == sched.begin_step \
-            or sched.end_step - sched.begin_step + 1 > _MAX_TABLE:
-        return _formula(sched, step)
-    b, e = sched.begin_step, sched.end_step
-    table = tf.constant(np.asarray(sched.sparsity(np.arange(b, e + 1)), np.float64))
-    s = tf.cast(step, tf.int64)
-    val = tf.gather(table, tf.clip_by_value(s - b, 0, e - b))
-    return tf.where(s < b, tf.zeros_like(val), val)
-
-
-def _target(sched: Schedule, last: tf.Tensor) -> tf.Tensor:
-    """Sparsity at the update point ``last`` (0 where ``last`` < 0), read from the core's values."""
-    b, e, f = sched.begin_step, sched.end_step, sched.update_frequency
-    zero = tf.constant(0.0, tf.float64)
-    if isinstance(sched, ConstantSchedule):
-        return tf.where(last >= 0, tf.constant(sched.sparsity_value, tf.float64), zero)
-    n_points = (e - b + 1) if f <= 0 else (e - b) // f + 2
-    if n_points > _MAX_TABLE:
-        return tf.where(last >= 0, _formula(sched, tf.maximum(last, 0)), zero)
-    if f <= 0:
-        points = np.arange(b, e + 1)
-        idx = tf.clip_by_value(last - b, 0, len(points) - 1)
-    else:
-        points = np.unique(np.concatenate([np.arange(b, e + 1, f), [e]]))
-        idx = tf.where(last >= e, tf.constant(len(points) - 1, tf.int64),
-                       tf.clip_by_value(tf.math.floordiv(last - b, f), 0, len(points) - 1))
-    table = tf.constant(np.asarray(sched.sparsity(points), np.float64))
-    return tf.where(last >= 0, tf.gather(table, idx), zero)
-
-
-def schedule_tensors(schedule: Schedule, step: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Tensors ``sparsity`` (at ``step``), ``update_ready``, ``last_update_step``,
-    ``target_sparsity`` (sparsity at the last update point, 0 before any),
-    ``active`` (masking applied) for a core schedule.
+    The start is the first update point and the frequency the distance to the next one (a frequency
+    reaching past the end gives the same update points as any larger one; every step is frequency 1).
     """
-    if not isinstance(schedule, (GradualSchedule, ConstantSchedule, DecaySchedule)):
-        raise TypeError(f"schedule must be a sparsify GradualSchedule, ConstantSchedule or DecaySchedule, "
-                        f"got {type(schedule).__name__}")
+    start = int(schedule.next_update_step(-1))
+    end = -1 if schedule.end == float("inf") else int(schedule.end)
+    nxt = int(schedule.next_update_step(start))
+    return start, end, (nxt - start if nxt > start else 1)
+
+
+def _core_call(fn, steps: tf.Tensor, dtype: tf.DType, name: str) -> tf.Tensor:
+    np_dtype = dtype.as_numpy_dtype
+    out = tf.numpy_function(lambda s: np.asarray(fn(s), dtype=np_dtype), [steps], dtype, stateful=False, name=name)
+    out.set_shape(steps.shape)
+    return out
+
+
+def _sparsity_lookup(schedule: Schedule):
+    """A function ``step tensor -> sparsity tensor`` sharing one table per schedule."""
+    _check_schedule(schedule)
+    b, e, _ = _window(schedule)
+    first = b - 1                                     # the value before the start, as the core gives it
+    if e != -1 and e - first + 1 <= MAX_TABLE_STEPS:
+        table = tf.constant(np.asarray(schedule.sparsity(np.arange(first, e + 1)), np.float64),
+                            name="nm_sparsity_table")
+        return lambda s: tf.gather(table, tf.clip_by_value(s - first, 0, e - first))
+    edges = tf.constant([float(schedule.sparsity(first)), float(schedule.sparsity(max(e, b)))], tf.float64,
+                        name="nm_sparsity_edges")
+
+    def lookup(s: tf.Tensor) -> tf.Tensor:
+        inside = s >= b if e == -1 else tf.logical_and(s >= b, s < e)
+        outside = tf.gather(edges, tf.cast(s >= b, tf.int32))
+        return v1_cond(tf.reduce_any(inside), lambda: _core_call(schedule.sparsity, s, tf.float64, "nm_core_sparsity"),
+                       lambda: tf.identity(outside), name="nm_sparsity_in_window")
+
+    return lookup
+
+
+def sparsity_tensor(schedule: Schedule, step: tf.Tensor) -> tf.Tensor:
+    """float64 ``schedule.sparsity(step)`` for an integer ``step`` tensor (any shape), from the core's values.
+
+    Example:
+        >>> import tensorflow as tf, sparsify
+        >>> sched = sparsify.DecaySchedule("cos", 0.0, 0.5, 0, 3_000_000, 1)     # too long for a table
+        >>> steps = [0, 1_000_001, 3_000_000]
+        >>> with tf.Graph().as_default():
+        ...     t = sparsity_tensor(sched, tf.constant(steps, tf.int64))
+        ...     bool((tf.compat.v1.Session().run(t) == sched.sparsity(steps)).all())
+        True
+    """
+    return _sparsity_lookup(schedule)(tf.cast(step, tf.int64))
+
+
+def _uses_base_grid(schedule: Schedule) -> bool:
+    cls = type(schedule)
+    return cls.update_ready is Schedule.update_ready and cls.last_update_step is Schedule.last_update_step
+
+
+def update_point_tensors(schedule: Schedule, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``(update_ready, last_update_step)`` of ``schedule`` at an integer ``step`` tensor (no sparsity values).
+
+    Example:
+        >>> import tensorflow as tf, sparsify
+        >>> with tf.Graph().as_default():
+        ...     ready, last = update_point_tensors(sparsify.GradualSchedule(0.0, 0.5, 2, 9, 3), tf.constant([1, 6, 9]))
+        ...     [x.tolist() for x in tf.compat.v1.Session().run([ready, last])]
+        [[False, False, True], [-1, 5, 9]]
+    """
+    _check_schedule(schedule)
     s = tf.cast(step, tf.int64)
-    b, e, f = schedule.begin_step, schedule.end_step, schedule.update_frequency
+    if not _uses_base_grid(schedule):
+        return (_core_call(schedule.update_ready, s, tf.bool, "nm_core_update_ready"),
+                _core_call(schedule.last_update_step, s, tf.int64, "nm_core_last_update_step"))
+    b, e, f = _window(schedule)
     inside = s >= b if e == -1 else tf.logical_and(s >= b, s <= e)
     if f <= 0:
         ready = inside
@@ -116,9 +131,31 @@ def schedule_tensors(schedule: Schedule, step: tf.Tensor) -> dict[str, tf.Tensor
     if e != -1:
         grid = tf.where(s >= e, tf.constant(e, tf.int64), grid)
     last = tf.where(s >= b, grid, tf.constant(-1, tf.int64))
-    target = _target(schedule, last)
+    return ready, last
+
+
+def _check_schedule(schedule: Schedule) -> None:
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a sparsify Schedule (GradualSchedule, ConstantSchedule, DecaySchedule, "
+                        f"...), got {type(schedule).__name__}")
+
+
+def schedule_tensors(schedule: Schedule, step: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Tensors of a core schedule at an integer ``step`` tensor.
+
+    Returns a dict with ``sparsity`` (float64, at ``step``), ``update_ready``
+    (bool), ``last_update_step`` (int64, the latest update point ``<= step``,
+    -1 before any), ``target_sparsity`` (float64, the sparsity at that update
+    point, 0 before any) and ``active`` (bool, masking applied at ``step``).
+    """
+    _check_schedule(schedule)
+    s = tf.cast(step, tf.int64)
+    ready, last = update_point_tensors(schedule, s)
+    lookup = _sparsity_lookup(schedule)
+    target = tf.where(last >= 0, lookup(last), tf.constant(0.0, tf.float64))
+    b, e, _ = _window(schedule)
     active = s >= b
-    if not getattr(schedule, "leave_enabled", True) and e != -1:
+    if e != -1 and not schedule.masking_active(e + 1):
         active = tf.logical_and(active, s <= e)
-    return {"sparsity": _sparsity(schedule, s), "update_ready": ready, "last_update_step": last,
+    return {"sparsity": lookup(s), "update_ready": ready, "last_update_step": last,
             "target_sparsity": target, "active": active}

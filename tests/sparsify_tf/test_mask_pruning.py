@@ -1,5 +1,9 @@
-"""The seed API on real graphs: scheduled ops, shared weights, constant pruning, summaries, idempotence."""
+"""The seed API on real graphs: scheduled ops, shared weights, constant pruning, summaries, idempotence,
+build-time checks, global scope."""
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,28 +130,95 @@ def test_apply_op_vars_masks_and_gradients_built_before_pruning():
     np.testing.assert_allclose(gx, dpre @ wm.T, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("pattern", ["1x1", "4x1", "2:4"])
-def test_batch_matmul_and_conv_transpose_masks_equal_core(pattern):
-    rng = np.random.default_rng(5)
-    bm = rng.normal(size=(16, 8)).astype(np.float32)           # (in, out) for x @ W
-    ct = rng.normal(size=(3, 3, 8, 4)).astype(np.float32)      # conv2d_transpose (kh, kw, out, in)
+def test_seed_schedule_ops_equal_core_gradual_schedule():
     g = tf.Graph()
     with g.as_default():
-        x = tf1.placeholder(tf.float32, [2, 5, 16])
-        wb = tf1.get_variable("bmm/kernel", initializer=bm)
-        tf.linalg.matmul(x, wb)
-        img = tf1.placeholder(tf.float32, [2, 4, 4, 4])
-        wc = tf1.get_variable("deconv/kernel", initializer=ct)
-        tf.nn.conv2d_transpose(img, wc, [2, 8, 8, 8], [1, 2, 2, 1], "SAME")
-        cfg = sparsify.PruningConfig(target_sparsity=0.5, pattern=pattern, start_step=0, end_step=0)
-        pr = sparsify_tf.prune_graph(cfg)
-    assert pr.kinds == {"bmm/kernel": "dense", "deconv/kernel": "conv_transpose"}
-    assert {v.op.type for v in pr.op_vars} == {"BatchMatMulV2", "Conv2DBackpropInput"}
+        gs = tf1.train.get_or_create_global_step()
+        ready, sparsity = sparsify_tf.create_ks_schedule_ops(gs, 5, 85, 8, 0.05, 0.9, 3.0, "sched")
+        assign = tf1.placeholder(tf.int64, [])
+        set_step = tf1.assign(gs, assign)
+    core = sparsify.GradualSchedule(0.05, 0.9, 5, 85, 8, 3.0)
     with tf1.Session(graph=g) as sess:
         sess.run(tf1.global_variables_initializer())
-        sess.run(pr.update_op)
-        got = pr.get_masks(sess, canonical=True)
-    want = sparsify.PruningEngine(cfg).compute_masks(
-        {"bmm/kernel": bm.T, "deconv/kernel": ct.transpose(2, 3, 0, 1)}, 0)   # rows = output channels
-    for n in want:
-        np.testing.assert_array_equal(got[n], want[n], err_msg=n)
+        for step in range(0, 100):
+            sess.run(set_step, {assign: step})
+            r, sp = sess.run([ready, sparsity])
+            assert bool(r) == bool(core.update_ready(step)), step
+            assert sp == core.sparsity(step), step
+    assert ready.name.startswith("nm_ks_ops/sched/nm_update_ready")
+
+
+def _graph_with(kernels):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8])
+        h = x
+        for name, k in kernels.items():
+            h = tf.matmul(h, tf1.get_variable(name, initializer=k))
+        gs = tf1.train.get_or_create_global_step()
+    return g, gs
+
+
+def test_n_in_m_sparsity_above_n_over_m_is_refused_when_the_graph_is_built():
+    g, gs = _graph_with({"fc1/kernel": np.ones((8, 8), np.float32)})
+    n_ops = len(g.get_operations())
+    with pytest.raises(ValueError, match=re.escape(
+            "final_sparsity=0.9 cannot be reached with mask_creator '2:4': final_sparsity for pattern '2:4' "
+            "must be <= N/M = 0.5")):
+        sparsify_tf.get_or_create_ks_scheduled_graph_ops(g, gs, ["fc1/kernel"], 0, 1000, 100, 0.0, 0.9, 3.0, True,
+                                                         "main", "2:4")
+    with pytest.raises(ValueError, match=r"init_sparsity=0.6 cannot be reached with mask_creator '1:4'"):
+        sparsify_tf.get_or_create_ks_scheduled_graph_ops(g, gs, ["fc1/kernel"], 0, 10, 1, 0.6, 0.2, 3.0, True,
+                                                         "main", "1:4")
+    assert len(g.get_operations()) == n_ops
+    with g.as_default():
+        fixed = tf.constant(0.75, tf.float64)
+        ready = tf.constant(True)
+    with pytest.raises(ValueError, match=r"sparsity=0.75 cannot be reached with mask_creator '2:4'"):
+        sparsify_tf.create_graph_ops_pruning(g, ["fc1/kernel"], fixed, ready, True, None, "fixed", "2:4")
+
+
+def test_readme_seed_api_example_builds_and_prunes():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = re.search(r"\*\*The seed API\*\*.*?```python\n(.*?)```", readme, flags=re.S).group(1)
+    g = tf.Graph()
+    with g.as_default():
+        m = build_mlp()
+        global_step = tf1.train.get_or_create_global_step()
+        step = tf1.placeholder(tf.int64, [])
+        set_step = tf1.assign(global_step, step)
+        env = {"sparsify_tf": sparsify_tf, "graph": g, "global_step": global_step}
+        exec(code, env)                                   # noqa: S102 - the README's own snippet
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        for s in (0, 500, 1000):
+            sess.run(set_step, {step: s})
+            sess.run(env["update_op"])
+        mask = sess.run(env["op_vars"][0].mask)            # fc1/kernel (64, 32): canonical (32, 64), 2:4 along 64
+        final = float(sess.run(env["sparsity"]))
+    groups = (mask.T != 0).reshape(32, 16, 4).sum(-1)
+    assert final == 0.5 and np.all(groups == 2)
+
+
+@pytest.mark.parametrize("creator", ["dict", "config", "pattern"])
+def test_global_mask_creator_prunes_across_the_group_in_one_core_call(creator):
+    rng = np.random.default_rng(0)
+    small = (rng.uniform(0.5, 1.5, (8, 8)) * 0.01).astype(np.float32)
+    large = rng.uniform(0.5, 1.5, (8, 8)).astype(np.float32)
+    g, gs = _graph_with({"small/kernel": small, "large/kernel": large})
+    spec = {"pattern": "1x1", "pruning_scope": "global"}
+    mask_creator = {"dict": spec, "config": sparsify.PruningConfig(**spec),
+                    "pattern": sparsify.get_pattern(spec)}[creator]
+    update, op_vars, _, _ = sparsify_tf.get_or_create_ks_scheduled_graph_ops(
+        g, gs, ["re:.*kernel"], 0, 0, 1, 0.0, 0.5, 3.0, True, "glob", mask_creator)
+    assert op_vars[0].update is op_vars[1].update           # one update for the group...
+    core_calls = [op for op in g.get_operations() if op.type in ("PyFunc", "PyFuncStateless")]
+    assert len(core_calls) == 1                              # ...and one core call in it
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(update)
+        masks = dict(zip(["small/kernel", "large/kernel"], sess.run([v.mask for v in op_vars])))   # op order
+    pruned = {n: int((m == 0).sum()) for n, m in masks.items()}
+    want = sparsify.get_pattern(spec).get_masks({"small/kernel": small.T, "large/kernel": large.T}, 0.5)
+    assert pruned == {"small/kernel": int((~want["small/kernel"]).sum()), "large/kernel": int((~want["large/kernel"]).sum())}
+    assert pruned["small/kernel"] >= 62 and pruned["small/kernel"] + pruned["large/kernel"] == 64

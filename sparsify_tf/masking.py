@@ -1,0 +1,220 @@
+"""Masking primitives for ``tf.compat.v1`` graphs: mask variable, masked input, op rewiring.
+
+:func:`mask_op_input` gives a prunable op (MatMul, BatchMatMul*, Conv2D,
+Conv3D, DepthwiseConv2dNative, Conv2DBackpropInput) a mask variable (ones,
+non-trainable, shared by every op that reads the same weight in a group) and
+rewires the op to read ``mask * weight``. :class:`GraphMasks` remembers what
+was added to a graph, so a second call returns the same handles and export
+(:mod:`sparsify_tf.export`) can put the original inputs back. Which values
+the masks get is decided elsewhere (the seed API, :func:`~sparsify_tf.prune_graph`).
+
+Example:
+    >>> import numpy as np, tensorflow as tf
+    >>> tf1 = tf.compat.v1
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     x = tf1.placeholder(tf.float32, [None, 2])
+    ...     w = tf1.get_variable("w", initializer=np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+    ...     y = tf.matmul(x, w)
+    ...     op_vars = mask_op_input(y.op, None, "demo")
+    ...     zero_first = tf1.assign(op_vars.mask, [[0.0, 1.0], [1.0, 1.0]])
+    >>> op_vars.mask.op.name, [p["var"] for p in pruned_inputs(g)]
+    ('MatMul_nm_ks/demo/nm_mask', ['w'])
+    >>> with tf1.Session(graph=g) as sess:
+    ...     sess.run(tf1.global_variables_initializer()); _ = sess.run(zero_first)
+    ...     sess.run(y, {x: [[1.0, 0.0]]}).tolist()
+    [[0.0, 2.0]]
+"""
+from __future__ import annotations
+
+import weakref
+from collections import namedtuple
+from typing import Any, Sequence
+
+import tensorflow as tf
+
+from .graph_utils import (
+    PRUNABLE_OP_TYPES, PrunableInput, check_graph_editable, clean_tensor_name, get_tensor_var, prunable_input_of,
+    replace_op_input,
+)
+from .pruning_scope import PruningScope, check_ks_group
+
+__all__ = [
+    "PruningOpVars", "GraphMasks", "prunable_input", "mask_op_input", "pruned_inputs", "no_update_op",
+    "sparsity_summaries", "bake_masks",
+]
+
+tf1 = tf.compat.v1
+
+PruningOpVars = namedtuple("PruningOpVars", ["op", "op_input", "update", "mask", "masked"])
+PruningOpVars.__doc__ = """Handles of one pruned op: the op, its original weight input tensor, the
+update op (None for ``create_op_pruning_no_update``), the mask variable and the masked tensor."""
+
+
+class GraphMasks:
+    """What sparsify_tf added to one graph (Python side, one object per graph).
+
+    Attributes:
+        masks: ``(ks_group, var_name)`` -> mask variable.
+        masked: ``(ks_group, weight tensor name)`` -> masked tensor ``mask * weight``.
+        op_vars: ``(ks_group, op name)`` -> :data:`PruningOpVars` of the pruned op.
+        inputs: ``(ks_group, op name)`` -> :class:`~sparsify_tf.graph_utils.PrunableInput` of the op.
+        rewires: every rewired op input (see :func:`pruned_inputs`).
+        bake_ops: ``(ks_group, var_name)`` -> the ``weight = weight * mask`` assign op.
+    """
+
+    _BY_GRAPH: "weakref.WeakKeyDictionary[tf.Graph, GraphMasks]" = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.masks: dict[tuple[str, str], tf.Variable] = {}
+        self.masked: dict[tuple[str, str], tf.Tensor] = {}
+        self.op_vars: dict[tuple[str, str], PruningOpVars] = {}
+        self.inputs: dict[tuple[str, str], PrunableInput] = {}
+        self.rewires: list[dict[str, Any]] = []
+        self.bake_ops: dict[tuple[str, str], tf.Operation] = {}
+
+    @classmethod
+    def of(cls, graph: tf.Graph) -> "GraphMasks":
+        """The record of ``graph`` (created empty on first use)."""
+        found = cls._BY_GRAPH.get(graph)
+        if found is None:
+            found = cls._BY_GRAPH[graph] = cls()
+        return found
+
+    def find(self, ks_group: str, op: tf.Operation) -> PruningOpVars | None:
+        """The handles of ``op`` in ``ks_group`` if it was already masked."""
+        return self.op_vars.get((ks_group, op.name))
+
+    def record(self, ks_group: str, op_vars: PruningOpVars) -> PruningOpVars:
+        """Remember ``op_vars`` (e.g. with its update op) as the handles of its op; returns it."""
+        self.op_vars[(ks_group, op_vars.op.name)] = op_vars
+        return op_vars
+
+
+def pruned_inputs(graph: tf.Graph) -> list[dict[str, Any]]:
+    """Every rewired op input of ``graph``: ``op``, ``index``, ``original`` (tensor name),
+    ``var`` (weight variable), ``mask`` (mask variable), ``kind``, ``group``. Used by export."""
+    return list(GraphMasks.of(graph).rewires)
+
+
+def prunable_input(op: tf.Operation, op_input: tf.Tensor | None) -> PrunableInput:
+    """The weight input of ``op``, checked: ``TypeError``/``ValueError`` naming the op otherwise."""
+    if not isinstance(op, tf.Operation):
+        raise TypeError(f"op must be a tf.Operation, got {op!r}")
+    p = prunable_input_of(op)
+    if p is None:
+        raise ValueError(f"op {op.name!r} of type {op.type!r} is not prunable: prunable ops are "
+                         f"{', '.join(PRUNABLE_OP_TYPES)} (forward ops) reading a tf.Variable weight")
+    if op_input is not None and op_input is not p.tensor:
+        raise ValueError(f"op_input {getattr(op_input, 'name', op_input)!r} is not the weight input of op "
+                         f"{op.name!r}; its weight input is {p.tensor.name!r}")
+    return p
+
+
+def _is_resource(var: tf.Variable) -> bool:
+    return var.op.type == "VarHandleOp"
+
+
+def _rewire(op: tf.Operation, p: PrunableInput, new: tf.Tensor) -> None:
+    # Gradient ops built before pruning read the weight directly; point them at the masked weight too.
+    grad_mark = f"{op.name}_grad/"
+    for consumer in list(p.tensor.consumers()):
+        if consumer is not op and grad_mark in consumer.name:
+            for i, t in enumerate(consumer.inputs):
+                if t is p.tensor:
+                    replace_op_input(consumer, i, new)
+    replace_op_input(op, p.index, new)
+
+
+def mask_op_input(op: tf.Operation, op_input: tf.Tensor | None, ks_group: str, leave_enabled: bool = True,
+                  is_after_end_step: tf.Tensor | None = None) -> PruningOpVars:
+    """Add a mask variable and a masked input to ``op``; ``op`` then reads ``mask * op_input``.
+
+    The mask (ones, non-trainable, in the op's ``<op>_nm_ks/<group>`` scope,
+    in the group's ``nm_mask`` collection) is shared by every op reading the
+    same variable in ``ks_group``. With ``leave_enabled=False`` the op reads
+    ``op_input`` itself once ``is_after_end_step`` is true. A second call for
+    the same op and group returns the recorded handles and adds nothing.
+
+    Returns:
+        ``PruningOpVars(op, op_input, update, mask, masked)`` (``update`` as recorded, None at first).
+    """
+    ks_group = check_ks_group(ks_group)
+    if not isinstance(leave_enabled, bool):
+        raise TypeError(f"leave_enabled must be True or False, got {leave_enabled!r}")
+    if isinstance(op, tf.Operation):
+        found = GraphMasks.of(op.graph).find(ks_group, op)
+        if found is not None:
+            return found
+    p = prunable_input(op, op_input)
+    graph = op.graph
+    check_graph_editable(graph)
+    if not leave_enabled and is_after_end_step is None:
+        raise ValueError("is_after_end_step must be given when leave_enabled is False")
+    var = get_tensor_var(graph, p.var_name)
+    rec = GraphMasks.of(graph)
+    mask = rec.masks.get((ks_group, p.var_name))
+    with graph.as_default():
+        if mask is None:
+            with tf1.variable_scope(PruningScope.model(op, ks_group), reuse=tf1.AUTO_REUSE):
+                mask = tf1.get_variable(PruningScope.VAR_MASK, p.tensor.shape, initializer=tf1.ones_initializer(),
+                                        trainable=False, dtype=p.tensor.dtype.base_dtype,
+                                        use_resource=_is_resource(var))
+            tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.VAR_MASK), mask)
+            rec.masks[(ks_group, p.var_name)] = mask
+        key = (ks_group, p.tensor.name)
+        masked = rec.masked.get(key)
+        if masked is None:
+            with tf1.name_scope(PruningScope.model(op, ks_group, trailing_slash=True)):
+                masked = tf.multiply(mask, p.tensor, name=PruningScope.OP_MASKED_VAR)
+            tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_MASKED_VAR), masked)
+            rec.masked[key] = masked
+        feed = masked
+        if not leave_enabled:
+            with tf1.name_scope(PruningScope.model(op, ks_group, trailing_slash=True)):
+                feed = tf.where(is_after_end_step, p.tensor, masked, name="nm_masked_or_dense")
+        _rewire(op, p, feed)
+    rec.rewires.append({"op": op.name, "index": p.index, "original": p.tensor.name, "var": p.var_name,
+                        "mask": mask.op.name, "kind": p.kind, "group": ks_group})
+    rec.inputs[(ks_group, op.name)] = p
+    return rec.record(ks_group, PruningOpVars(op, p.tensor, None, mask, masked))
+
+
+def no_update_op(scope: str, dtype: tf.DType) -> tf.Operation:
+    """The ``no_op`` branch of a conditional mask update (seed op name)."""
+    with tf1.name_scope(scope):
+        return tf.group(tf.constant(0.0, dtype=dtype, name=PruningScope.OP_MASK_UPDATE_NO_OP))
+
+
+def sparsity_summaries(pruning_op_vars: Sequence[PruningOpVars]) -> list[tf.Tensor]:
+    """One TensorBoard scalar per pruned op: the fraction of zeros of its masked weight."""
+    summaries, seen = [], set()
+    for op_vars in pruning_op_vars:
+        if op_vars.op.name in seen:
+            continue
+        seen.add(op_vars.op.name)
+        with op_vars.op.graph.as_default():
+            summaries.append(tf1.summary.scalar(f"nm_ks_sparsity/{clean_tensor_name(op_vars.op.name)}",
+                                                tf.math.zero_fraction(op_vars.masked)))
+    return summaries
+
+
+def bake_masks(pruning_op_vars: Sequence[PruningOpVars], ks_group: str, sess: tf1.Session) -> None:
+    """Run ``weight = weight * mask`` for the weights of ``pruning_op_vars`` with ``sess``.
+
+    The assign ops are created once per weight and reused by later calls.
+    """
+    ks_group = check_ks_group(ks_group)
+    ops = []
+    for op_vars in pruning_op_vars:
+        graph = op_vars.op.graph
+        rec = GraphMasks.of(graph)
+        p = rec.inputs.get((ks_group, op_vars.op.name)) or prunable_input(op_vars.op, None)
+        key = (ks_group, p.var_name)
+        if key not in rec.bake_ops:
+            var = get_tensor_var(graph, p.var_name)
+            with graph.as_default(), tf1.name_scope(PruningScope.model(op_vars.op, ks_group, PruningScope.OP_SAVE)):
+                rec.bake_ops[key] = tf1.assign(var, var.read_value() * op_vars.mask.read_value()).op
+        ops.append(rec.bake_ops[key])
+    if ops:
+        sess.run(list(dict.fromkeys(ops)))

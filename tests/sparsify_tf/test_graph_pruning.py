@@ -1,0 +1,262 @@
+"""prune_graph on real small graphs: masks equal the core's, training, layer order, global scope, bad input.
+
+Step bookkeeping (skipped steps, resume, release) is the core protocol's (tests/sparsify/test_protocol.py);
+its one graph-mode integration test is in test_pruning_hook.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import sparsify
+import sparsify_tf
+from sparsify.layout import tf_to_canonical
+from tf_graph_models import batch, build_cnn, build_mlp, expected_pruned, session_config, X
+
+tf1 = tf.compat.v1
+
+
+def _train(sess, train_op, m, steps, start=0):
+    for i in range(start, start + steps):
+        bx, by = batch(i)
+        sess.run(train_op, {m["x"]: bx, m["y"]: by})
+
+
+# ----- training an MLP: exact sparsity per update, masked forward, zeros stay zero ---------------
+@pytest.mark.parametrize("resource", [True, False], ids=["resource", "ref"])
+def test_mlp_training_exact_sparsity_masked_forward(resource):
+    cfg = sparsify.PruningConfig(target_sparsity=0.8, start_step=0, end_step=200, pruning_frequency=50)
+    g = tf.Graph()
+    with g.as_default():
+        m = build_mlp(resource)
+        pr = sparsify_tf.prune_graph(cfg)
+        train = tf1.train.GradientDescentOptimizer(0.2).minimize(m["loss"], global_step=pr.global_step)
+        train = pr.wrap_train_op(train)
+    assert pr.layer_names == ["fc1/kernel", "fc2/kernel"]
+    checked = []
+    with tf1.Session(graph=g, config=session_config()) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(pr.update_op)
+        for i in range(260):
+            _train(sess, train, m, 1, i)
+            step = int(sess.run(pr.global_step))
+            if step % 25 == 0:
+                masks, weights = sess.run(pr.masks), sess.run(pr.weights)
+                target = pr.engine.target_sparsity(step)
+                assert sess.run(pr.sparsity) == target
+                for n in pr.layer_names:
+                    assert int((masks[n] == 0).sum()) == expected_pruned(masks[n].size, target), (n, step)
+                    # pruned weights stay exactly zero (SGD: zero gradient through the mask)
+                    assert np.all(weights[n][masks[n] == 0] == 0.0)
+                checked.append(step)
+        # the forward pass uses the masked weights
+        w1, b1, w2 = sess.run([m["w1"], m["b1"], m["w2"]])
+        mk = sess.run(pr.masks)
+        logits = sess.run(m["logits"], {m["x"]: X[:32]})
+    assert checked[-1] == 250 and 200 in checked
+    ref = np.maximum(X[:32] @ (w1 * mk["fc1/kernel"]) + b1, 0) @ (w2 * mk["fc2/kernel"])
+    np.testing.assert_allclose(logits, ref, rtol=1e-5, atol=1e-5)
+    assert (mk["fc1/kernel"] == 0).sum() == expected_pruned(64 * 32, 0.8)
+
+
+def test_masked_forward_reads_mask_even_when_weight_is_dense():
+    """Write a dense weight behind the mask's back: the op still multiplies by the mask."""
+    g = tf.Graph()
+    with g.as_default():
+        m = build_mlp()
+        pr = sparsify_tf.prune_graph({"target_sparsity": 0.5, "start_step": 0, "end_step": 0, "op_names": ["fc2"]})
+        new = tf1.placeholder(tf.float32, [32, 10])
+        overwrite = tf1.assign(m["w2"], new)
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(pr.update_op)
+        sess.run(overwrite, {new: np.ones((32, 10), np.float32)})
+        h = np.maximum(X[:4] @ sess.run(m["w1"]) + sess.run(m["b1"]), 0)
+        out = sess.run(m["logits"], {m["x"]: X[:4]})
+        mask = sess.run(pr.masks["fc2/kernel"])
+    assert pr.layer_names == ["fc2/kernel"] and (mask == 0).sum() == 160
+    np.testing.assert_allclose(out, h @ mask, rtol=1e-5)
+
+
+# ----- parity with the core ---------------------------------------------------------------------
+@pytest.mark.parametrize("pattern,builder", [("1x1", "cnn"), ("4x1", "cnn"), ("2:4", "mlp")])
+def test_masks_equal_core_masks(pattern, builder):
+    cfg = sparsify.PruningConfig(target_sparsity=0.5, pattern=pattern, start_step=0, end_step=0)
+    g = tf.Graph()
+    with g.as_default():
+        m = build_cnn() if builder == "cnn" else build_mlp()
+        pr = sparsify_tf.prune_graph(cfg)
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        before = sess.run(pr.weights)
+        sess.run(pr.update_op)
+        got = pr.get_masks(sess, canonical=True)
+    canon = {n: tf_to_canonical(w, pr.kinds[n]) for n, w in before.items()}
+    want = sparsify.PruningEngine(cfg).compute_masks(canon, 0)
+    assert set(got) == set(want) and len(got) == (4 if builder == "cnn" else 2)
+    for n in want:
+        np.testing.assert_array_equal(got[n], want[n], err_msg=n)
+    if builder == "cnn":
+        assert pr.kinds == {"conv1/kernel": "conv", "dw/depthwise_kernel": "depthwise",
+                            "conv2/kernel": "conv", "fc/kernel": "dense"}
+
+
+def test_literal_masks_dense_and_4x1():
+    """Dense kernel (in=4, out=4): canonical rows are output units; 4x1 prunes whole 4-row blocks per column."""
+    k = np.array([[1, 8, 2, 7],
+                  [9, 1, 3, 1],
+                  [2, 2, 9, 1],
+                  [1, 9, 1, 8]], np.float32)          # (in, out)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4])
+        w = tf1.get_variable("w", initializer=k)
+        tf.matmul(x, w)
+        pr = sparsify_tf.prune_graph({"target_sparsity": 0.5, "pattern": "4x1", "start_step": 0, "end_step": 0})
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(pr.update_op)
+        mask = sess.run(pr.masks["w"])
+    # canonical (out, in) = k.T; 4x1 blocks are columns of k.T = rows of k; block sums 18, 14, 14, 19:
+    # prune 2 of 4 -> rows 1 and 2 of k (tie 14/14 broken by lower index, both pruned).
+    np.testing.assert_array_equal(mask, np.array([[1] * 4, [0] * 4, [0] * 4, [1] * 4], np.float32))
+
+
+@pytest.mark.parametrize("pattern", ["1x1", "4x1", "2:4"])
+def test_batch_matmul_and_conv_transpose_masks_equal_core(pattern):
+    rng = np.random.default_rng(5)
+    bm = rng.normal(size=(16, 8)).astype(np.float32)           # (in, out) for x @ W
+    ct = rng.normal(size=(3, 3, 8, 4)).astype(np.float32)      # conv2d_transpose (kh, kw, out, in)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [2, 5, 16])
+        wb = tf1.get_variable("bmm/kernel", initializer=bm)
+        tf.linalg.matmul(x, wb)
+        img = tf1.placeholder(tf.float32, [2, 4, 4, 4])
+        wc = tf1.get_variable("deconv/kernel", initializer=ct)
+        tf.nn.conv2d_transpose(img, wc, [2, 8, 8, 8], [1, 2, 2, 1], "SAME")
+        cfg = sparsify.PruningConfig(target_sparsity=0.5, pattern=pattern, start_step=0, end_step=0)
+        pr = sparsify_tf.prune_graph(cfg)
+    assert pr.kinds == {"bmm/kernel": "dense", "deconv/kernel": "conv_transpose"}
+    assert {v.op.type for v in pr.op_vars} == {"BatchMatMulV2", "Conv2DBackpropInput"}
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(pr.update_op)
+        got = pr.get_masks(sess, canonical=True)
+    want = sparsify.PruningEngine(cfg).compute_masks(
+        {"bmm/kernel": bm.T, "deconv/kernel": ct.transpose(2, 3, 0, 1)}, 0)   # rows = output channels
+    for n in want:
+        np.testing.assert_array_equal(got[n], want[n], err_msg=n)
+
+
+# ----- global scope ------------------------------------------------------------------------------
+def test_global_scope_cap_and_exact_total():
+    cfg = sparsify.PruningConfig(target_sparsity=0.9, pruning_scope="global", start_step=0, end_step=0,
+                                 max_sparsity_ratio_per_layer=0.95)
+    g = tf.Graph()
+    with g.as_default():
+        m = build_mlp(hidden=32)
+        scale = tf1.assign(m["w2"], m["w2"] * 100.0)     # fc2 (320 weights) dominates, fc1 (2048) is tiny
+        pr = sparsify_tf.prune_graph(cfg)
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(scale)
+        sess.run(pr.update_op)
+        masks = sess.run(pr.masks)
+        total = sess.run(pr.total_sparsity)
+    n1, n2 = masks["fc1/kernel"].size, masks["fc2/kernel"].size
+    z1, z2 = int((masks["fc1/kernel"] == 0).sum()), int((masks["fc2/kernel"] == 0).sum())
+    assert z1 == expected_pruned(n1, 0.95)                 # capped at 95%
+    assert z1 + z2 == int(np.floor(0.9 * (n1 + n2) + 0.5))  # exact total
+    assert total == pytest.approx((z1 + z2) / (n1 + n2))
+
+
+def test_global_scope_orders_layers_by_variable_creation_not_op_order():
+    """Equal scores in two layers: the tie goes to the layer whose variable was created first (the model's own
+    weight order, like torch named_parameters() and Keras model.weights), though another op reads it first."""
+    g = tf.Graph()
+    with g.as_default():
+        w_a = tf1.get_variable("created_first/kernel", initializer=np.ones((4, 4), np.float32))
+        w_b = tf1.get_variable("created_second/kernel", initializer=np.ones((4, 4), np.float32))
+        x = tf1.placeholder(tf.float32, [None, 4])
+        tf.matmul(tf.matmul(x, w_b), w_a)             # the ops read created_second first
+        assert [p.var_name for p in sparsify_tf.get_prunable_ops_and_inputs(g)] == ["created_second/kernel",
+                                                                                    "created_first/kernel"]
+        cfg = sparsify.PruningConfig(target_sparsity=0.5, pruning_scope="global", start_step=0, end_step=0)
+        pr = sparsify_tf.prune_graph(cfg)
+    assert pr.layer_names == pr.protocol.names == ["created_first/kernel", "created_second/kernel"]
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(pr.update_op)
+        masks = sess.run(pr.masks)
+    # 16 of 32 pruned; all scores tie, so the first layer in order gives its most (15: one unit survives)
+    np.testing.assert_array_equal(masks["created_first/kernel"].ravel(), [0.0] * 15 + [1.0])
+    np.testing.assert_array_equal(masks["created_second/kernel"].ravel(), [0.0] + [1.0] * 15)
+
+
+# ----- idempotence ------------------------------------------------------------------------------
+def test_prune_graph_is_idempotent():
+    g = tf.Graph()
+    with g.as_default():
+        build_mlp()
+        cfg = {"target_sparsity": 0.5, "end_step": 10}
+        a = sparsify_tf.prune_graph(cfg)
+        n_ops, n_vars = len(g.get_operations()), len(tf1.global_variables())
+        b = sparsify_tf.prune_graph(cfg)
+        assert a is b
+        assert len(g.get_operations()) == n_ops and len(tf1.global_variables()) == n_vars
+        with pytest.raises(ValueError, match="ks_group 'sparsify'.*another config"):
+            sparsify_tf.prune_graph({"target_sparsity": 0.6, "end_step": 10})
+
+
+# ----- bad input: clear errors, nothing changed ----------------------------------------------------
+def _unchanged(g, fn, exc, match):
+    n_ops, n_vars = len(g.get_operations()), len(g.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES))
+    with pytest.raises(exc, match=match):
+        fn()
+    assert len(g.get_operations()) == n_ops
+    assert len(g.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES)) == n_vars
+
+
+def test_bad_inputs_raise_before_changing_the_graph():
+    g = tf.Graph()
+    with g.as_default():
+        m = build_mlp(hidden=30)
+        gs = tf1.train.get_or_create_global_step()
+        fstep = tf1.get_variable("fstep", [], tf.float32)
+        vstep = tf1.get_variable("vstep", [2], tf.int64)
+        add_op = (m["w1"] + 1.0).op
+        _unchanged(g, lambda: sparsify_tf.prune_graph({"op_names": ["nothing_like_this"]}), ValueError,
+                   r"op_names=\['nothing_like_this'\].*match no prunable weight.*fc1/kernel")
+        _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(
+            g, gs, ["re:nope.*"], 0, 10, 1, 0.0, 0.5, 3.0, True, "g", "1x1"), ValueError,
+            r"var_names entry 're:nope\.\*' matches no prunable weight")
+        _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(
+            g, gs, ["fc1/bias"], 0, 10, 1, 0.0, 0.5, 3.0, True, "g", "1x1"), ValueError,
+            r"'fc1/bias' is a variable that feeds no prunable op")
+        _unchanged(g, lambda: sparsify_tf.create_op_pruning_no_update(add_op, add_op.inputs[0], "g"), ValueError,
+                   r"op 'add(_\d+)?' of type 'AddV2' is not prunable")
+        # fc1 canonical (30, 64): 30 rows do not split into 4x1 blocks
+        _unchanged(g, lambda: sparsify_tf.prune_graph({"pattern": "4x1", "target_sparsity": 0.5}), ValueError,
+                   r"layer 'fc1/kernel'.*does not fit pattern '4x1'")
+        _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(
+            g, gs, ["fc1/kernel"], 0, 10, 1, 0.0, 0.5, 3.0, True, "g", "4x1"), ValueError,
+            r"layer 'fc1/kernel'.*does not fit pattern '4x1'")
+        _unchanged(g, lambda: sparsify_tf.prune_graph({"target_sparsity": 0.5}, global_step=fstep), TypeError,
+                   r"global_step must have an integer dtype.*float32")
+        _unchanged(g, lambda: sparsify_tf.prune_graph({"target_sparsity": 0.5}, global_step=vstep), ValueError,
+                   r"global_step must be a scalar, got shape \(2,\)")
+        _unchanged(g, lambda: sparsify_tf.create_ks_schedule_ops(fstep, 0, 10, 1, 0.0, 0.5, 3.0, "g"), TypeError,
+                   r"global_step must have an integer dtype")
+        _unchanged(g, lambda: sparsify_tf.prune_graph({"target_sparsity": 1.5}), ValueError,
+                   r"target_sparsity must be in \[0, 1\), got 1.5")
+        _unchanged(g, lambda: sparsify_tf.prune_graph({"criterion": "snip"}), ValueError, r"criterion 'snip'")
+        _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(
+            g, gs, ["fc1/kernel"], 0, 10, 1, 0.0, 0.5, 3.0, True, "g", "7y"), ValueError, r"mask_creator: .*'7y'")
+        _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(
+            g, gs, "fc1/kernel", 0, 10, 1, 0.0, 0.5, 3.0, True, "g", "1x1"), TypeError, r"var_names must be")
+    g.finalize()
+    _unchanged(g, lambda: sparsify_tf.prune_graph({"target_sparsity": 0.5}, graph=g), ValueError,
+               r"graph is finalized")
+    _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(
+        g, gs, ["fc1/kernel"], 0, 10, 1, 0.0, 0.5, 3.0, True, "g", "1x1"), ValueError, r"graph is finalized")
