@@ -47,6 +47,11 @@ def _check_max_labels(max_prunable_labels: int) -> None:
 class PruningCalibrator:
     """Context manager that collects channel importances while the user runs backward passes.
 
+    On exit the model is exactly as on entry: modes, buffers, parameter
+    gradients (the backward passes inside the context leave none behind),
+    ``requires_grad`` flags, hooks and module attributes. ``pruning_info`` is
+    None until a context in which the entry point ran has exited normally.
+
     Args:
         model: the model to calibrate; it is left unchanged.
         entry_point: the method traced for dependency analysis, e.g. ``"forward"``
