@@ -1,5 +1,7 @@
 """Structured channel pruning for PyTorch: calibrate, select, physically remove channels.
 
+The public API follows ENOT's pruning documentation (``enot.pruning``).
+
 Example:
     >>> import torch
     >>> from sparsify_torch.channels import calibrate_and_prune_model_equal
@@ -8,14 +10,14 @@ Example:
     >>> small[0].out_channels
     4
 """
-from sparsify.channel_selection import (check_pruning_config, default_architecture_optimization_strategy,
-                                        get_criteria_label_dict, get_labels_for_uniform_pruning,
-                                        get_least_important_labels_by_config, iterate_over_gate_criteria)
+from sparsify.channel_selection import default_architecture_optimization_strategy
 
 from .api import calibrate_and_prune_model, calibrate_and_prune_model_equal, calibrate_and_prune_model_optimal
 from .calibration import PruningCalibrator, calibrate_model_for_pruning
+from .criteria import get_criteria_label_dict, iterate_over_gate_criteria
 from .info import ModelPruningInfo
 from .optimal import OptimalPruningLabelSelector
+from .pruning_config import check_pruning_config, get_labels_for_uniform_pruning, get_least_important_labels_by_config
 from .samples import default_sample_to_model_inputs, default_sample_to_n_samples
 from .selection import PruningLabelSelector, TopKPruningLabelSelector, UniformPruningLabelSelector
 from .surgery import prune_model

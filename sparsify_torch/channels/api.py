@@ -16,10 +16,11 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 import torch
 from torch import nn
 
-from sparsify.channel_selection import check_pruning_ratio
+from sparsify.channel_selection import check_pruning_ratio, default_architecture_optimization_strategy
 
-from .calibration import _calibrate
+from .calibration import run_calibration
 from .optimal import OptimalPruningLabelSelector
+from .progress import check_show_tqdm
 from .samples import default_sample_to_model_inputs, default_sample_to_n_samples
 from .selection import PruningLabelSelector, UniformPruningLabelSelector
 from .surgery import _prune_model
@@ -80,7 +81,7 @@ def calibrate_and_prune_model(
     calibration_epochs: int = 1,
     sample_to_n_samples: Callable[[Any], int] = default_sample_to_n_samples,
     sample_to_model_inputs: SampleToInputs = default_sample_to_model_inputs,
-    show_tqdm: bool = False,
+    show_tqdm: Optional[bool] = None,
     entry_point: str = "forward",
     max_prunable_labels: int = 4096,
 ) -> nn.Module:
@@ -96,7 +97,7 @@ def calibrate_and_prune_model(
         calibration_epochs: passes over ``dataloader`` when ``calibration_steps`` is None.
         sample_to_n_samples: batch size of a sample.
         sample_to_model_inputs: sample -> ``(args, kwargs)`` for ``model``.
-        show_tqdm: progress bar during calibration.
+        show_tqdm: progress bar during calibration; None (default) shows it when stderr is a terminal.
         entry_point: traced method, e.g. ``"backbone.forward"`` for detectors.
         max_prunable_labels: groups with more channels are not pruned.
 
@@ -110,13 +111,15 @@ def calibrate_and_prune_model(
         raise TypeError(f"label_selector must be a PruningLabelSelector, got {type(label_selector).__name__}")
     if not isinstance(finetune_bn, bool):
         raise TypeError(f"finetune_bn must be a bool, got {finetune_bn!r}")
-    calibrator = _calibrate(model, dataloader, loss_function, n_steps=calibration_steps, epochs=calibration_epochs,
-                            sample_to_n_samples=sample_to_n_samples, sample_to_model_inputs=sample_to_model_inputs,
-                            show_tqdm=show_tqdm, entry_point=entry_point, max_prunable_labels=max_prunable_labels)
+    check_show_tqdm(show_tqdm)
+    calibrator = run_calibration(model, dataloader, loss_function, n_steps=calibration_steps,
+                                 epochs=calibration_epochs, sample_to_n_samples=sample_to_n_samples,
+                                 sample_to_model_inputs=sample_to_model_inputs, show_tqdm=show_tqdm,
+                                 entry_point=entry_point, max_prunable_labels=max_prunable_labels)
     info = calibrator.pruning_info
     labels = label_selector.select(info)
     # the model is unchanged since calibration (selectors prune copies): reuse its traced graph
-    traced, calibrator._traced = calibrator._traced, None
+    traced, calibrator.traced = calibrator.traced, None
     pruned = _prune_model(model, info, labels, inplace=True, traced=traced)
     if finetune_bn:
         finetune_batchnorm(pruned, dataloader, n_steps=calibration_steps, sample_to_model_inputs=sample_to_model_inputs)
@@ -133,7 +136,7 @@ def calibrate_and_prune_model_equal(
     calibration_epochs: int = 1,
     sample_to_n_samples: Callable[[Any], int] = default_sample_to_n_samples,
     sample_to_model_inputs: SampleToInputs = default_sample_to_model_inputs,
-    show_tqdm: bool = False,
+    show_tqdm: Optional[bool] = None,
     entry_point: str = "forward",
     max_prunable_labels: int = 4096,
 ) -> nn.Module:
@@ -160,21 +163,37 @@ def calibrate_and_prune_model_optimal(
     calibration_epochs: int = 1,
     sample_to_n_samples: Callable[[Any], int] = default_sample_to_n_samples,
     sample_to_model_inputs: SampleToInputs = default_sample_to_model_inputs,
-    show_tqdm: bool = False,
-    entry_point: str = "forward",
+    show_tqdm: Optional[bool] = None,
+    architecture_optimization_strategy: Callable[[int], Tuple[int, int]] = default_architecture_optimization_strategy,
     n_search_steps: int = 200,
-    architecture_optimization_strategy=None,
+    entry_point: str = "forward",
+    *,
     max_prunable_labels: int = 4096,
+    **kwargs: Any,
 ) -> nn.Module:
     """Prune to meet ``target_latency`` as measured by ``latency_calculation_function``.
 
-    Uses :class:`OptimalPruningLabelSelector` (optuna TPE, ``n_search_steps`` trials).
+    Calibrates, then searches per-group pruning amounts with
+    :class:`OptimalPruningLabelSelector`: ``n_search_steps`` candidates (pruned
+    copies), each measured by ``latency_calculation_function`` exactly once and,
+    when it meets the target, scored by how close its outputs stay to the
+    original model's on the first calibration batch. ``show_tqdm`` also shows the
+    search's progress. ``finetune_bn=True`` is recommended: candidates are scored
+    with re-estimated BatchNorm statistics.
+
+    Args:
+        latency_calculation_function: ``f(model) -> float`` (seconds, MACs, ...).
+        target_latency: the value the pruned model must not exceed (same units).
+        architecture_optimization_strategy: ``f(n_channels) -> (min_channels, step)``.
+        n_search_steps: number of candidates measured (latency function calls), >= 2.
+        **kwargs: passed to the label selector: ``seed``, ``evaluation_function``.
+
     See :func:`calibrate_and_prune_model` for the other arguments.
     """
-    kwargs = {} if architecture_optimization_strategy is None else \
-        {"architecture_optimization_strategy": architecture_optimization_strategy}
+    check_show_tqdm(show_tqdm)
     selector = OptimalPruningLabelSelector(model, latency_calculation_function, target_latency,
-                                           n_search_steps=n_search_steps, **kwargs)
+                                           architecture_optimization_strategy=architecture_optimization_strategy,
+                                           n_search_steps=n_search_steps, **{"show_tqdm": show_tqdm, **kwargs})
     return calibrate_and_prune_model(selector, model, dataloader, loss_function, finetune_bn=finetune_bn,
                                      calibration_steps=calibration_steps, calibration_epochs=calibration_epochs,
                                      sample_to_n_samples=sample_to_n_samples,

@@ -5,7 +5,13 @@ channel multiplies that input channel by a gate ``g_c = 1`` (one gate per group
 channel, shared by all its readers), so the outputs are bit-identical. After
 each backward pass ``(dL/dg_c)^2`` is added to the channel's importance: the
 squared first-order estimate of the loss change when the channel is removed.
-On exit the hooks are removed and the model is exactly as before.
+
+The model is left exactly as it was, in train and in eval mode: a
+:class:`~sparsify_torch.channels.model_state.ModelSnapshot` restores modes,
+buffers, gradients, hooks and the modules' own Python attributes on exit, and
+puts those attributes back before every step, so modules that cache tensors
+between calls (timm's LeViT and EfficientFormer attention-bias caches in eval
+mode) never make a step backpropagate through another step's graph.
 
 Example:
     >>> import torch
@@ -17,17 +23,20 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from .graph import analyze_channel_groups, build_dependency_graph, preserved_state, resolve_entry_point
+from .graph import analyze_channel_groups, build_dependency_graph, resolve_entry_point
 from .info import ModelPruningInfo
+from .model_state import ModelSnapshot
+from .progress import check_show_tqdm, progress_bar
 from .samples import default_sample_to_model_inputs, default_sample_to_n_samples, map_tensors
 
-__all__ = ["PruningCalibrator", "calibrate_model_for_pruning"]
+__all__ = ["PruningCalibrator", "calibrate_model_for_pruning", "run_calibration", "check_importance"]
 
 
 def _check_max_labels(max_prunable_labels: int) -> None:
@@ -37,6 +46,11 @@ def _check_max_labels(max_prunable_labels: int) -> None:
 
 class PruningCalibrator:
     """Context manager that collects channel importances while the user runs backward passes.
+
+    On exit the model is exactly as on entry: modes, buffers, parameter
+    gradients (the backward passes inside the context leave none behind),
+    ``requires_grad`` flags, hooks and module attributes. ``pruning_info`` is
+    None until a context in which the entry point ran has exited normally.
 
     Args:
         model: the model to calibrate; it is left unchanged.
@@ -66,7 +80,10 @@ class PruningCalibrator:
         self.max_prunable_labels = max_prunable_labels
         self._info: Optional[ModelPruningInfo] = None
         self._active = False
-        self._traced = None  # (torch-pruning graph, output grad_fns) of the last calibration, reused for surgery
+        self._snapshot: Optional[ModelSnapshot] = None
+        #: (torch-pruning graph, output grad_fns) of the last calibration; ``calibrate_and_prune_model`` hands it
+        #: to the surgery so an unchanged model is not traced twice. Set to None to release it.
+        self.traced = None
 
     # --- context protocol -------------------------------------------------------------------------
     def __enter__(self) -> "PruningCalibrator":
@@ -78,18 +95,20 @@ class PruningCalibrator:
         self._original = getattr(self._owner, self._method)
         self._groups = None
         self._example = None
-        self._traced = None
+        self.traced = None
         self._gates: Dict[int, torch.Tensor] = {}
         self._importance: Dict[int, np.ndarray] = {}
         self._handles: List[Any] = []
         self._n_steps = 0
         self._info = None
+        self._snapshot = ModelSnapshot(self.model, ignore=[(self._owner, self._method)])
         self._active = True
         original = self._original
 
         def entry(*args, **kwargs):
             if self._groups is None:
                 self._setup(args, kwargs)
+            self._snapshot.restore_attributes()  # every step starts from the user's module state
             self._fold_gradients()
             self._n_steps += 1
             return original(*args, **kwargs)
@@ -109,6 +128,8 @@ class PruningCalibrator:
             else:
                 self._owner.__dict__.pop(self._method, None)
             self._active = False
+            snapshot, self._snapshot = self._snapshot, None
+            snapshot.restore()
         if exc_type is None and self._groups is not None:
             criteria = {i: self._importance[i] for i in self._gates}
             self._info = ModelPruningInfo(self._groups, criteria, self.entry_point, self._example, self._n_steps)
@@ -116,14 +137,19 @@ class PruningCalibrator:
 
     # --- results ----------------------------------------------------------------------------------
     @property
-    def pruning_info(self) -> ModelPruningInfo:
-        """The :class:`ModelPruningInfo`; RuntimeError before the context ran a forward pass."""
-        if self._active:
-            raise RuntimeError("pruning_info is available after the PruningCalibrator context exits")
-        if self._info is None:
-            raise RuntimeError(f"no calibration data: the entry point {self.entry_point!r} was never called "
-                               "inside the PruningCalibrator context")
-        return self._info
+    def pruning_info(self) -> Optional[ModelPruningInfo]:
+        """The :class:`ModelPruningInfo` of the last completed context.
+
+        None before the calibrator was used as a context manager, while the
+        context is still open, when the entry point was never called inside
+        it, or when the context ended with an exception.
+        """
+        return None if self._active else self._info
+
+    @property
+    def n_gates(self) -> int:
+        """Number of prunable groups gated in the open context (0 before the first forward)."""
+        return len(self._gates)
 
     # --- internals --------------------------------------------------------------------------------
     def _setup(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
@@ -131,7 +157,7 @@ class PruningCalibrator:
         graph = build_dependency_graph(self.model, self.entry_point, args, kwargs, call=self._original)
         self._groups = analyze_channel_groups(self.model, self.entry_point, args, kwargs,
                                               self.max_prunable_labels, graph_and_outputs=graph)
-        self._traced = graph
+        self.traced = graph
         self._example = example
         modules = dict(self.model.named_modules())
         device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
@@ -177,7 +203,40 @@ def _make_gate_hook(module: nn.Module, entries):
     return hook
 
 
-def _calibrate(
+_REUSED_GRAPH_ERRORS = ("backward through the graph a second time", "modified by an inplace operation")
+
+
+def check_importance(pruning_info: ModelPruningInfo) -> None:
+    """Refuse criteria that cannot rank channels; warn about groups whose channels all tie.
+
+    Raises:
+        ValueError: every prunable channel has importance 0: the loss does not
+            depend on the prunable channels, and pruning would follow channel
+            index order.
+
+    Warns:
+        RuntimeWarning: naming the groups whose channels all have the same
+            importance (they would be pruned in index order).
+    """
+    criteria = pruning_info.group_criteria
+    if not criteria:
+        return
+    if all(not np.any(c) for c in criteria):
+        raise ValueError(
+            f"calibration measured zero importance for all {sum(c.size for c in criteria)} prunable channels of "
+            f"{len(criteria)} groups: the loss does not depend on them (is loss_function computed from the model "
+            "output, with autograd enabled?). Pruning would follow channel index order; nothing was pruned")
+    names = [pruning_info.groups[g].root_name for g in pruning_info.prunable_group_indices]
+    tied = [f"{name!r} ({c.size} channels, all {c[0]:.3g})" for name, c in zip(names, criteria)
+            if c.size > 1 and np.all(c == c[0])]
+    if tied:
+        shown = ", ".join(tied[:5]) + (f" and {len(tied) - 5} more" if len(tied) > 5 else "")
+        warnings.warn(f"channel importance is the same for every channel of {len(tied)} group(s) {shown}: their "
+                      "channels cannot be ranked and would be pruned in index order (is the loss independent of "
+                      "these layers?)", RuntimeWarning, stacklevel=3)
+
+
+def run_calibration(
     model: nn.Module,
     dataloader: Iterable[Any],
     loss_function: Callable[[Any, Any], torch.Tensor],
@@ -185,11 +244,11 @@ def _calibrate(
     epochs: int = 1,
     sample_to_n_samples: Callable[[Any], int] = default_sample_to_n_samples,
     sample_to_model_inputs: Callable[[Any], Tuple[Tuple[Any, ...], Dict[str, Any]]] = default_sample_to_model_inputs,
-    show_tqdm: bool = False,
+    show_tqdm: Optional[bool] = None,
     entry_point: str = "forward",
     max_prunable_labels: int = 4096,
 ) -> PruningCalibrator:
-    """Body of :func:`calibrate_model_for_pruning`; returns the calibrator (its traced graph is reused by
+    """Body of :func:`calibrate_model_for_pruning`; returns the calibrator (its ``traced`` graph is reused by
     ``calibrate_and_prune_model`` to prune without tracing the model a second time)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -199,6 +258,7 @@ def _calibrate(
         raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
     if not callable(loss_function):
         raise TypeError(f"loss_function must be callable, got {type(loss_function).__name__}")
+    check_show_tqdm(show_tqdm)
     calibrator = PruningCalibrator(model, entry_point=entry_point, max_prunable_labels=max_prunable_labels)
     total = n_steps
     if total is None:
@@ -206,14 +266,12 @@ def _calibrate(
             total = epochs * len(dataloader)  # type: ignore[arg-type]
         except TypeError:
             total = None
-    bar = None
-    if show_tqdm:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=total, desc="calibration", unit="batch")
-    grads = [(p, p.grad) for p in model.parameters()]
+    bar = progress_bar(show_tqdm, total=total, desc="calibration", unit="batch")
     steps = samples = 0
     try:
-        with preserved_state(model, params_require_grad=False), calibrator:
+        with calibrator:
+            for p in model.parameters():  # only the gates need gradients; the calibrator restores the flags
+                p.requires_grad_(False)
             for _ in range(epochs if n_steps is None else 10 ** 9):
                 seen_in_epoch = 0
                 for sample in dataloader:
@@ -224,24 +282,40 @@ def _calibrate(
                     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                         raise ValueError(f"loss_function must return a scalar tensor, got {loss!r}")
                     if loss.requires_grad:
-                        loss.backward()
+                        _backward(loss, steps)
+                    elif calibrator.n_gates:
+                        raise ValueError(
+                            f"loss_function returned a tensor that does not require grad (calibration step "
+                            f"{steps + 1}): it does not depend on the model output through autograd (computed "
+                            "under torch.no_grad(), from detached values or from the sample only?)")
                     steps += 1
                     samples += sample_to_n_samples(sample)
-                    if bar is not None:
-                        bar.update(1)
-                        bar.set_postfix(samples=samples)
+                    bar.update(1)
+                    bar.set_postfix(samples=samples)
                     if n_steps is not None and steps >= n_steps:
                         break
                 if seen_in_epoch == 0 or (n_steps is not None and steps >= n_steps):
                     break
     finally:
-        if bar is not None:
-            bar.close()
-        for p, g in grads:
-            p.grad = g
+        bar.close()
     if steps == 0:
         raise ValueError("dataloader yielded no samples; calibration needs at least one batch")
+    if calibrator.pruning_info is not None:
+        check_importance(calibrator.pruning_info)
     return calibrator
+
+
+def _backward(loss: torch.Tensor, step: int) -> None:
+    try:
+        loss.backward()
+    except RuntimeError as err:
+        if not any(text in str(err) for text in _REUSED_GRAPH_ERRORS):
+            raise
+        raise RuntimeError(
+            f"calibration step {step + 1}: backward failed because the forward pass reused tensors computed in an "
+            "earlier pass (a module keeps a tensor with autograd history between calls, e.g. a cache filled while "
+            "the model ran with gradients before calibration). Clear that cache or call model.train() before "
+            f"calibrating. torch said: {err}") from err
 
 
 def calibrate_model_for_pruning(
@@ -252,14 +326,15 @@ def calibrate_model_for_pruning(
     epochs: int = 1,
     sample_to_n_samples: Callable[[Any], int] = default_sample_to_n_samples,
     sample_to_model_inputs: Callable[[Any], Tuple[Tuple[Any, ...], Dict[str, Any]]] = default_sample_to_model_inputs,
-    show_tqdm: bool = False,
+    show_tqdm: Optional[bool] = None,
     entry_point: str = "forward",
     max_prunable_labels: int = 4096,
 ) -> ModelPruningInfo:
     """Run forward + backward over calibration data and return the channel importances.
 
-    The model runs in its current mode; parameters get no gradients and buffers
-    (BatchNorm statistics) are restored, so the model is left exactly as it was.
+    The model runs in its current mode (train or eval) and is left exactly as
+    it was: parameters get no gradients, buffers (BatchNorm statistics),
+    modes, hooks and module attributes are restored.
 
     Args:
         model: model to calibrate.
@@ -269,12 +344,19 @@ def calibrate_model_for_pruning(
         epochs: passes over ``dataloader`` when ``n_steps`` is None.
         sample_to_n_samples: batch size of a sample (for the progress bar).
         sample_to_model_inputs: sample -> ``(args, kwargs)`` of ``model``.
-        show_tqdm: show a tqdm progress bar.
+        show_tqdm: progress bar; None (default) shows it when stderr is a terminal.
         entry_point: traced method, see :class:`PruningCalibrator`.
         max_prunable_labels: groups with more channels are not pruned.
 
     Raises:
-        ValueError: bad ``n_steps``/``epochs``, or ``dataloader`` yields nothing.
+        ValueError: bad ``n_steps``/``epochs``, ``dataloader`` yields nothing,
+            the loss is not a scalar or has no gradient, or every channel's
+            importance is 0 (the loss does not depend on the channels).
+        RuntimeError: a backward pass reused an earlier pass's graph (the
+            message says what to do).
+
+    Warns:
+        RuntimeWarning: groups whose channels all have the same importance.
 
     Example:
         >>> net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
@@ -283,7 +365,7 @@ def calibrate_model_for_pruning(
         >>> info.n_steps
         1
     """
-    return _calibrate(model, dataloader, loss_function, n_steps=n_steps, epochs=epochs,
-                      sample_to_n_samples=sample_to_n_samples, sample_to_model_inputs=sample_to_model_inputs,
-                      show_tqdm=show_tqdm, entry_point=entry_point,
-                      max_prunable_labels=max_prunable_labels).pruning_info
+    return run_calibration(model, dataloader, loss_function, n_steps=n_steps, epochs=epochs,
+                           sample_to_n_samples=sample_to_n_samples, sample_to_model_inputs=sample_to_model_inputs,
+                           show_tqdm=show_tqdm, entry_point=entry_point,
+                           max_prunable_labels=max_prunable_labels).pruning_info

@@ -1,11 +1,13 @@
-"""High-level calls: equal, optimal, generic, finetune_bn."""
+"""High-level calls: equal, optimal, generic, finetune_bn; signatures as in ENOT's documentation."""
+import inspect
+
 import pytest
 import torch
 
 from conftest import mse_loss
-from sparsify_torch.channels import (OptimalPruningLabelSelector, PruningCalibrator, TopKPruningLabelSelector,
-                                     calibrate_and_prune_model, calibrate_and_prune_model_equal,
-                                     calibrate_and_prune_model_optimal, default_sample_to_model_inputs,
+from sparsify_torch.channels import (TopKPruningLabelSelector, calibrate_and_prune_model,
+                                     calibrate_and_prune_model_equal, calibrate_and_prune_model_optimal,
+                                     default_architecture_optimization_strategy, default_sample_to_model_inputs,
                                      default_sample_to_n_samples)
 from sparsify_torch.channels.api import finetune_batchnorm
 from sparsify_torch.channels.metrics import count_macs
@@ -121,64 +123,157 @@ def macs_of(x):
     return lambda model: float(count_macs(model, x))
 
 
-def test_optimal_meets_target(residual_net, batches):
-    latency = macs_of(batches[0][:1])
-    base = latency(residual_net)
-    target = 0.6 * base
+class Counting:
+    """A latency function that counts its calls."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, model):
+        self.calls += 1
+        return self.fn(model)
+
+
+DOCUMENTED_TAIL = ["finetune_bn", "calibration_steps", "calibration_epochs", "sample_to_n_samples",
+                   "sample_to_model_inputs", "show_tqdm"]
+
+
+@pytest.mark.parametrize("function,head,tail", [
+    (calibrate_and_prune_model_equal, ["model", "dataloader", "loss_function", "pruning_ratio"], ["entry_point"]),
+    (calibrate_and_prune_model, ["label_selector", "model", "dataloader", "loss_function"], ["entry_point"]),
+    (calibrate_and_prune_model_optimal, ["model", "dataloader", "loss_function", "latency_calculation_function",
+                                         "target_latency"],
+     ["architecture_optimization_strategy", "n_search_steps", "entry_point"]),
+])
+def test_signatures_follow_the_document(function, head, tail):
+    params = inspect.signature(function).parameters
+    positional = [n for n, p in params.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    documented = head + DOCUMENTED_TAIL + tail
+    assert positional[:len(documented)] == documented
+    defaults = {n: params[n].default for n in documented if params[n].default is not inspect.Parameter.empty}
+    assert defaults["finetune_bn"] is False and defaults["calibration_steps"] is None
+    assert defaults["calibration_epochs"] == 1 and defaults["entry_point"] == "forward"
+    assert defaults["sample_to_n_samples"] is default_sample_to_n_samples
+    assert defaults["sample_to_model_inputs"] is default_sample_to_model_inputs
+    assert defaults["show_tqdm"] is None  # ours: on when stderr is a terminal (the document: False)
+    if function is calibrate_and_prune_model_optimal:
+        assert defaults["n_search_steps"] == 200
+        assert defaults["architecture_optimization_strategy"] is default_architecture_optimization_strategy
+        assert params["kwargs"].kind is inspect.Parameter.VAR_KEYWORD
+    if function is calibrate_and_prune_model_equal:
+        assert defaults["pruning_ratio"] == 0.5
+
+
+def test_optimal_in_documented_positional_order_calls_latency_n_search_steps_times(residual_net, batches):
+    latency = Counting(macs_of(batches[0][:1]))
+    target = 0.6 * latency(residual_net)
+    latency.calls = 0
     strategy = lambda n: (1, 1)
-    pruned = calibrate_and_prune_model_optimal(residual_net, batches, mse_loss, latency, target,
-                                               n_search_steps=30, architecture_optimization_strategy=strategy)
-    assert latency(pruned) <= target
+    pruned = calibrate_and_prune_model_optimal(residual_net, batches, mse_loss, latency, target, False, None, 1,
+                                               default_sample_to_n_samples, default_sample_to_model_inputs, False,
+                                               strategy, 12, "forward", seed=3)
+    assert latency.calls == 12  # "equal to the number of latency_calculation_function executions"
+    assert latency.fn(pruned) <= target
     assert pruned(batches[0]).shape == (2, 3)
 
 
-def test_optimal_selector_attributes(residual_net, batches):
-    with PruningCalibrator(residual_net) as calibrator:
-        mse_loss(residual_net(batches[0]), None).backward()
-    info = calibrator.pruning_info
-    latency = macs_of(batches[0][:1])
-    selector = OptimalPruningLabelSelector(residual_net, latency, 0.7 * latency(residual_net), n_search_steps=15,
-                                           architecture_optimization_strategy=lambda n: (max(1, n // 4), 1))
-    assert selector.n_search_steps == 15 and selector.pruning_cfg is None
-    labels = selector.select(info)
-    assert selector.baseline_latency == latency(residual_net) == 57584.0
-    # minimal network: conv1 keeps 6 // 4 = 1; the stem/side concat group keeps 12 // 4 = 3 = 8 // 4 from the
-    # stem stream + 4 // 4 from "side" (each source layer keeps its own minimum); head keeps 1. MACs on 8x8:
-    # stem 64*2*3*9 + conv1 64*1*2*9 + conv2 64*2 + side 64*2 + dw 64*3*9 + head 64*3 + fc 3*16
-    assert selector.minimal_network_latency == 3456 + 1152 + 128 + 128 + 1728 + 192 + 48 == 6832.0
-    assert selector.labels_for_pruning == labels and len(selector.pruning_cfg) == 3
-    assert sum(selector.pruning_cfg) == len(labels) > 0
-    # target at or above the baseline prunes nothing
-    assert OptimalPruningLabelSelector(residual_net, latency, 1e9, n_search_steps=1).select(info) == []
+@pytest.mark.parametrize("n_search_steps", [2, 5, 30])
+def test_n_search_steps_is_the_number_of_latency_calls(residual_net, batches, n_search_steps):
+    latency = Counting(macs_of(batches[0][:1]))
+    target = 0.5 * latency(residual_net)
+    latency.calls = 0
+    pruned = calibrate_and_prune_model_optimal(residual_net, batches, mse_loss, latency, target,
+                                               n_search_steps=n_search_steps, show_tqdm=False,
+                                               architecture_optimization_strategy=lambda n: (1, 1))
+    assert latency.calls == n_search_steps
+    assert latency.fn(pruned) <= target
 
 
-def test_optimal_target_below_minimal_network(residual_net, batches):
+def test_optimal_kwargs_reach_the_selector(residual_net, batches):
+    import copy
     latency = macs_of(batches[0][:1])
+    target = 0.6 * latency(residual_net)
+    strategy = lambda n: (1, 1)
+    scores = []
+
+    def evaluation(model):
+        scores.append(model.conv1.out_channels)
+        return float(-model.conv1.out_channels)  # prefers keeping conv1: anything else is pruned instead
+
+    pruned = calibrate_and_prune_model_optimal(copy.deepcopy(residual_net), batches, mse_loss, latency, target,
+                                               architecture_optimization_strategy=strategy, n_search_steps=20,
+                                               seed=7, evaluation_function=evaluation)
+    assert scores and pruned.conv1.out_channels == max(scores)
+    runs = [calibrate_and_prune_model_optimal(copy.deepcopy(residual_net), batches, mse_loss, latency, target,
+                                              architecture_optimization_strategy=strategy, n_search_steps=15,
+                                              seed=seed) for seed in (1, 1)]
+    assert same_state(runs[0], runs[1].state_dict())  # one seed, one result
     saved = state(residual_net)
-    with pytest.raises(ValueError, match="target_latency=10 is below the latency of the smallest network"):
-        calibrate_and_prune_model_optimal(residual_net, batches, mse_loss, latency, 10.0, n_search_steps=5)
+    with pytest.raises(TypeError, match="unexpected keyword argument\\(s\\) \\['sed'\\].*'seed', "
+                                        "'evaluation_function', 'show_tqdm'"):
+        calibrate_and_prune_model_optimal(residual_net, batches, mse_loss, latency, target, sed=1)
+    assert same_state(residual_net, saved)
+
+
+def test_optimal_meets_target_with_default_settings(batches):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
+                              torch.nn.Conv2d(32, 48, 3, padding=1), torch.nn.BatchNorm2d(48), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(48, 3)).eval()
+    latency = Counting(macs_of(batches[0][:1]))
+    target = 0.5 * latency(net)
+    latency.calls = 0
+    pruned = calibrate_and_prune_model_optimal(net, batches, mse_loss, latency, target)
+    assert latency.calls == 200 and latency.fn(pruned) <= target
+    # the default strategy keeps max(16, 25%) of each group
+    assert 16 <= pruned[0].out_channels < 32 and 16 <= pruned[3].out_channels < 48
+
+
+def test_latency_function_failure_is_a_clear_error_without_optuna_output(residual_net, batches, capsys, caplog):
+    """Issue 15: optuna's own traceback leaked from the latency search."""
+    calls = []
+    base = macs_of(batches[0][:1])
+
+    def fragile(model):
+        calls.append(1)
+        if len(calls) == 4:
+            raise ZeroDivisionError("division by zero in the user's timer")
+        return base(model)
+
+    saved = state(residual_net)
+    with pytest.raises(RuntimeError, match="latency_calculation_function raised ZeroDivisionError: division by zero "
+                                           "in the user's timer \\(latency search step 4 of 30, candidate with "
+                                           "channels kept: .*conv1: \\d/6") as err:
+        calibrate_and_prune_model_optimal(residual_net, batches, mse_loss, fragile, 0.6 * base(residual_net),
+                                          n_search_steps=30, architecture_optimization_strategy=lambda n: (1, 1))
+    assert isinstance(err.value.__cause__, ZeroDivisionError)
+    out = capsys.readouterr()
+    assert "Trial" not in out.err + out.out and "optuna" not in out.err + out.out
+    assert not [r for r in caplog.records if r.name.startswith("optuna")]
     assert same_state(residual_net, saved) and residual_net.conv1.out_channels == 6
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    (dict(target_latency=0), ValueError, "target_latency must be a positive finite number, got 0"),
-    (dict(target_latency=float("inf")), ValueError, "target_latency must be a positive finite number"),
-    (dict(n_search_steps=0), ValueError, "n_search_steps must be a positive integer, got 0"),
-    (dict(latency_calculation_function=None), TypeError, "latency_calculation_function must be callable"),
-    (dict(model="m"), TypeError, "model must be a torch.nn.Module, got str"),
-    (dict(architecture_optimization_strategy=5), TypeError, "architecture_optimization_strategy must be callable"),
-])
-def test_optimal_selector_bad_arguments(residual_net, kwargs, error, match):
-    args = dict(model=residual_net, latency_calculation_function=lambda m: 1.0, target_latency=0.5)
-    args.update(kwargs)
-    with pytest.raises(error, match=match):
-        OptimalPruningLabelSelector(**args)
+@pytest.mark.parametrize("value", [float("nan"), "fast", None])
+def test_latency_function_returning_no_number(residual_net, batches, value):
+    with pytest.raises(ValueError, match="latency_calculation_function must return a finite number, got .* "
+                                         "\\(latency search step 1, candidate with channels kept: unpruned\\)"):
+        calibrate_and_prune_model_optimal(residual_net, batches, mse_loss, lambda m: value, 1.0, n_search_steps=5)
 
 
-def test_optimal_bad_strategy(residual_net, batches):
-    with PruningCalibrator(residual_net) as calibrator:
-        mse_loss(residual_net(batches[0]), None).backward()
-    selector = OptimalPruningLabelSelector(residual_net, lambda m: 1.0, 0.5, n_search_steps=2,
-                                           architecture_optimization_strategy=lambda n: (0, 1))
-    with pytest.raises(ValueError, match="architecture_optimization_strategy\\(6\\) returned \\(0, 1\\)"):
-        selector.select(calibrator.pruning_info)
+def test_search_progress_is_shown(residual_net, batches, capsys):
+    latency = macs_of(batches[0][:1])
+    calibrate_and_prune_model_optimal(residual_net, batches, mse_loss, latency, 0.6 * latency(residual_net),
+                                      n_search_steps=6, show_tqdm=True,
+                                      architecture_optimization_strategy=lambda n: (1, 1))
+    err = capsys.readouterr().err
+    assert "calibration" in err and "latency search" in err and "6/6" in err and "best_score" in err
+
+
+def test_optimal_target_below_minimal_network(residual_net, batches):
+    latency = Counting(macs_of(batches[0][:1]))
+    saved = state(residual_net)
+    with pytest.raises(ValueError, match="target_latency=10 is below the latency of the smallest network"):
+        calibrate_and_prune_model_optimal(residual_net, batches, mse_loss, latency, 10.0, n_search_steps=5,
+                                          architecture_optimization_strategy=lambda n: (1, 1))
+    assert latency.calls == 2  # the unpruned and the smallest network
+    assert same_state(residual_net, saved) and residual_net.conv1.out_channels == 6

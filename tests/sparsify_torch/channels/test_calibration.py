@@ -1,4 +1,8 @@
 """PruningCalibrator and calibrate_model_for_pruning."""
+import copy
+import io
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -36,7 +40,8 @@ def test_taylor_importance_literal():
 def test_calibrate_model_for_pruning_literal_and_steps():
     info = calibrate_model_for_pruning(tiny_net(), TINY_DATA, lambda out, x: out.sum())
     np.testing.assert_allclose(info.group_criteria[0], [4.25, 5.0])
-    info = calibrate_model_for_pruning(tiny_net(), TINY_DATA, lambda out, x: out.sum(), n_steps=1)
+    with pytest.warns(RuntimeWarning, match="same for every channel of 1 group\\(s\\) '0' \\(2 channels, all 4\\)"):
+        info = calibrate_model_for_pruning(tiny_net(), TINY_DATA, lambda out, x: out.sum(), n_steps=1)
     assert info.n_steps == 1
     np.testing.assert_allclose(info.group_criteria[0], [4.0, 4.0])
     info = calibrate_model_for_pruning(tiny_net(), TINY_DATA, lambda out, x: out.sum(), epochs=2)
@@ -57,37 +62,142 @@ def test_zero_output_channel_has_zero_importance(residual_net, batches):
     assert crit[2] == 0.0 and (np.delete(crit, 2) > 0).all()
 
 
+def module_state(model):
+    """Everything on the modules besides tensors' values: flags, own attributes (container contents by identity),
+    hook dictionaries, parameter/buffer objects."""
+    out = {}
+    for name, m in model.named_modules():
+        entries = {}
+        for key, value in m.__dict__.items():
+            if isinstance(value, dict):
+                entries[key] = (id(value), [(k, id(v)) for k, v in value.items()])
+            elif isinstance(value, (list, set)):
+                entries[key] = (id(value), sorted(id(v) for v in value))
+            else:
+                entries[key] = (id(value), value if isinstance(value, (bool, int, float, str, type(None))) else None)
+        out[name] = entries
+    return out
+
+
 def snapshot(model):
     return ({k: v.clone() for k, v in model.state_dict().items()}, {m: m.training for m in model.modules()},
             [(p.grad.clone() if p.grad is not None else None) for p in model.parameters()],
-            [p.requires_grad for p in model.parameters()])
+            [p.requires_grad for p in model.parameters()], module_state(model))
 
 
 def assert_unchanged(model, snap, x, expected_out):
-    state, modes, grads, flags = snap
+    state, modes, grads, flags, modules = snap
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
     assert {m: m.training for m in model.modules()} == modes
     for p, g in zip(model.parameters(), grads):
         assert (p.grad is None and g is None) or torch.equal(p.grad, g)
     assert [p.requires_grad for p in model.parameters()] == flags
+    assert module_state(model) == modules  # hooks, flags, attributes, caches: all as before
     for m in model.modules():
         assert not m._forward_pre_hooks and not m._forward_hooks and "forward" not in m.__dict__
+    was_training = model.training
     with torch.no_grad():
-        assert torch.equal(model(x), expected_out)
+        assert torch.equal(model.eval()(x), expected_out)
+    model.train(was_training)
 
 
-@pytest.mark.parametrize("train", [False, True])
-def test_model_left_exactly_unchanged(residual_net, batches, train):
-    residual_net.train(train)
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("how", ["function", "context"])
+def test_model_left_exactly_unchanged(residual_net, batches, train, how):
     with torch.no_grad():
         expected = residual_net.eval()(batches[0]).clone()
     residual_net.train(train)
+    residual_net.conv1.weight.grad = torch.ones_like(residual_net.conv1.weight)  # a user's gradient survives
+    residual_net.fc.weight.requires_grad_(False)
     snap = snapshot(residual_net)
-    calibrate_model_for_pruning(residual_net, batches, mse_loss)
-    residual_net.train(train)
-    residual_net.eval()
-    assert_unchanged(residual_net, (snap[0], {m: False for m in residual_net.modules()}, snap[2], snap[3]),
-                     batches[0], expected)
+    if how == "function":
+        calibrate_model_for_pruning(residual_net, batches, mse_loss)
+    else:
+        with PruningCalibrator(residual_net):
+            for x in batches:
+                mse_loss(residual_net(x), x).backward()
+    assert residual_net.training == train
+    assert_unchanged(residual_net, snap, batches[0], expected)
+
+
+class CachingAttention(nn.Module):
+    """Caches a tensor computed from a parameter in eval mode, like timm's LeViT/EfficientFormer attention biases."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(channels))
+        self.register_buffer("idx", torch.arange(channels).flip(0))
+        self.cache = {}
+
+    def biases(self):
+        if self.training:
+            return self.bias[self.idx]
+        if "b" not in self.cache:
+            self.cache["b"] = self.bias[self.idx]
+        return self.cache["b"]
+
+    def forward(self, x):
+        return x + self.biases().view(1, -1, 1, 1)
+
+
+class CachingNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 3, padding=1)
+        self.bn = nn.BatchNorm2d(6)
+        self.attn = CachingAttention(6)
+        self.conv2 = nn.Conv2d(6, 2, 1)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(self.attn(self.bn(self.conv1(x)))))
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_modules_caching_tensors_between_calls_calibrate_in_both_modes(batches, train):
+    """Each step starts from the user's module attributes: an eval-mode cache filled by the tracing or the
+    previous step is never reused (its graph is freed after the first backward), and it is empty afterwards."""
+    torch.manual_seed(0)
+    net = CachingNet().train(train)
+    with torch.no_grad():
+        expected = copy.deepcopy(net).eval()(batches[0])
+    snap = snapshot(net)
+    info = calibrate_model_for_pruning(net, batches * 2, mse_loss)
+    assert info.n_steps == 4 and net.attn.cache == {}
+    assert_unchanged(net, snap, batches[0], expected)
+
+
+def test_cache_with_history_from_before_calibration_is_a_clear_error(batches):
+    torch.manual_seed(0)
+    net = CachingNet().eval()
+    net(batches[0])  # the user ran the model with autograd on: the cache now holds a graph
+    with pytest.raises(RuntimeError, match=r"calibration step 1: backward failed because the forward pass reused "
+                                           r"tensors computed in an earlier pass.*call model.train\(\)"):
+        calibrate_model_for_pruning(net, batches, mse_loss)
+    assert list(net.attn.cache) == ["b"]  # the user's cache is left as it was
+
+
+def timm_model(name, **kwargs):
+    import timm
+    torch.manual_seed(0)
+    return timm.create_model(name, pretrained=False, **kwargs)
+
+
+@pytest.mark.parametrize("name,size,batch,train", [("levit_128s", 64, 2, False), ("levit_128s", 64, 2, True),
+                                                   ("efficientformer_l1", 224, 1, False)])
+def test_timm_models_with_attention_bias_caches_calibrate(name, size, batch, train):
+    """Issue 18: their cached attention biases made eval-mode calibration fail; both modes work and leave the
+    model unchanged (efficientformer's attention needs 224x224; train mode is the same code path)."""
+    model = timm_model(name, img_size=size) if name == "levit_128s" else timm_model(name)
+    model.train(train)
+    x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model.eval()(x)
+    model.train(train)
+    snap = snapshot(model)
+    info = calibrate_model_for_pruning(model, [x, x], lambda out, s: out.pow(2).mean())
+    assert info.n_steps == 2 and info.n_prunable_groups > 0
+    assert all(np.isfinite(c).all() for c in info.group_criteria)
+    assert_unchanged(model, snap, x, expected)
 
 
 def test_gates_do_not_change_outputs(residual_net, batches):
@@ -117,24 +227,79 @@ def test_show_tqdm(capsys, residual_net, batches):
     assert "calibration" in err and "2/2" in err and "samples=4" in err
 
 
-def test_pruning_info_before_and_during_context(residual_net, batches):
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("terminal,show_tqdm,shown", [(True, None, True), (False, None, False), (True, False, False),
+                                                      (False, True, True)])
+def test_progress_is_shown_by_default_on_a_terminal_only(monkeypatch, residual_net, batches, terminal, show_tqdm,
+                                                         shown):
+    stream = FakeTerminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    calibrate_model_for_pruning(residual_net, batches, mse_loss, show_tqdm=show_tqdm)
+    assert ("calibration" in stream.getvalue()) == shown
+
+
+def test_pruning_info_is_none_until_a_context_completed(residual_net, batches):
     calibrator = PruningCalibrator(residual_net)
-    with pytest.raises(RuntimeError, match="entry point 'forward' was never called"):
-        calibrator.pruning_info
+    assert calibrator.pruning_info is None  # not used as a context manager yet (ENOT: None)
     with calibrator:
-        with pytest.raises(RuntimeError, match="available after the PruningCalibrator context exits"):
-            calibrator.pruning_info
-    with pytest.raises(RuntimeError, match="was never called"):
-        calibrator.pruning_info
+        assert calibrator.pruning_info is None
+    assert calibrator.pruning_info is None  # the entry point was never called
+    with calibrator:
+        mse_loss(residual_net(batches[0]), None).backward()
+    assert calibrator.pruning_info.n_steps == 1
+
+
+def test_documented_calibrator_example_runs_as_written(residual_net, batches):
+    baseline_model = model = residual_net
+    dataloader = [(x, torch.zeros(2)) for x in batches]
+    loss_function = lambda out, labels: (out - labels[:, None]).pow(2).mean()
+    p_calibrator = PruningCalibrator(
+        model=baseline_model,
+    )
+    with p_calibrator:
+        for inputs, labels in dataloader:
+            model_output = model(inputs)
+            loss = loss_function(model_output, labels)
+            loss.backward()
+    assert p_calibrator.pruning_info.n_prunable_groups == 3
+    assert all(p.grad is None for p in model.parameters())  # the model is left as it was
 
 
 def test_exception_inside_context_restores_model(residual_net, batches):
+    calibrator = PruningCalibrator(residual_net)
     with pytest.raises(KeyError):
-        with PruningCalibrator(residual_net):
+        with calibrator:
             residual_net(batches[0])
             raise KeyError("user error")
     for m in residual_net.modules():
         assert not m._forward_pre_hooks and "forward" not in m.__dict__
+    assert calibrator.pruning_info is None
+
+
+def test_loss_unrelated_to_the_output_is_refused(residual_net, batches):
+    """Issue 15: such a loss gave every channel importance 0, and pruning followed channel index order."""
+    snap = snapshot(residual_net)
+    with torch.no_grad():
+        expected = residual_net(batches[0])
+    with pytest.raises(ValueError, match="zero importance for all 23 prunable channels of 3 groups: the loss does "
+                                         "not depend on them"):
+        calibrate_model_for_pruning(residual_net, batches, lambda out, x: 0.0 * out.sum())
+    with pytest.raises(ValueError, match="loss_function returned a tensor that does not require grad"):
+        calibrate_model_for_pruning(residual_net, batches, lambda out, x: x.pow(2).mean())
+    assert_unchanged(residual_net, snap, batches[0], expected)
+
+
+def test_groups_whose_channels_tie_are_named_in_a_warning(residual_net, batches):
+    with torch.no_grad():  # conv1's output never reaches the loss: bn1 scales it to zero
+        residual_net.bn1.weight.zero_()
+        residual_net.bn1.bias.zero_()
+    with pytest.warns(RuntimeWarning, match="same for every channel of 1 group\\(s\\) 'conv1' \\(6 channels, all 0\\)"):
+        info = calibrate_model_for_pruning(residual_net, batches, mse_loss)
+    assert not info.group_criteria[0].any() and info.group_criteria[1].any()
 
 
 @pytest.mark.parametrize("kwargs,error,match", [
