@@ -211,4 +211,4 @@ def test_command_and_help_load_no_framework():
 
 def test_python_dash_m_sparsify_help():
     res = subprocess.run([sys.executable, "-m", "sparsify", "--help"], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and res.stdout.startswith("usage: sparsify [-h] [--version] {demo,report,schedule}")
+    assert res.returncode == 0 and res.stdout.startswith("usage: sparsify [-h] [--version] {demo,report,export,schedule}")
