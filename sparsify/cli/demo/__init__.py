@@ -31,10 +31,10 @@ from sparsify.engine import PruningEngine
 from sparsify.layout import to_2d
 from sparsify.patterns import get_pattern
 
-from ..atomic import RunDirectory
+from ..atomic import OutputError, RunDirectory
 from ..plots import plot_layer_sparsity, plot_mask, plot_schedule
 from . import keras_backend, tf_graph, torch_backend
-from .common import LAYERS, SIZES, BackendRun, DemoProgress
+from .common import LAYERS, SIZES, BackendRun, DemoProgress, writing
 from .data import load_digits_split
 
 __all__ = ["FRAMEWORKS", "DEFAULT_STEPS", "CLASSIFIER", "MAX_SEED", "default_config", "default_target_sparsity",
@@ -189,6 +189,7 @@ def _layer_results(cfg: PruningConfig, target: float, weights: dict[str, np.ndar
                    excluded_note: str) -> tuple[list[LayerResult], bool]:
     pat = cfg.pattern_obj()
     # the exact counts the core prescribes for these shapes at this target (scores all equal)
+    pruned = [n for n in pruned if pat.fits(to_2d(weights[n]).shape) is None]    # skip_incompatible_layers
     dummy = {n: np.ones(weights[n].shape, np.float32) for n in pruned}
     expected = {n: int((~m).sum()) for n, m in pat.get_masks(dummy, target).items()} if dummy else {}
     rows = []
@@ -289,13 +290,19 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
         with DemoProgress(2 * steps, progress) as bar:
             run: BackendRun = backend.train(cfg, data, steps, int(seed), bar, None)
         return _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
-    with run_dir:                       # staging directory, removed on any error or interrupt
-        with DemoProgress(2 * steps, progress) as bar:
-            run = backend.train(cfg, data, steps, int(seed), bar, run_dir.stage)
-        res = _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
-        _write_outputs(run_dir, res, run, plots)
-        run_dir.commit({"command": "demo", "framework": framework, "pattern": cfg.pattern,
-                        "target_sparsity": cfg.target_sparsity, "steps": steps, "seed": int(seed)})
+    try:
+        with run_dir:                   # staging directory, removed on any error or interrupt
+            with DemoProgress(2 * steps, progress) as bar:
+                run = backend.train(cfg, data, steps, int(seed), bar, run_dir.stage)
+            res = _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
+            with writing(run_dir.stage):
+                _write_outputs(run_dir, res, run, plots)
+            run_dir.commit({"command": "demo", "framework": framework, "pattern": cfg.pattern,
+                            "target_sparsity": cfg.target_sparsity, "steps": steps, "seed": int(seed)})
+    except OutputError as e:            # name the file where it would have gone, and what is left
+        held = "the previous run" if run_dir.previous is not None else "nothing from this run"
+        raise OutputError(e.errno, f"{str(e).replace(os.fspath(run_dir.stage), os.fspath(run_dir.out))}; "
+                                   f"{os.fspath(run_dir.out)!r} still holds {held}") from None
     return res
 
 

@@ -10,14 +10,20 @@ adapter, calling ``progress.step()`` once per step (after
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 import numpy as np
 
-__all__ = ["LAYERS", "SIZES", "BATCH_SIZE", "LEARNING_RATE", "BackendRun", "DemoProgress", "format_duration"]
+from ..atomic import OutputError
+
+__all__ = ["LAYERS", "SIZES", "BATCH_SIZE", "LEARNING_RATE", "BackendRun", "DemoProgress", "format_duration",
+           "writing"]
 
 #: Layer names of the demo MLP and its widths (input, hidden..., classes).
 LAYERS: tuple[str, ...] = ("fc1", "fc2", "out")
@@ -47,6 +53,26 @@ class BackendRun:
     final_step: int
     files: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Turn any failure of a framework's saver inside the block into an :class:`OutputError` naming ``path``.
+
+    Frameworks report a full disk in their own ways (torch: ``RuntimeError``
+    from its zip writer, TensorFlow: ``ResourceExhaustedError``); the user
+    gets one clear line either way. Interrupts pass through unchanged.
+    """
+    try:
+        yield
+    except (KeyboardInterrupt, OutputError):
+        raise
+    except OSError as e:
+        raise OutputError(e.errno or errno.EIO, f"could not write {os.fspath(path)!r}: "
+                                                f"{e.strerror or ' '.join(str(e).split())}") from None
+    except Exception as e:  # noqa: BLE001 - framework savers raise their own error types
+        msg = " ".join(str(e).split())[:300] or type(e).__name__
+        raise OutputError(errno.EIO, f"could not write {os.fspath(path)!r}: {msg}") from None
 
 
 def format_duration(seconds: float) -> str:

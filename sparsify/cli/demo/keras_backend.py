@@ -19,7 +19,7 @@ from sparsify.config import PruningConfig
 from sparsify.layout import tf_to_canonical
 
 from ..frameworks import import_tensorflow
-from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress
+from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
 
 __all__ = ["OUTPUTS", "train"]
@@ -83,7 +83,8 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: 
     files: list[str] = []
     if out is not None:
         p = os.path.join(os.fspath(out), "model.keras")
-        model.save(p)
+        with writing(p):
+            model.save(p)
         files.append(p)
     notes = ["model.keras: a plain Keras model (strip_pruning removed the pruning state)"] if files else []
     return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files, notes)

@@ -22,7 +22,7 @@ from sparsify.config import PruningConfig
 from sparsify.layout import tf_to_canonical
 
 from ..frameworks import import_tensorflow
-from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress
+from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
 
 __all__ = ["OUTPUTS", "train"]
@@ -106,11 +106,14 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: 
             weights = {name: tf_to_canonical(w, "dense") for name, w in kernels.items()}
             files: list[str] = []
             if out is not None:          # a fresh directory (the run's staging area): nothing to replace
-                ckpt = tf1.train.Saver(var_list=list(variables.values()), save_relative_paths=True).save(
-                    sess, os.path.join(os.fspath(out), "checkpoint", "model.ckpt"), write_meta_graph=False)
+                ckpt_dir = os.path.join(os.fspath(out), "checkpoint")
+                with writing(ckpt_dir):
+                    ckpt = tf1.train.Saver(var_list=list(variables.values()), save_relative_paths=True).save(
+                        sess, os.path.join(ckpt_dir, "model.ckpt"), write_meta_graph=False)
                 files.append(ckpt)
                 export_dir = os.path.join(os.fspath(out), "saved_model")
-                files.append(pruning.export_saved_model(sess, export_dir, {"x": x}, {"logits": logits}))
+                with writing(export_dir):
+                    files.append(pruning.export_saved_model(sess, export_dir, {"x": x}, {"logits": logits}))
     notes = ["checkpoint/: tf.compat.v1 Saver checkpoint of the pruned weights; saved_model/: inference graph "
              "exported with the masks baked in"] if out is not None else []
     return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files, notes)

@@ -11,7 +11,7 @@ from typing import Any
 from sparsify.config import PruningConfig
 
 from ..frameworks import import_torch
-from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress
+from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
 
 __all__ = ["OUTPUTS", "train"]
@@ -79,7 +79,9 @@ def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits,
 
     files = []
     if out is not None:
-        torch.save(model.state_dict(), Path(out) / "model.pt")
-        files.append(str(Path(out) / "model.pt"))
+        path = Path(out) / "model.pt"
+        with writing(path), open(path, "wb") as fh:      # Python file: a full disk is an OSError that says so
+            torch.save(model.state_dict(), fh)
+        files.append(str(path))
     return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files,
                       ["model.pt: a plain torch state_dict (Pruner.remove() baked the masks in)"] if files else [])
