@@ -79,7 +79,7 @@ def encode(array: np.ndarray, encoding: str = "bitmask", dtype: str | None = Non
     """
     if encoding not in ENCODINGS:
         raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
-    a = np.ascontiguousarray(array)
+    a = np.asarray(array, order="C")
     shape = [int(d) for d in a.shape]
     dense = {"encoding": "dense", "shape": shape, "dtype": dtype or str(a.dtype), "values": a}
     if a.dtype.kind not in "fiucb" or a.size == 0:

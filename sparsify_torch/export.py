@@ -81,7 +81,7 @@ def compressed_document(model_or_state: nn.Module | Mapping[str, torch.Tensor], 
     for entry in doc["tensors"].values():
         for k, v in entry.items():
             if isinstance(v, np.ndarray):
-                entry[k] = torch.from_numpy(np.ascontiguousarray(v))
+                entry[k] = torch.from_numpy(np.asarray(v, order="C"))
     return doc
 
 

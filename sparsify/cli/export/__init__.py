@@ -109,7 +109,7 @@ def _torch_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, 
     torch = import_torch()
     from sparsify_torch.export import compressed_document, load_compressed_state_dict, semi_structured_report
 
-    state = {n: torch.from_numpy(np.ascontiguousarray(a)) for n, a in tensors.items()}
+    state = {n: torch.from_numpy(np.asarray(a, order="C")) for n, a in tensors.items()}
     dense_buf = io.BytesIO()
     torch.save(state, dense_buf)
     doc = compressed_document(state, encoding)
