@@ -180,7 +180,8 @@ def _read_torch(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
     try:
         obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many types for bad files
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        msg = msg if len(msg) > 20 else f"{type(e).__name__}{': ' + msg if msg else ''}"
         raise ValueError(f"{p!r} cannot be read as a torch state_dict (weights_only=True): {msg}") from None
     if sparse_format.is_compressed_document(obj):          # written by `sparsify export`
         entries = obj.get("tensors") if isinstance(obj.get("tensors"), Mapping) else {}
@@ -313,12 +314,15 @@ def _read_graph_constants(p: str, saved_model: bool, max_bytes: int | None) -> d
 
 
 def _read_saved_model(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
+    if not os.path.isdir(p):
+        raise ValueError(f"{p!r} is not a directory; a SavedModel is a directory holding saved_model.pb")
     pb = os.path.join(p, "saved_model.pb")
     prefix = os.path.join(p, "variables", "variables")
     if os.path.exists(prefix + ".index"):
         return _read_tf_checkpoint(prefix, max_bytes, "SavedModel variables checkpoint")
     if not os.path.exists(pb):
-        raise ValueError(f"{p!r}: incomplete SavedModel: saved_model.pbtxt without a variables/ checkpoint")
+        raise ValueError(f"{p!r} holds no saved_model.pb (a text saved_model.pbtxt is not read) and no "
+                         "variables/ checkpoint")
     _, graphs = _parse_graphs(pb, True, max_bytes)
     variables = [n.name for n in _graph_nodes(graphs) if n.op in _VARIABLE_OPS]
     if variables:
