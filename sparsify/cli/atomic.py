@@ -299,6 +299,7 @@ class RunDirectory:
         self.stage: Path = self.out / f"{_STAGING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         self._check_names(planned)
         self.committed = False
+        self._created = False
 
     # ----- ownership ------------------------------------------------------------------------------
     def _owned_tops(self) -> set[str]:
@@ -336,6 +337,7 @@ class RunDirectory:
 
     # ----- staging --------------------------------------------------------------------------------
     def __enter__(self) -> "RunDirectory":
+        self._created = not self.out.exists()
         self.out.mkdir(parents=True, exist_ok=True)
         self._clean_stale_stages()
         self.stage.mkdir()
@@ -344,6 +346,9 @@ class RunDirectory:
 
     def __exit__(self, *exc: Any) -> None:
         _remove(self.stage)
+        if self._created and not self.committed:       # an output directory this run made and never filled
+            with contextlib.suppress(OSError):
+                self.out.rmdir()
 
     def _clean_stale_stages(self) -> None:
         """Remove staging directories of runs that died (SIGKILL); only ones marked as ours, of dead processes."""

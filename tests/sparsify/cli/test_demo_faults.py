@@ -83,8 +83,8 @@ def test_interrupt_while_saving_the_model_keeps_the_old_run(first_run, monkeypat
 
     def half_written(obj, f, *a, **k):
         save(obj, f, *a, **k)
-        with open(f, "r+b") as fh:             # as if cut off mid-write
-            fh.truncate(100)
+        f.flush()                              # the demo hands torch.save an open file
+        f.truncate(100)                        # as if cut off mid-write
         raise KeyboardInterrupt
 
     monkeypatch.setattr(torch, "save", half_written)
@@ -213,3 +213,11 @@ def test_disk_full_on_export_and_report_output(tmp_path, first_run):
     assert report.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["D", "r.json"]
     ok = _cli("report", str(out / "model.pt"), "--json", "--output", str(report))
     assert ok.wait(120) == 0 and json.loads(report.read_text())["format"] == "torch"
+
+
+def test_an_interrupted_first_run_leaves_no_directory(tmp_path, monkeypatch):
+    out = tmp_path / "new"
+    monkeypatch.setattr(demo, "plot_mask", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        run_demo("torch", second_config(), steps=5, out=out, progress=False)
+    assert not out.exists()
