@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from .criteria import CRITERIA
 from .patterns import BLOCK_REDUCTIONS, get_pattern
 from .schedules import Schedule, ScheduleSettings, build_schedule, registered_schedules, schedule_kind
+from .yaml_io import load_yaml_mapping, yaml_loader  # re-exported: sparsify.config.yaml_loader stays importable
 
 __all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES", "yaml_loader", "load_yaml_mapping"]
 
@@ -36,65 +37,6 @@ def __getattr__(name: str) -> Any:
     if name == "SCHEDULE_TYPES":
         return registered_schedules()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def yaml_loader():
-    r"""A ``yaml.SafeLoader`` without YAML 1.1's base-60 numbers.
-
-    Plain ``yaml.safe_load`` reads an unquoted ``pattern: 2:4`` as the integer
-    124; with this loader it stays the string ``"2:4"``. Everything else
-    (ints, floats, booleans, no Python objects) loads as with ``safe_load``.
-
-    Example:
-        >>> import yaml
-        >>> yaml.load("pattern: 2:4\nend_step: 1_000", Loader=yaml_loader())
-        {'pattern': '2:4', 'end_step': 1000}
-    """
-    import re
-
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.yaml_implicit_resolvers = {
-        ch: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-        for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:int",
-        re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-        list("-+0123456789"))
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
-                   r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-        list("-+0123456789."))
-    return Loader
-
-
-def load_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
-    """The config keys of a YAML file (a top-level ``pruning:`` key is unwrapped).
-
-    Raises ``ValueError`` naming the file if it cannot be read, is not YAML
-    or does not hold a mapping.
-    """
-    import yaml
-
-    name = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=yaml_loader())
-    except OSError as e:
-        raise ValueError(f"config file {name!r} cannot be read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ValueError(f"config file {name!r} is not valid YAML: {' '.join(str(e).split())}") from None
-    if data is None:
-        data = {}
-    if isinstance(data, Mapping) and set(data) == {"pruning"}:
-        data = data["pruning"]
-    if not isinstance(data, Mapping):
-        raise ValueError(f"config file {name!r} must hold a mapping of config keys, got {type(data).__name__}")
-    return dict(data)
 
 
 def _is_int(v: Any) -> bool:

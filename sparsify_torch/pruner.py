@@ -35,6 +35,7 @@ from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
+from .tensorboard import SparsityWriter
 
 __all__ = ["Pruner", "prune"]
 
@@ -62,8 +63,9 @@ class Pruner:
     """
 
     def __init__(self, model: nn.Module, protocol: PruningProtocol, layers: list[PrunableWeight],
-                 process_group: Any = None) -> None:
+                 process_group: Any = None, log_dir: Any = None) -> None:
         self.model = model
+        self._writer = None if log_dir is None else SparsityWriter(log_dir)   # TensorBoard, like Keras' log_dir
         self.protocol = protocol
         self.config = protocol.config
         self._layers = {w.name: w for w in layers}
@@ -211,6 +213,8 @@ class Pruner:
                                        scores=self._scores_now if needs_scores else None)
         if update is not None:
             self._write(update)
+            if self._writer is not None:
+                self._writer.write(self.protocol.figures(), self._step)
 
     def _check_alive(self, what: str) -> None:
         if self._removed:
@@ -309,6 +313,8 @@ class Pruner:
         self._hooks.clear()
         for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in self._layers.values()):
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
+        if self._writer is not None:
+            self._writer.close()
         self._removed = True
         self._pending.clear()
         return self.model
@@ -323,7 +329,7 @@ def _has_mask_param(model: nn.Module) -> bool:
 
 
 def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
-          process_group: Any = None) -> Pruner:
+          process_group: Any = None, log_dir: Any = None) -> Pruner:
     """Register mask parametrizations on the selected weights of ``model``.
 
     Weights of Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d, Embedding(Bag)
@@ -345,6 +351,9 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         model: the model; modified in place.
         config: a ``PruningConfig``, a dict of its fields or a YAML path.
         process_group: group to reduce scores over (None = default group).
+        log_dir: optional TensorBoard directory: ``sparsity/total`` and
+            ``sparsity/<weight>`` scalars at every mask update (as Keras'
+            ``PruningCallback(log_dir=)``), through ``torch.utils.tensorboard``.
 
     Returns:
         The :class:`Pruner`; call its ``step()`` once per optimizer step.
@@ -405,7 +414,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             p = module._parameters[tensor_name]
             parametrize.register_parametrization(module, tensor_name, MaskParametrization(torch.ones_like(p.detach())))
             done.append((module, tensor_name))
-        return Pruner(model, protocol, layers, process_group)
+        return Pruner(model, protocol, layers, process_group, log_dir)
     except BaseException:
         for module, tensor_name in done:   # nothing half-applied
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)

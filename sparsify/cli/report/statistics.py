@@ -27,7 +27,7 @@ import numpy as np
 
 from sparsify.layout import tf_to_canonical, to_2d
 from sparsify.patterns import PatternNInM, PatternNxM, get_pattern
-from .readers import FORMATS, read_tensors
+from .readers import DEFAULT_MAX_BYTES, FORMATS, read_tensors
 
 __all__ = [
     "TensorStats", "SparsityReport", "guess_tf_kind", "is_optimizer_state", "pattern_conformity", "tensor_stats",
@@ -175,15 +175,18 @@ class SparsityReport:
                "total": self.totals(), "weights_total": self.totals(weights_only=True)}
         if self.pattern is not None:
             checked = [t for t in self.tensors if t.pattern is not None and t.pattern["fits"]]
-            out["pattern_conforms"] = bool(checked) and all(t.pattern["conforms"] for t in checked)
+            out["pattern_checked"] = len(checked)
+            # None when the pattern fits no weight: nothing was checked, so nothing conforms or violates
+            out["pattern_conforms"] = all(t.pattern["conforms"] for t in checked) if checked else None
         return out
 
 
 def build_report(path: str | os.PathLike, pattern: str | None = None, include_optimizer: bool = False,
-                 fmt: str | None = None) -> SparsityReport:
+                 fmt: str | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES) -> SparsityReport:
     """Read ``path`` and compute its :class:`SparsityReport`.
 
-    Optimizer state (slots, step counters) is left out unless ``include_optimizer``.
+    Optimizer state (slots, step counters) is left out unless ``include_optimizer``;
+    ``max_bytes`` caps what is loaded (see :func:`~sparsify.cli.report.readers.read_tensors`).
 
     Example:
         >>> import numpy as np, tempfile, os
@@ -194,7 +197,7 @@ def build_report(path: str | os.PathLike, pattern: str | None = None, include_op
     """
     if pattern is not None:
         get_pattern(pattern)          # validate before reading anything
-    fmt, tensors = read_tensors(path, fmt)
+    fmt, tensors = read_tensors(path, fmt, max_bytes)
     layout = FORMATS[fmt]
     rep = SparsityReport(path=os.fspath(path), format=fmt, pattern=pattern)
     for name, value in tensors.items():
