@@ -250,7 +250,7 @@ def tf_masks(weights, cfg):
 rng = np.random.default_rng(0)
 weights = [rng.normal(size=(32, 64)).astype(np.float32), rng.normal(size=(16, 32)).astype(np.float32)]
 for pattern, sp, scope in [("1x1", 0.9, "local"), ("4x1", 0.75, "local"), ("2:4", 0.5, "local"),
-                           ("channelx1", 0.5, "local"), ("1x1", 0.8, "global")]:
+                           ("1xchannel", 0.5, "local"), ("1x1", 0.8, "global")]:
     cfg = PruningConfig(target_sparsity=sp, pattern=pattern, pruning_scope=scope, start_step=0, end_step=0)
     same = all(np.array_equal(a, b) for a, b in zip(torch_masks(weights, cfg), tf_masks(weights, cfg)))
     print(f"{pattern:10s} {scope:6s} {sp:.2f}  identical masks: {same}")

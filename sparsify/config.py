@@ -27,7 +27,8 @@ from .patterns import BLOCK_REDUCTIONS, get_pattern
 from .schedules import Schedule, ScheduleSettings, build_schedule, registered_schedules, schedule_kind
 from .yaml_io import load_yaml_mapping, yaml_loader  # re-exported: sparsify.config.yaml_loader stays importable
 
-__all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES", "yaml_loader", "load_yaml_mapping"]
+__all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES", "DEFAULT_TARGET_SPARSITY", "default_target_sparsity",
+           "yaml_loader", "load_yaml_mapping"]
 
 SCOPES = ("global", "local")
 
@@ -37,6 +38,22 @@ def __getattr__(name: str) -> Any:
     if name == "SCHEDULE_TYPES":
         return registered_schedules()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: The target sparsity when a config gives none (lowered to a pattern's maximum, e.g. N/M for "N:M").
+DEFAULT_TARGET_SPARSITY = 0.9
+
+
+def default_target_sparsity(pattern: Any = "1x1") -> float:
+    """The target when none is given: 0.9, or the pattern's maximum if lower (N/M for ``"N:M"``).
+
+    One rule for the API, YAML files and the command line.
+
+    Example:
+        >>> default_target_sparsity("4x1"), default_target_sparsity("2:4"), default_target_sparsity("1:4")
+        (0.9, 0.5, 0.25)
+    """
+    return min(DEFAULT_TARGET_SPARSITY, float(get_pattern(pattern).max_ratio))
 
 
 def _is_int(v: Any) -> bool:
@@ -52,7 +69,8 @@ class PruningConfig:
     """Every pruning setting, validated at construction.
 
     Attributes:
-        target_sparsity: final fraction of pruned weights, in [0, 1) (at most N/M for ``"N:M"``).
+        target_sparsity: final fraction of pruned weights, in [0, 1) (at most N/M for ``"N:M"``);
+            default 0.9, or the pattern's maximum if lower (0.5 for ``"2:4"``).
         pattern: ``"1x1"`` (unstructured); ``"NxM"`` blocks of N rows by M
             columns of the 2-D view ``(out, kernel * in)``; ``"channelxM"``
             all rows by M columns (``"channelx1"`` prunes input columns);
@@ -89,7 +107,7 @@ class PruningConfig:
         2
     """
 
-    target_sparsity: float = 0.9
+    target_sparsity: float | None = None
     pattern: str = "1x1"
     pruning_scope: str = "local"
     start_step: int = 0
@@ -110,6 +128,14 @@ class PruningConfig:
     monotone: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pattern, str):
+            raise TypeError(f"pattern must be a string such as '1x1', '4x1', '1xchannel' or '2:4', got {self.pattern!r}")
+        try:
+            pat = get_pattern(self.pattern)
+        except ValueError as e:
+            raise ValueError(f"pattern: {e}") from None
+        if self.target_sparsity is None:
+            self.target_sparsity = default_target_sparsity(pat)
         for name in ("target_sparsity", "init_sparsity", "max_sparsity_ratio_per_layer",
                      "min_sparsity_ratio_per_layer", "criterion_momentum"):
             self._ratio(name)
@@ -139,12 +165,6 @@ class PruningConfig:
                              f"max_sparsity_ratio_per_layer ({self.max_sparsity_ratio_per_layer})")
         if self.init_sparsity > self.target_sparsity:
             raise ValueError(f"init_sparsity ({self.init_sparsity}) must be <= target_sparsity ({self.target_sparsity})")
-        if not isinstance(self.pattern, str):
-            raise TypeError(f"pattern must be a string such as '1x1', '4x1', 'channelx1' or '2:4', got {self.pattern!r}")
-        try:
-            pat = get_pattern(self.pattern)
-        except ValueError as e:
-            raise ValueError(f"pattern: {e}") from None
         pat.check_ratio(self.target_sparsity, "target_sparsity")      # e.g. at most N/M for "N:M"
 
     # ----- validation helpers ----------------------------------------------------------

@@ -45,13 +45,13 @@ import yaml
 
 from sparsify import __version__
 from sparsify.config import SCHEDULE_TYPES, PruningConfig
-from sparsify.patterns import registered_patterns
+from sparsify.patterns import pattern_examples, pattern_summaries
 from sparsify.sparse_format import ENCODINGS
 from sparsify.yaml_io import YAMLLimitError, load_yaml_mapping, shorten, yaml_loader
 
 from .atomic import write_text
 from .demo import DEFAULT_STEPS as DEFAULT_DEMO_STEPS
-from .demo import FRAMEWORKS, MAX_SEED, default_config, default_target_sparsity, format_result, run_demo
+from .demo import FRAMEWORKS, MAX_SEED, default_config, format_result, run_demo
 from .export import TARGETS, export_model, format_export
 from .plots import plot_path, plot_schedule, schedule_points
 from .report import FORMATS, build_report, format_report
@@ -103,16 +103,6 @@ def _parse_set(items: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
-def _with_default_target(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with ``target_sparsity`` filled in by the one rule (0.9, or the pattern's maximum if lower)."""
-    if data.get("target_sparsity") is None and isinstance(data.get("pattern", "1x1"), str):
-        try:
-            data = {**data, "target_sparsity": default_target_sparsity(data.get("pattern", "1x1"))}
-        except ValueError:
-            pass                    # a bad pattern: PruningConfig names it
-    return data
-
-
 def build_config(config: str | None = None, sets: Sequence[str] | None = None, **overrides: Any) -> PruningConfig:
     """A validated :class:`~sparsify.PruningConfig` from a YAML file, ``--set`` items and overrides.
 
@@ -128,7 +118,7 @@ def build_config(config: str | None = None, sets: Sequence[str] | None = None, *
     data: dict[str, Any] = _load_config_file(config) if config else {}
     data.update(_parse_set(sets))
     data.update({k: v for k, v in overrides.items() if v is not None})
-    return PruningConfig.from_dict(_with_default_target(data))
+    return PruningConfig.from_dict(data)
 
 
 # ----- schedule ----------------------------------------------------------------------------------
@@ -216,7 +206,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         base = default_config(steps=steps).to_dict()
         data = {**{k: base[k] for k in ("start_step", "end_step", "pruning_frequency")}, **data}
     data.setdefault("skip_incompatible_layers", True)       # the same with or without a config file
-    cfg = PruningConfig.from_dict(_with_default_target(data))
+    cfg = PruningConfig.from_dict(data)
     result = run_demo(args.framework, cfg, steps=steps, out=args.out, progress=not args.no_progress,
                       seed=args.seed, prune_classifier=args.prune_classifier, fit_schedule=args.fit_schedule)
     print(format_result(result))
@@ -245,15 +235,15 @@ def _max_bytes(text: str) -> int:
 
 # ----- parser ------------------------------------------------------------------------------------
 def _pattern_help(what: str) -> str:
-    families = ", ".join(registered_patterns())
-    return f"{what}: a pattern of a registered family ({families}), e.g. 1x1, 4x1, channelx1, 2:4"
+    families = "; ".join(pattern_summaries().values())
+    return f"{what}, e.g. {', '.join(pattern_examples())}. Families: {families}"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``sparsify`` command.
 
     Pattern families and schedule kinds in the help come from the core
-    (:func:`sparsify.patterns.registered_patterns`, :data:`sparsify.config.SCHEDULE_TYPES`),
+    (:func:`sparsify.patterns.pattern_summaries`, :data:`sparsify.config.SCHEDULE_TYPES`),
     the demo's frameworks and the report's formats from :mod:`.demo` and :mod:`.report`.
 
     Example:

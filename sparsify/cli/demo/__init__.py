@@ -37,7 +37,7 @@ from . import keras_backend, tf_graph, torch_backend
 from .common import LAYERS, SIZES, BackendRun, DemoProgress, writing
 from .data import load_digits_split
 
-__all__ = ["FRAMEWORKS", "DEFAULT_STEPS", "CLASSIFIER", "MAX_SEED", "default_config", "default_target_sparsity",
+__all__ = ["FRAMEWORKS", "DEFAULT_STEPS", "CLASSIFIER", "MAX_SEED", "default_config",
            "fit_schedule_into", "removes_rows", "demo_outputs", "run_demo", "format_result", "DemoResult", "LayerResult"]
 
 #: ``--framework`` name -> backend module (its ``train`` imports the framework when called).
@@ -52,24 +52,12 @@ MAX_SEED = 2 ** 32 - 1
 SHAPES: dict[str, tuple[int, int]] = {name: (SIZES[i + 1], SIZES[i]) for i, name in enumerate(LAYERS)}
 
 
-def default_target_sparsity(pattern: Any = "1x1") -> float:
-    """The target when none is given: 0.9, or the pattern's maximum if lower (N/M for ``"N:M"``).
-
-    The same rule holds for ``--pattern`` on the command line and for a
-    ``pattern:`` in a YAML config without ``target_sparsity``.
-
-    Example:
-        >>> default_target_sparsity("4x1"), default_target_sparsity("2:4"), default_target_sparsity("1:4")
-        (0.9, 0.5, 0.25)
-    """
-    return min(0.9, float(getattr(get_pattern(pattern), "max_ratio", 1.0)))
-
-
 def default_config(pattern: str = "1x1", sparsity: float | None = None, steps: int | None = None) -> PruningConfig:
     """The demo's schedule: gradual from step 0 to 2/3 of ``steps``, ten mask updates.
 
-    ``sparsity`` defaults to :func:`default_target_sparsity` (0.9, or N/M for
-    an ``"N:M"`` pattern). Layers the pattern does not fit (e.g. ``"4x1"`` on
+    ``sparsity`` defaults to the config's rule
+    (:func:`sparsify.config.default_target_sparsity`: 0.9, or N/M for ``"N:M"``).
+    Layers the pattern does not fit (e.g. ``"4x1"`` on
     the 10-class output layer) are left dense (``skip_incompatible_layers``).
 
     Example:
@@ -79,8 +67,6 @@ def default_config(pattern: str = "1x1", sparsity: float | None = None, steps: i
     steps = DEFAULT_STEPS if steps is None else steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    if sparsity is None:
-        sparsity = default_target_sparsity(pattern)
     end = max(1, (2 * steps) // 3)
     return PruningConfig(target_sparsity=sparsity, pattern=pattern, start_step=0, end_step=end,
                          pruning_frequency=max(1, end // 10), skip_incompatible_layers=True)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from sparsify.layout import tf_to_canonical, to_2d
-from sparsify.patterns import PatternNInM, PatternNxM, get_pattern
+from sparsify.patterns import get_pattern
 from .readers import DEFAULT_MAX_BYTES, FORMATS, read_tensors
 
 __all__ = [
@@ -90,26 +90,8 @@ def pattern_conformity(w: np.ndarray, pattern: Any) -> dict[str, Any]:
     reason = pat.fits(w2.shape)
     if reason is not None:
         return {"fits": False, "conforms": None, "units": 0, "violations": 0, "reason": reason}
-    nonzero = w2 != 0
-    if isinstance(pat, PatternNInM):
-        zeros_per_group = (~pat.groups(nonzero)).sum(axis=-1)
-        units = int(zeros_per_group.size)
-        violations = int((zeros_per_group < pat.N).sum())
-    elif isinstance(pat, PatternNxM):
-        touched = pat.unit_pre_pruned(nonzero)            # blocks holding at least one zero
-        units = int(touched.size)
-        violations = int((touched & ~_all_zero(pat, nonzero)).sum())   # ... but not entirely zero
-    else:  # a registered pattern we do not know: report fit only
-        return {"fits": True, "conforms": None, "units": 0, "violations": 0,
-                "reason": f"no conformity rule for pattern family {type(pat).__name__}"}
+    units, violations = pat.conformity(w2 != 0)       # every family states its own zero structure
     return {"fits": True, "conforms": violations == 0, "units": units, "violations": violations, "reason": None}
-
-
-def _all_zero(pat: PatternNxM, nonzero2d: np.ndarray) -> np.ndarray:
-    """Blocks (unit shape) whose elements are all zero."""
-    # unit_pre_pruned(m) marks blocks where m has a False; with m = ~nonzero it marks
-    # blocks holding a non-zero, so its negation is "entirely zero".
-    return ~pat.unit_pre_pruned(~nonzero2d)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from sparsify.cli.command import build_config, build_parser, main
 from sparsify.cli.demo import FRAMEWORKS
 from sparsify.cli.report import FORMATS
 from sparsify.config import SCHEDULE_TYPES
-from sparsify.patterns import registered_patterns
+from sparsify.patterns import pattern_examples, pattern_summaries
 
 SPARSIFY = str(Path(sys.executable).with_name("sparsify"))
 
@@ -179,7 +179,8 @@ def test_help_lists_the_core_names(capsys):
         assert e.value.code == 0
     text = " ".join(capsys.readouterr().out.split())          # argparse wraps lines
     # pattern families and schedule kinds come from the core's registries, not a hand-written list
-    assert text.count(f"registered family ({', '.join(registered_patterns())})") == 2
+    assert text.count(f"e.g. {', '.join(pattern_examples())}.") == 2
+    assert all(text.count(summary) == 2 for summary in pattern_summaries().values())
     assert f"Schedule kinds (sparsity_decay_type): {', '.join(SCHEDULE_TYPES)}." in text
     # the application's vocabulary is the config's: start_step, end_step, pruning_frequency
     assert "from start_step to end_step, a mask update every pruning_frequency steps" in text
