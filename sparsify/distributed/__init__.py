@@ -22,5 +22,7 @@ Example:
 """
 from .collective import Collective, CountingCollective, SingleProcess, ThreadGroup
 from .sharded_selection import RowShard, sharded_masks
+from .sharded_protocol import ShardedPruningProtocol
 
-__all__ = ["Collective", "SingleProcess", "ThreadGroup", "CountingCollective", "RowShard", "sharded_masks"]
+__all__ = ["Collective", "SingleProcess", "ThreadGroup", "CountingCollective", "RowShard", "sharded_masks",
+           "ShardedPruningProtocol"]
