@@ -399,7 +399,7 @@ def _select(collective: Collective, problems: list[_Problem]) -> None:
             else:
                 part, new = 2, p.cand - a - b
                 p.below += A + B
-            p.exact_split = int(new.sum()) == total          # no progress (ties): split at one value next
+            p.exact_split = 2 * int(new.sum()) > total         # under half gone (ties): split at one value next
             p.cand = np.ascontiguousarray(new, dtype=np.int64)
             p.idx = [_part_select(m.units, p.idx[j], p1, p2, part) for j, m in enumerate(p.members)]
     # 3) ties at each value: exchange per-piece counts, prune the first ones in global order

@@ -267,3 +267,20 @@ def test_row_shard_validation():
         RowShard.chunk((4, 4), 0, 0)
     assert [RowShard.chunk((5, 2), r, 4).rows for r in range(4)] == [2, 2, 1, 0]
     assert RowShard.whole((3, 2)).local_shape == (3, 2)
+
+
+@pytest.mark.parametrize("kind", ["geometric", "lognormal", "three_values"])
+def test_rounds_stay_few_on_skewed_and_tied_scores(kind):
+    rng = np.random.default_rng(5)
+    s = {"geometric": rng.geometric(0.3, size=(400, 250)),
+         "lognormal": np.exp(10 * rng.standard_normal((400, 250))),
+         "three_values": rng.integers(0, 3, size=(400, 250))}[kind].astype(np.float32)
+    for ratio in (0.1, 0.5, 0.99):
+        def rank(c):
+            counting = CountingCollective(c)
+            shard = RowShard.chunk(s.shape, c.rank, 4)
+            m = sharded_masks(get_pattern("1x1"), {"w": s[shard.start:shard.stop]}, {"w": shard}, ratio, counting)
+            return m["w"], counting.calls
+        out = ThreadGroup(4).run(rank)
+        assert np.array_equal(np.concatenate([m for m, _ in out]), get_pattern("1x1").get_masks({"w": s}, ratio)["w"])
+        assert max(calls for _, calls in out) <= 20, (kind, ratio)
