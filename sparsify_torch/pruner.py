@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import torch
@@ -36,6 +36,9 @@ from sparsify.protocol import MaskUpdate, PruningProtocol
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
 from .tensorboard import SparsityWriter
+
+if TYPE_CHECKING:                   # pragma: no cover
+    from .fsdp import ShardedPruner
 
 __all__ = ["Pruner", "prune"]
 
@@ -329,7 +332,7 @@ def _has_mask_param(model: nn.Module) -> bool:
 
 
 def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
-          process_group: Any = None, log_dir: Any = None) -> Pruner:
+          process_group: Any = None, log_dir: Any = None) -> "Pruner | ShardedPruner":
     """Register mask parametrizations on the selected weights of ``model``.
 
     Weights of Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d, Embedding(Bag)
@@ -347,6 +350,12 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     every rank computes the same masks. Call ``prune`` before wrapping the
     model in ``DistributedDataParallel``.
 
+    FSDP2: on a model whose weights are DTensors sharded along dim 0
+    (``fully_shard``), call ``prune`` *after* ``fully_shard``; it returns a
+    :class:`sparsify_torch.fsdp.ShardedPruner` that keeps each rank's rows of
+    the masks only and computes the single-process masks exactly, with small
+    collectives (see ``docs/distributed.md``).
+
     Args:
         model: the model; modified in place.
         config: a ``PruningConfig``, a dict of its fields or a YAML path.
@@ -356,7 +365,8 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             ``PruningCallback(log_dir=)``), through ``torch.utils.tensorboard``.
 
     Returns:
-        The :class:`Pruner`; call its ``step()`` once per optimizer step.
+        The :class:`Pruner` (a ``ShardedPruner`` for FSDP2 weights); call its
+        ``step()`` once per optimizer step.
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
@@ -387,6 +397,14 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         warnings.warn(f"layers {sorted(hooked)} compute their weight with an old-style hook "
                       f"({', '.join(sorted(set(hooked.values())))}); their weights are not pruned. Remove the hook "
                       "(torch.nn.utils.remove_spectral_norm / remove_weight_norm) to prune them", stacklevel=2)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        from .fsdp import is_sharded, prune_sharded      # FSDP2: weights are DTensor shards
+        params = {w.name: w.module._parameters.get(w.tensor_name) for w in candidates}
+        if any(is_sharded(p) for p in params.values()):
+            if process_group is not None:
+                raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
+                                 "over their own device mesh: pass process_group=None")
+            return prune_sharded(model, config, candidates, params, log_dir=log_dir)
     by_name = {w.name: w for w in candidates}
     protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
     layers = [by_name[n] for n in protocol.names]

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..layout import from_2d, to_2d
+from ..layout import from_2d, to_2d, view_shape
 from ..selection import NaNScoreError, check_finite, exact_prune_count, lowest_k_keep
 from .allocation import allocate_pruned_units
 
@@ -235,7 +235,17 @@ class Pattern:
             ...
             ValueError: layer 'fc' with 2-D view (8, 3) does not fit pattern '2:4': its last axis (3) is not a multiple of M=4 (set skip_incompatible_layers=True to leave such layers dense)
         """
-        return self._prepare(name, np.zeros(tuple(shape), dtype=np.float32), None) is not None
+        shape = tuple(int(d) for d in shape)
+        if len(shape) == 0:
+            raise ValueError(f"layer {name!r}: scores must have at least 1 dimension, got a scalar")
+        shape2d = view_shape(shape)      # no array: a check of a huge (or sharded) weight allocates nothing
+        reason = self.fits(shape2d)
+        if reason is None:
+            return True
+        if self.skip_incompatible_layers:
+            return False
+        raise ValueError(f"layer {name!r} with 2-D view {shape2d} does not fit pattern {self.pattern!r}: "
+                         f"{reason} (set skip_incompatible_layers=True to leave such layers dense)")
 
     # ----- public API (seed names) -----------------------------------------------------
     def get_mask_single(self, score: np.ndarray, exact_sparsity_ratio: float,
@@ -329,6 +339,41 @@ class Pattern:
     def get_block_size_dict(self, data: Mapping[str, np.ndarray]) -> dict[str, list[int]]:
         """Block (rows, cols) of the 2-D view for each layer."""
         raise NotImplementedError
+
+    # ----- public steps of the selection, for selection over shards (sparsify.distributed) -----
+    def prepare_units(self, name: str, score: np.ndarray, pre_mask: np.ndarray | None = None,
+                      check_nan: bool = True) -> tuple | None:
+        """The unit scores of one layer as the selection sees them, or None for a skipped layer.
+
+        Returns ``(score2d, units, pre2d, aux)``: the 2-D view, the unit scores
+        (units touched by ``pre_mask`` at ``-inf``), the 2-D previous mask (None
+        when all kept) and what :meth:`finish_units` needs. Rows of the 2-D view
+        that hold whole units give exactly the units of those rows.
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("1x2").prepare_units("w", np.array([[1.0, 2.0, 5.0, 1.0]]))[1].tolist()
+            [[3.0, 6.0]]
+        """
+        return self._prepare(name, score, pre_mask, check_nan)
+
+    def finish_units(self, score: np.ndarray, prepared: tuple, unit_keep: np.ndarray) -> np.ndarray:
+        """The element mask (shape of ``score``) from the kept units of :meth:`prepare_units`."""
+        return self._finish(score, prepared, unit_keep)
+
+    def unit_limits(self, n_units: int, max_ratio: float) -> tuple[int, int]:
+        """Fewest and most of ``n_units`` units a layer may prune (``min_``/``max_sparsity_ratio_per_layer``).
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("1x1").unit_limits(100, 0.98)
+            (0, 98)
+        """
+        return self._limits(n_units, max_ratio)
+
+    def unit_nan_error(self, name: str, score2d: np.ndarray, error: NaNScoreError) -> ValueError:
+        """The error to raise for NaN unit scores of layer ``name`` (NaN scores, or +inf and -inf in one unit)."""
+        return self._nan_error(name, score2d, error)
 
     def get_sparsity_ratio(self, pre_masks: Mapping[str, np.ndarray], return_dict: bool = False):
         """Fraction of pruned elements over all masks (and per layer with ``return_dict``).
