@@ -72,6 +72,7 @@ class PatternNxM(Pattern):
                              f"got {self.pattern!r}")
         self.rows: int | None = parsed["rows"]
         self.cols: int | None = parsed["cols"]
+        self.elementwise = self.rows == 1 and self.cols == 1
 
     @classmethod
     def parse(cls, name: str) -> dict[str, Any] | None:
@@ -112,6 +113,10 @@ class PatternNxM(Pattern):
         if shape2d[0] % br or shape2d[1] % bc:
             return f"block {br}x{bc} does not divide it"
         return None
+
+    def unit_count(self, shape2d):
+        br, bc = self.block_shape(shape2d)
+        return (shape2d[0] // br) * (shape2d[1] // bc)
 
     def unit_scores(self, score2d):
         br, bc = self.block_shape(score2d.shape)
