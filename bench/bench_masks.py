@@ -4,7 +4,9 @@ Run: ``.venv/bin/python -m bench.bench_masks`` (writes the ``bench_masks`` secti
 
 Every figure is the best of ``--repeat`` runs in this one process; ratios are
 against one ``np.abs`` pass over the same data (the memory floor of any
-magnitude criterion). Peers: ``torch.kthvalue`` and ``torch.topk`` (how
+magnitude criterion). "with previous masks" rows time a monotone update, what
+every scheduled update after the first does: the previous masks come from an
+update at 80% of the ratio on slightly different weights. Peers: ``torch.kthvalue`` and ``torch.topk`` (how
 torch.ao / torch.nn.utils.prune find thresholds) and ``tf.math.top_k`` as
 TF Model Optimization's pruning_impl uses it. Peer timings include their own
 ``abs`` and the final comparison that builds the mask, like ours.
@@ -54,12 +56,16 @@ def main() -> None:
     rows.append(("np.abs pass (floor)", floor, 1.0))
 
     scores = np.abs(w)
-    for name, ratio in (("1x1", 0.9), ("4x1", 0.9), ("2:4", 0.5)):
+    earlier = np.abs(w + 0.1 * rng.standard_normal(w.shape, dtype=np.float32))   # the weights one update ago
+    for name, ratio in (("1x1", 0.9), ("4x1", 0.9), ("2:4", 0.5), ("2:4", 0.25)):
         p = get_pattern(name)
+        pre = p.get_mask_single(earlier, 0.8 * ratio)
         t_sel = best_ms(lambda: p.get_mask_single(scores, ratio), args.repeat)
         t_all = best_ms(lambda: p.get_mask_single(np.abs(w), ratio), args.repeat)
+        t_pre = best_ms(lambda: p.get_mask_single(scores, ratio, pre), args.repeat)
         rows.append((f"sparsify '{name}' {ratio:.0%}: mask from scores", t_sel, t_sel / floor))
         rows.append((f"sparsify '{name}' {ratio:.0%}: abs + mask", t_all, t_all / floor))
+        rows.append((f"sparsify '{name}' {ratio:.0%}: mask from scores, with previous masks", t_pre, t_pre / floor))
 
     k = exact_prune_count(0.9, n)
     import torch
@@ -108,6 +114,15 @@ def main() -> None:
     g_scores = {kk: np.abs(v) for kk, v in layers.items()}
     t_g = best_ms(lambda: g.get_masks(g_scores, 0.9), 3)
     t_g_all = best_ms(lambda: g.get_masks({kk: np.abs(v) for kk, v in layers.items()}, 0.9), 3)
+    g_pre = g.get_masks({kk: np.abs(v + 0.1 * rng.standard_normal(v.shape, dtype=np.float32))
+                         for kk, v in layers.items()}, 0.8 * 0.9)
+    t_g_pre = best_ms(lambda: g.get_masks(g_scores, 0.9, g_pre), 3)
+    # fan-in scaled layers (as initialised weights are): some layers hit the per-layer cap of 98%
+    scaled = {kk: v / np.float32(np.sqrt(np.prod(v.shape[1:]))) for kk, v in g_scores.items()}
+    t_g_cap = best_ms(lambda: g.get_masks(scaled, 0.9), 3)
+    capped = sum(1 - m.mean() > 0.979 for m in g.get_masks(scaled, 0.9).values())
+    g24 = get_pattern({"pattern": "2:4", "pruning_scope": "global", "skip_incompatible_layers": True})
+    t_g24 = best_ms(lambda: g24.get_masks(g_scores, 0.5), 3)
     flat_t = [torch.from_numpy(v).reshape(-1) for v in layers.values()]
     kg = exact_prune_count(0.9, total)
 
@@ -120,6 +135,10 @@ def main() -> None:
     rows.append((f"np.abs over ResNet-50 layers ({len(shapes)} tensors, {total / 1e6:.1f}M) (floor)", g_floor, 1.0))
     rows.append(("sparsify global 90%: masks from scores", t_g, t_g / g_floor))
     rows.append(("sparsify global 90%: abs + masks", t_g_all, t_g_all / g_floor))
+    rows.append(("sparsify global 90%: masks from scores, with previous masks", t_g_pre, t_g_pre / g_floor))
+    rows.append((f"sparsify global 90%, fan-in scaled layers ({capped} capped at 98%): masks from scores",
+                 t_g_cap, t_g_cap / g_floor))
+    rows.append(("sparsify global '2:4' 50%: masks from scores", t_g24, t_g24 / g_floor))
     rows.append((f"torch.cat + kthvalue global 90% ({torch_threads} threads)", t_tg, t_tg / g_floor))
 
     table = ["| case (4096x4096 float32 unless noted) | best ms | x floor |", "|---|---:|---:|"]

@@ -30,7 +30,8 @@ import numpy as np
 __all__ = ["exact_prune_count", "lowest_k_mask", "lowest_k_keep", "LowestKCut", "check_finite", "NaNScoreError"]
 
 _CHUNK = 1 << 16          # elements classified per step (a few chunk-sized arrays stay in L2)
-_SAMPLE = 1 << 16         # sample size used to bracket the k-th value
+_SAMPLE = 1 << 16         # smallest sample used to bracket the k-th value ...
+_SAMPLE_MAX = 1 << 18     # ... and the largest (1/64 of the elements in between: a tighter bracket)
 _SMALL = 1 << 15          # below this size a plain partition is fastest
 
 
@@ -135,11 +136,19 @@ class _Part:
             self.flat = np.where(self.eligible, self.flat, -np.inf)
             self.eligible = None
 
-    def take_sample(self, stride: int) -> np.ndarray:
+    def take_sample(self, spacing: int) -> np.ndarray:
+        """Runs of one cache line (64 bytes) every ``spacing`` elements: few memory reads, spread evenly."""
         if self.sample is None:
-            sample = self.flat[::stride]
+            run = max(1, 64 // self.flat.itemsize)
+            n = self.flat.size
+            blocks = max(1, n // spacing)
+            if blocks == 1 or n < run * blocks:
+                take = lambda a: a[:: max(1, n // (run * blocks))][: run * blocks]   # noqa: E731
+            else:
+                take = lambda a: a[: blocks * (n // blocks)].reshape(blocks, -1)[:, :run].reshape(-1)   # noqa: E731
+            sample = take(self.flat)
             if self.eligible is not None:
-                sample = np.where(self.eligible[::stride], sample, -np.inf)
+                sample = np.where(take(self.eligible), sample, -np.inf)
             self.sample = sample
         return self.sample
 
@@ -288,9 +297,11 @@ class LowestKCut:
         return 0 <= need <= sum(p.val.size for p in parts)
 
     def _bracket(self, parts: list[_Part], k: int, n: int):
-        """(lo, hi) around the k-th smallest from a strided sample (None: unbounded)."""
-        stride = max(1, sum(p.flat.size for p in self.parts) // _SAMPLE)
-        samples = [p.take_sample(stride) for p in parts]
+        """(lo, hi) around the k-th smallest from a sample (None: unbounded)."""
+        run = max(1, 64 // self.parts[0].flat.itemsize)
+        n_all = sum(p.flat.size for p in self.parts)
+        spacing = max(1, n_all * run // min(_SAMPLE_MAX, max(_SAMPLE, n_all >> 6)))
+        samples = [p.take_sample(spacing) for p in parts]
         sample = np.concatenate(samples) if len(samples) > 1 else samples[0]
         m = sample.size
         q = k / n

@@ -77,7 +77,8 @@ class _GroupRanker:
         rank = np.empty(c_max, dtype=np.uint8)
         tw, uw, rw = t.view(np.uint64), u.view(np.uint64), rank.view(np.uint64)
         seen_dtype = flat.dtype if pre is None or flat.dtype.kind == "f" else np.dtype(np.float64)
-        work = np.empty(c_max, dtype=seen_dtype) if pre is not None or want_sums else None
+        work = np.empty(c_max, dtype=seen_dtype) if pre is not None else None
+        picked64 = np.empty(c_max, dtype=np.float64) if want_sums else None
         lowered = np.empty(c_max, dtype=seen_dtype) if pre is not None else None
         pos_inf = neg_inf = False
         for start in range(0, n, c_max):
@@ -123,7 +124,7 @@ class _GroupRanker:
             sm = small[start:start + c]
             np.less(rank[:c], n_pruned, out=sm)
             if want_sums:
-                picked = work[:c]                      # the N lowest, zero elsewhere (x may be work: read first)
+                picked = picked64[:c]                  # the N lowest as float64 (exact), zero elsewhere
                 if chunk_inf:
                     picked[...] = np.where(sm, x, 0)
                 else:
