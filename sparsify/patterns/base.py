@@ -370,8 +370,9 @@ class Pattern:
         max_ratio = self.max_sparsity_ratio_per_layer if max_sparsity_ratio_per_layer is None else max_sparsity_ratio_per_layer
         try:                                        # NaN reaches the units: the selection finds it, naming the layer
             return self._global_masks(scores, ratio, pre_masks, max_ratio, check_nan=False)
-        except NaNScoreError:                       # errors in their documented order: elements of every layer first
-            return self._global_masks(scores, ratio, pre_masks, max_ratio, check_nan=True)
+        except NaNScoreError:
+            pass                                    # again, raising in the documented order: every layer's elements first
+        return self._global_masks(scores, ratio, pre_masks, max_ratio, check_nan=True)
 
     def _global_masks(self, scores: Mapping[str, np.ndarray], ratio: float, pre_masks: Mapping[str, np.ndarray] | None,
                       max_ratio: float, check_nan: bool) -> dict[str, np.ndarray]:
