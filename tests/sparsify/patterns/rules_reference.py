@@ -17,7 +17,6 @@ import numpy as np
 
 from sparsify.layout import from_2d, to_2d
 from sparsify.patterns import PatternNInM, PatternNxM
-from sparsify.selection import exact_prune_count
 
 
 @contextlib.contextmanager
@@ -139,4 +138,4 @@ def masks_global(p, scores, ratio, pre_masks=None):
     return {n: _finish(prep[n][0], prep[n][2], prep[n][3], lowest(prep[n][1], c)) for n, c in zip(names, clipped())}
 
 
-__all__ = ["shrunk_kernels", "lowest", "n_in_m_groups", "units_of", "masks_local", "masks_global", "exact_prune_count"]
+__all__ = ["shrunk_kernels", "lowest", "n_in_m_groups", "units_of", "masks_local", "masks_global"]
