@@ -1,0 +1,18 @@
+"""torch (``sparsify_torch.prune``) against the reference, on every prunable torch layer type.
+
+The zoo (see ``parity_zoo``) holds Linear, Conv1d/2d/3d, depthwise and separable convs,
+ConvTranspose1d/2d/3d, Embedding and MultiheadAttention (fused ``in_proj_weight`` as q, k, v, plus
+the output projection); masks are compared at every step of a gradual schedule (before the start,
+at each update point and between them), and the final weights are the original ones times the
+reference's final masks.
+"""
+import pytest
+from parity_zoo import check_parity
+
+PATTERNS = ["1x1", "2x2", "1x4", "channelx2", "channelx1", "2xchannel", "1xchannel", "2:4", "1:4"]
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_torch_masks_match_reference(pattern, scope):
+    check_parity("torch", pattern, scope)
