@@ -18,6 +18,8 @@ embbag.weight          EmbeddingBag(10, 8)                            10 x 8    
 conv1d.weight          Conv1d(3 -> 6, k 4)                            6 x 12    -
 dw1d.weight            depthwise Conv1d(3 -> 6, k 4)                  6 x 4     -
 convt1d.weight         ConvTranspose1d(3 -> 4, k 4)                   4 x 12    -
+sep1d_dw.weight        separable 1-D: depthwise (3 -> 12, k 4)        12 x 4    -
+sep1d_pw.weight        separable 1-D: pointwise (12 -> 4, k 1)        4 x 12    -
 conv2d.weight          Conv2d(3 -> 4, k 2x2), square: kh<->kw safe    4 x 12    Conv2D
 conv2d_wide.weight     Conv2d(3 -> 4, k 2x4), continuous weights      4 x 24    Conv2D
 gconv2d.weight         Conv2d(6 -> 4, k 2x2, groups 2)                4 x 12    Conv2D
@@ -37,7 +39,7 @@ xattn.k_proj_weight    (torch: separate q/k/v_proj_weight)            8 x 4     
 xattn.v_proj_weight                                                   8 x 4     -
 xattn.out_proj.weight                                                 8 x 8     -
 tiny.weight            Linear(12 -> 10), scaled by 2**-10             10 x 12   MatMul W^T @ x^T
-head.weight            Linear(80 -> 4)                                4 x 80    MatMul x @ W
+head.weight            Linear(84 -> 4)                                4 x 84    MatMul x @ W
 =====================  =============================================  ========  ===========
 
 Weights are multiples of 1/8 (of 2**-13 in ``tiny``) except ``conv2d_wide``, and the attention's
@@ -91,6 +93,8 @@ LAYERS = [
     Layer("conv1d.weight", "conv", "conv1d/kernel", None),
     Layer("dw1d.weight", "depthwise", "dw1d/{dw}", None),
     Layer("convt1d.weight", "conv_transpose", "convt1d/kernel", None),
+    Layer("sep1d_dw.weight", "depthwise", "sep1d/depthwise_kernel", None),
+    Layer("sep1d_pw.weight", "conv", "sep1d/pointwise_kernel", None),
     Layer("conv2d.weight", "conv", "conv2d/kernel", "conv2d/kernel"),
     Layer("conv2d_wide.weight", "conv", "conv2d_wide/kernel", "conv2d_wide/kernel"),
     Layer("gconv2d.weight", "conv", "gconv2d/kernel", "gconv2d/kernel", groups=2),
@@ -128,6 +132,8 @@ class TorchZoo(nn.Module):
         self.conv1d = nn.Conv1d(CIN, 6, 4)
         self.dw1d = nn.Conv1d(CIN, 6, 4, groups=CIN)
         self.convt1d = nn.ConvTranspose1d(CIN, 4, 4)
+        self.sep1d_dw = nn.Conv1d(CIN, 12, 4, groups=CIN, bias=False)
+        self.sep1d_pw = nn.Conv1d(12, 4, 1)
         self.conv2d = nn.Conv2d(CIN, 4, 2)
         self.conv2d_wide = nn.Conv2d(CIN, 4, (2, 4))
         self.gconv2d = nn.Conv2d(2 * CIN, 4, 2, groups=2)
@@ -141,7 +147,7 @@ class TorchZoo(nn.Module):
         self.mha = nn.MultiheadAttention(E, HEADS, batch_first=True)
         self.xattn = nn.MultiheadAttention(E, HEADS, batch_first=True, kdim=KV_DIM, vdim=KV_DIM)
         self.tiny = nn.Linear(12, 10)
-        self.head = nn.Linear(80, 4)
+        self.head = nn.Linear(84, 4)
 
 
 def torch_zoo(seed: int = 0) -> TorchZoo:
@@ -343,7 +349,7 @@ def zoo_inputs(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
             "att": rng.normal(size=(n, 4, E)).astype(np.float32),
             "kv": rng.normal(size=(n, 3, KV_DIM)).astype(np.float32),
             "fcin": rng.normal(size=(n, 12)).astype(np.float32),
-            "feat": rng.normal(size=(n, 80)).astype(np.float32)}
+            "feat": rng.normal(size=(n, 84)).astype(np.float32)}
 
 
 INPUT_ORDER = ("tokens", "seq", "img", "img6", "vol", "att", "kv", "fcin")
@@ -362,6 +368,7 @@ def keras_zoo(keras: Any):
             self.conv1d = L.Conv1D(6, 4, name="conv1d")
             self.dw1d = L.DepthwiseConv1D(4, depth_multiplier=2, name="dw1d")
             self.convt1d = L.Conv1DTranspose(4, 4, name="convt1d")
+            self.sep1d = L.SeparableConv1D(4, 4, depth_multiplier=4, name="sep1d")
             self.conv2d = L.Conv2D(4, 2, name="conv2d")
             self.conv2d_wide = L.Conv2D(4, (2, 4), name="conv2d_wide")
             self.gconv2d = L.Conv2D(4, 2, groups=2, name="gconv2d")
@@ -379,6 +386,7 @@ def keras_zoo(keras: Any):
             tokens, seq, img, img6, vol, att, kv, fcin = inputs
             return {"emb.weight": self.emb(tokens), "conv1d.weight": self.conv1d(seq),
                     "dw1d.weight": self.dw1d(seq), "convt1d.weight": self.convt1d(seq),
+                    "sep1d_pw.weight": self.sep1d(seq),
                     "conv2d.weight": self.conv2d(img), "conv2d_wide.weight": self.conv2d_wide(img),
                     "gconv2d.weight": self.gconv2d(img6),
                     "dw2d.weight": self.dw2d(img), "sep_pw.weight": self.sep(img),
@@ -406,6 +414,7 @@ def keras_arrays(model: TorchZoo, keras: Any) -> dict[str, np.ndarray]:
                  "convt3d", "tiny", "head"):
         out[f"{name}/bias"] = sd[f"{name}.bias"]
     out["sep/bias"] = sd["sep_pw.bias"]
+    out["sep1d/bias"] = sd["sep1d_pw.bias"]
     for mha in ("mha", "xattn"):
         for i, part in enumerate(("query", "key", "value")):
             out[f"{mha}/{part}/bias"] = sd[f"{mha}.in_proj_bias"][i * E:(i + 1) * E].reshape(HEADS, HEAD_DIM)
@@ -435,7 +444,8 @@ def torch_outputs(model: TorchZoo, x: dict[str, np.ndarray]) -> dict[str, np.nda
         att, kv = torch.from_numpy(x["att"]), torch.from_numpy(x["kv"])
         return {"emb.weight": m.emb(torch.from_numpy(x["tokens"]).long()).numpy(),
                 "conv1d.weight": _nhwc(m.conv1d(seq)), "dw1d.weight": _nhwc(m.dw1d(seq)),
-                "convt1d.weight": _nhwc(m.convt1d(seq)), "conv2d.weight": _nhwc(m.conv2d(img)),
+                "convt1d.weight": _nhwc(m.convt1d(seq)), "sep1d_pw.weight": _nhwc(m.sep1d_pw(m.sep1d_dw(seq))),
+                "conv2d.weight": _nhwc(m.conv2d(img)),
                 "conv2d_wide.weight": _nhwc(m.conv2d_wide(img)), "gconv2d.weight": _nhwc(m.gconv2d(img6)),
                 "dw2d.weight": _nhwc(m.dw2d(img)),
                 "sep_pw.weight": _nhwc(m.sep_pw(m.sep_dw(img))), "convt2d.weight": _nhwc(m.convt2d(img)),
@@ -525,12 +535,14 @@ def graph_view(layer: Layer, value: np.ndarray) -> np.ndarray:
 GRAPH_OP_TYPES = {"MatMul", "BatchMatMulV2", "Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput"}
 
 
-def graph_history(cfg: dict):
-    """Masks of ``sparsify_tf.prune_graph`` on a tf.compat.v1 graph with the zoo's graph-mode ops,
-    at steps 0..STEPS-1 as 2-D views, and the final weights' views."""
+def graph_history(cfg: dict, api: str = "prune_graph"):
+    """Masks of TF graph mode on a tf.compat.v1 graph with the zoo's graph-mode ops, at steps
+    0..STEPS-1 as 2-D views, and the final weights' views. ``api``: ``"prune_graph"`` (the
+    high-level entry point) or ``"seed"`` (``get_or_create_ks_scheduled_graph_ops`` with the
+    config's pattern and scope as ``mask_creator``)."""
     import tensorflow as tf
 
-    from sparsify_tf import prune_graph
+    from sparsify_tf import get_or_create_ks_scheduled_graph_ops, prune_graph
 
     tf1 = tf.compat.v1
     source = torch_zoo()
@@ -575,12 +587,21 @@ def graph_history(cfg: dict):
         ctx = tf.reshape(tf.transpose(tf.matmul(attention, v), [0, 2, 1, 3]), [-1, E])
         out["mha.out_proj.weight"] = tf.reshape(tf.matmul(ctx, var["mha.out_proj.weight"])
                                                 + bias("mha.out_proj.bias"), [-1, 4, E])
-        pruning = prune_graph(cfg, graph, global_step=gs)
+        if api == "prune_graph":
+            pruning = prune_graph(cfg, graph, global_step=gs)
+            assert list(pruning.protocol.names) == [layer.graph for layer in GRAPH_LAYERS], pruning.protocol.names
+            update, op_vars = pruning.update_op, pruning.op_vars
+        else:
+            update, op_vars, _, _ = get_or_create_ks_scheduled_graph_ops(
+                graph, gs, ["re:.*kernel$"], cfg["start_step"], cfg["end_step"], cfg["pruning_frequency"],
+                cfg["init_sparsity"], cfg["target_sparsity"], 3.0, True, "parity",
+                {"pattern": cfg["pattern"], "pruning_scope": cfg["pruning_scope"]})
+        mask_vars = {ov.op_input.op.inputs[0].op.name: ov.mask for ov in op_vars}   # variable name -> mask
+        assert sorted(mask_vars) == sorted(layer.graph for layer in GRAPH_LAYERS), sorted(mask_vars)
+        assert {ov.op.type for ov in op_vars} == GRAPH_OP_TYPES
         set_step = tf1.placeholder(tf.int64, [])
         assign_step = tf1.assign(gs, set_step)
         init = tf1.global_variables_initializer()
-    assert list(pruning.protocol.names) == [layer.graph for layer in GRAPH_LAYERS], pruning.protocol.names
-    assert {op.op.type for op in pruning.op_vars} == GRAPH_OP_TYPES
     history = []
     with tf1.Session(graph=graph) as sess:
         sess.run(init)
@@ -588,9 +609,9 @@ def graph_history(cfg: dict):
         assert_close_outputs(sess.run(out, feed), torch_outputs(source, probe), "TF graph")
         for step in range(STEPS):
             sess.run(assign_step, {set_step: step})
-            sess.run(pruning.update_op)
-            masks = pruning.get_masks(sess)
-            history.append({layer.name: graph_view(layer, masks[layer.graph]) for layer in GRAPH_LAYERS})
+            sess.run(update)
+            masks = pruning.get_masks(sess) if api == "prune_graph" else sess.run(mask_vars)
+            history.append({layer.name: graph_view(layer, masks[layer.graph] != 0) for layer in GRAPH_LAYERS})
         values = sess.run({layer.name: var[layer.name] for layer in GRAPH_LAYERS})
     final = {layer.name: graph_view(layer, values[layer.name]) for layer in GRAPH_LAYERS}
     return history, final
@@ -604,6 +625,7 @@ RUNNERS: dict[str, Callable[[dict], tuple]] = {
     "tf_keras": lambda cfg: keras_history(cfg, "tf_keras", run_eagerly=cfg["pattern"] != "1x1"),
     "keras3": lambda cfg: keras_history(cfg, "keras3", run_eagerly=cfg["pattern"] == "1x1"),
     "tf_graph": graph_history,
+    "tf_seed_api": lambda cfg: graph_history(cfg, "seed"),
 }
 
 
@@ -611,7 +633,7 @@ def check_parity(framework: str, pattern: str, scope: str) -> None:
     """Run one framework on the zoo and compare every mask at every step with the reference, and
     the final weights with the original weights times the reference's final masks."""
     cfg = config(pattern, scope)
-    layers = {"torch": LAYERS, "tf_graph": GRAPH_LAYERS}.get(framework, KERAS_LAYERS)
+    layers = {"torch": LAYERS, "tf_graph": GRAPH_LAYERS, "tf_seed_api": GRAPH_LAYERS}.get(framework, KERAS_LAYERS)
     expected = expected_history(cfg, layers)
     recorded, final = RUNNERS[framework](cfg)
     assert_same_history(recorded, expected, f"{framework} {pattern} {scope}")

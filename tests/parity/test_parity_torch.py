@@ -1,8 +1,9 @@
 """torch (``sparsify_torch.prune``) against the reference, on every prunable torch layer type.
 
-The zoo (see ``parity_zoo``) holds Linear, Conv1d/2d/3d, depthwise and separable convs,
-ConvTranspose1d/2d/3d, Embedding and MultiheadAttention (fused ``in_proj_weight`` as q, k, v, plus
-the output projection); masks are compared at every step of a gradual schedule (before the start,
+The zoo (see ``parity_zoo``) holds Linear, Conv1d/2d/3d (and a grouped Conv2d), depthwise and
+separable convs (1-D and 2-D), ConvTranspose1d/2d/3d (and a grouped ConvTranspose2d), Embedding,
+EmbeddingBag and MultiheadAttention (fused ``in_proj_weight`` as q, k, v, and separate
+``q/k/v_proj_weight`` with kdim = vdim != embed_dim, plus the output projections); masks are compared at every step of a gradual schedule (before the start,
 at each update point and between them), and the final weights are the original ones times the
 reference's final masks.
 """
