@@ -42,8 +42,8 @@ tiny.weight            Linear(12 -> 10), scaled by 2**-10             10 x 12   
 head.weight            Linear(84 -> 4)                                4 x 84    MatMul x @ W
 =====================  =============================================  ========  ===========
 
-Weights are multiples of 1/8 (of 2**-13 in ``tiny``) except ``conv2d_wide``, and the attention's
-q, k and v weights are all +-1/2: equal scores everywhere, inside layers and across them, so
+Weights are multiples of 1/8 (of 2**-13 in ``tiny``) except ``conv2d_wide``; ``conv2d`` is all
++-1/4 and the attention's q, k and v weights all +-1/2: equal scores everywhere, inside layers and across them, so
 tie-breaking (the lower flat index, then the model's weight order in global scope) decides many
 masks (``test_parity_reference`` checks that the global masks of every pattern depend on it).
 ``tiny`` sits below every other layer, so global scope clamps it at
@@ -152,7 +152,7 @@ class TorchZoo(nn.Module):
 
 def torch_zoo(seed: int = 0) -> TorchZoo:
     """The zoo with its fixed weights: multiples of 1/8 (many ties), ``conv2d_wide`` continuous,
-    attention q, k, v all +-1/2, ``tiny`` scaled by 2**-10, biases random too."""
+    ``conv2d`` all +-1/4, attention q, k, v all +-1/2, ``tiny`` scaled by 2**-10, biases random too."""
     torch.manual_seed(seed)
     model = TorchZoo()
     rng = np.random.default_rng(seed)
@@ -165,6 +165,8 @@ def torch_zoo(seed: int = 0) -> TorchZoo:
                 values = rng.integers(1, 8, size=shape) / 8 * rng.choice([-1.0, 1.0], size=shape)
             if name == "mha.in_proj_weight":          # all of q, k, v tie: 2xchannel ties across layers
                 values = np.sign(values) / 2
+            if name == "conv2d.weight":               # all tie: the flat order alone decides its masks
+                values = np.sign(values) / 4
             if name.startswith("tiny."):
                 values = values * 2.0 ** -10
             p.copy_(torch.from_numpy(values.astype(np.float32)))
