@@ -1,0 +1,20 @@
+"""Keras 3 (``PruningCallback`` in ``model.fit``) against the reference (tf-keras: test_parity_tf_keras.py).
+
+The Keras zoo holds Dense, Conv1D/2D/3D (and a grouped Conv2D), DepthwiseConv1D/2D,
+SeparableConv1D/2D, Conv1D/2D/3DTranspose, Embedding and MultiHeadAttention (self-attention, and
+cross-attention with another key/value width) with the torch zoo's weights (copied by this test's
+layout code, forward outputs checked against torch). ``fit`` runs with learning rate 0,
+so the weights stay fixed; the masks are read from the callback at the start of every batch,
+after its update for that step. ``fit`` runs tf-keras eagerly and Keras 3 compiled (the quicker
+way for each), and the other way round for "1x1", so both train steps are covered in both.
+"""
+import pytest
+from parity_zoo import check_parity
+
+PATTERNS = ["1x1", "2x2", "channelx2", "2xchannel", "2:4"]
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_keras3_masks_match_reference(pattern, scope):
+    check_parity("keras3", pattern, scope)
