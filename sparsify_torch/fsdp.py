@@ -47,11 +47,11 @@ from sparsify.distributed import RowShard, ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
 from .layers import PrunableWeight
+from .pruner import check_state_counters
 from .tensorboard import SparsityWriter
 
 __all__ = ["TorchCollective", "ShardedPruner", "prune_sharded", "is_sharded"]
 
-_STATE_KEYS = ("step", "done_step", "released", "names", "masks", "scores", "config")
 
 
 def is_sharded(tensor: Any) -> bool:
@@ -323,18 +323,7 @@ class ShardedPruner:
         or full tensors (a single-process ``Pruner.state_dict()``).
         """
         self._check_alive("load_state_dict")
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state must be a dict from ShardedPruner.state_dict(), got {type(state).__name__}")
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise ValueError(f"state is missing keys {missing}; expected a dict from state_dict()")
-        step, done = state["step"], state["done_step"]
-        for key, v in (("step", step), ("done_step", done)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"state[{key!r}] must be an integer, got {v!r}")
-        if not 0 <= step < 2 ** 63 or not -1 <= done <= step:
-            raise ValueError(f"state['step'] must be >= 0 and state['done_step'] in [-1, step]; got "
-                             f"step={step}, done_step={done}")
+        step = check_state_counters(state, "ShardedPruner")
         masks, scores = state["masks"], state["scores"]
         if not isinstance(masks, Mapping) or set(masks) != set(self.names):
             raise ValueError(f"state['masks'] must hold a mask per pruned weight {self.names}")

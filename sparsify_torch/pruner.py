@@ -45,6 +45,29 @@ __all__ = ["Pruner", "prune"]
 _STATE_KEYS = ("step", "done_step", "released", "names", "masks", "scores", "config")
 
 
+def check_state_counters(state: Any, owner: str) -> int:
+    """Check a pruner state's keys and step counters (before anything changes); returns its step.
+
+    Example:
+        >>> check_state_counters({"step": 3, "done_step": -1, "released": False, "names": [], "masks": {},
+        ...                       "scores": {}, "config": {}}, "Pruner")
+        3
+    """
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state must be a dict from {owner}.state_dict(), got {type(state).__name__}")
+    missing = [k for k in _STATE_KEYS if k not in state]
+    if missing:
+        raise ValueError(f"state is missing keys {missing}; expected a dict from {owner}.state_dict()")
+    step, done = state["step"], state["done_step"]
+    for key, v in (("step", step), ("done_step", done)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"state[{key!r}] must be an integer, got {v!r}")
+    if not 0 <= step < 2 ** 63 or not -1 <= done <= step:
+        raise ValueError(f"state['step'] must be >= 0 and state['done_step'] in [-1, step]; got "
+                         f"step={step}, done_step={done}")
+    return step
+
+
 def _dist_group_size(group: Any) -> int:
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return 1
@@ -272,18 +295,7 @@ class Pruner:
             RuntimeError: after :meth:`remove`.
         """
         self._check_alive("load_state_dict")
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state must be a dict from Pruner.state_dict(), got {type(state).__name__}")
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise ValueError(f"state is missing keys {missing}; expected a dict from Pruner.state_dict()")
-        step, done = state["step"], state["done_step"]
-        for key, v in (("step", step), ("done_step", done)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"state[{key!r}] must be an integer, got {v!r}")
-        if not 0 <= step < 2 ** 63 or not -1 <= done <= step:
-            raise ValueError(f"state['step'] must be >= 0 and state['done_step'] in [-1, step]; got "
-                             f"step={step}, done_step={done}")
+        step = check_state_counters(state, "Pruner")
         masks = state["masks"]
         if not isinstance(masks, Mapping) or not all(isinstance(m, torch.Tensor) for m in masks.values()):
             raise ValueError("state['masks'] must be a dict of tensors keyed by weight name")

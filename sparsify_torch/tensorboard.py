@@ -16,32 +16,13 @@ Example:
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
+
+from sparsify.native_stderr import native_stderr_silenced
 
 __all__ = ["SparsityWriter", "read_scalars"]
-
-
-@contextlib.contextmanager
-def _native_stderr_quiet() -> Iterator[None]:
-    """fd 2 to /dev/null: ``torch.utils.tensorboard`` imports TensorFlow when it is installed, whose native
-    start-up lines (absl, CUDA probes) would otherwise land in the user's terminal or notebook."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 class SparsityWriter:
@@ -57,7 +38,7 @@ class SparsityWriter:
             raise TypeError(f"log_dir must be a directory path or None, got {log_dir!r}")
         try:
             if "tensorboard" not in sys.modules:
-                with _native_stderr_quiet():
+                with native_stderr_silenced():
                     from torch.utils.tensorboard import SummaryWriter
             else:
                 from torch.utils.tensorboard import SummaryWriter

@@ -12,40 +12,20 @@ to /dev/null for exactly that first import (:func:`native_stderr_silenced`);
 Python exceptions still propagate.
 
 Example:
-    >>> import os
-    >>> with native_stderr_silenced():
-    ...     _ = os.write(2, b"native noise nobody sees")
+    >>> import sparsify.native_stderr
+    >>> native_stderr_silenced is sparsify.native_stderr.native_stderr_silenced   # one helper for app and adapters
+    True
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 from types import ModuleType
-from typing import Iterator
+
+from sparsify.native_stderr import native_stderr_silenced
 
 __all__ = ["import_tensorflow", "import_torch", "native_stderr_silenced"]
 
 _DEVICES_PROBED = False
-
-
-@contextlib.contextmanager
-def native_stderr_silenced() -> Iterator[None]:
-    """Send file descriptor 2 (what native code writes to) to /dev/null inside the block."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):      # no real fd 2 (e.g. some embedded interpreters)
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def import_tensorflow(quiet_python_logs: bool = True) -> ModuleType:

@@ -221,13 +221,14 @@ class Pattern:
         return ValueError(f"layer {name!r}: a unit of pattern {self.pattern!r} holds both +inf and -inf scores, "
                           "so its score is undefined; use one sign of infinity per unit")
 
-    def _view(self, name: str, score: np.ndarray, pre_mask: np.ndarray | None) -> _Layer | None:
-        """The layer's view (2-D, or the canonical layout for element-wise patterns) and earlier mask; None if skipped."""
+    def _view(self, name: str, score: np.ndarray, pre_mask: np.ndarray | None, two_d: bool = False) -> _Layer | None:
+        """The layer's view (2-D, or the canonical layout for element-wise patterns unless ``two_d``) and
+        earlier mask; None if skipped."""
         score = np.asarray(score)
         if score.ndim == 0:
             raise ValueError(f"layer {name!r}: scores must have at least 1 dimension, got a scalar")
         tie_axes = None
-        if self.elementwise:                        # units are elements: no 2-D copy, ties still in 2-D order
+        if self.elementwise and not two_d:          # units are elements: no 2-D copy, ties still in 2-D order
             s2 = score
             shape2d = (1, score.size) if score.ndim == 1 else (score.shape[0], score.size // max(score.shape[0], 1))
             if score.ndim >= 3:
@@ -247,7 +248,7 @@ class Pattern:
             if pre_mask.shape != score.shape:
                 raise ValueError(f"layer {name!r}: pre_mask shape {pre_mask.shape} differs from scores shape {score.shape}")
             pre2 = pre_mask.astype(bool, copy=False)
-            if not self.elementwise:
+            if not self.elementwise or two_d:
                 pre2 = to_2d(pre2)
             if pre2.all():
                 pre2 = None
@@ -445,24 +446,10 @@ class Pattern:
             >>> get_pattern("1x2").prepare_units("w", np.array([[1.0, 2.0, 5.0, 1.0]]))[1].tolist()
             [[3.0, 6.0]]
         """
-        score = np.asarray(score)
-        if score.ndim == 0:
-            raise ValueError(f"layer {name!r}: scores must have at least 1 dimension, got a scalar")
-        s2 = to_2d(score)                           # always the 2-D view: units in 2-D order across shards
-        reason = self.fits(s2.shape)
-        if reason is not None:
-            if self.skip_incompatible_layers:
-                return None
-            raise ValueError(f"layer {name!r} with 2-D view {s2.shape} does not fit pattern {self.pattern!r}: "
-                             f"{reason} (set skip_incompatible_layers=True to leave such layers dense)")
-        pre2 = None
-        if pre_mask is not None:
-            pre_mask = np.asarray(pre_mask)
-            if pre_mask.shape != score.shape:
-                raise ValueError(f"layer {name!r}: pre_mask shape {pre_mask.shape} differs from scores shape {score.shape}")
-            pre2 = to_2d(pre_mask.astype(bool, copy=False))
-            if pre2.all():
-                pre2 = None
+        layer = self._view(name, score, pre_mask, two_d=True)     # units in 2-D order across shards
+        if layer is None:
+            return None
+        s2, pre2 = layer.score2d, layer.pre2d
         try:
             units, aux = self.layer_units(name, s2, pre2, True, check_nan)
         except NaNScoreError as e:
