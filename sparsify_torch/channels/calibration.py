@@ -66,7 +66,7 @@ class PruningCalibrator:
         self.max_prunable_labels = max_prunable_labels
         self._info: Optional[ModelPruningInfo] = None
         self._active = False
-        self._traced = None  # (torch-pruning graph, output grad_fns) of the last calibration, reused for surgery
+        self._traced = None  # channel trace of the last calibration
 
     # --- context protocol -------------------------------------------------------------------------
     def __enter__(self) -> "PruningCalibrator":
@@ -139,9 +139,9 @@ class PruningCalibrator:
         for i, group in enumerate(self._groups):
             if not group.prunable:
                 continue
-            gate = torch.ones(group.n_channels, device=device, requires_grad=True)
+            gate = torch.ones(group.n_labels, device=device, requires_grad=True)
             self._gates[i] = gate
-            self._importance[i] = np.zeros(group.n_channels, dtype=np.float64)
+            self._importance[i] = np.zeros(group.n_labels, dtype=np.float64)
             for slot in group.consumers:
                 slots.setdefault(slot.module_name, []).append(
                     (gate, torch.as_tensor(slot.input_idxs, device=device), torch.as_tensor(slot.root_idxs,
