@@ -18,7 +18,7 @@ from .info import ModelPruningInfo
 from .optimal import OptimalPruningLabelSelector
 from .samples import default_sample_to_model_inputs, default_sample_to_n_samples
 from .selection import PruningLabelSelector, TopKPruningLabelSelector, UniformPruningLabelSelector
-from .surgery import prune_model
+from .surgery import PruningCheckError, prune_model  # noqa: F401 (PruningCheckError: raised by prune_model)
 
 __all__ = [
     "calibrate_and_prune_model_equal",

@@ -138,8 +138,9 @@ class ModelPruningInfo:
         self._prunable_ids = [i for i, g in enumerate(self.groups) if g.prunable]
 
     def unpruned_groups(self) -> List[int]:
-        """Groups left unpruned for a reason other than being model outputs, in group order."""
-        return [i for i, g in enumerate(self.groups) if not g.prunable and g.reason != OUTPUT_REASON]
+        """Groups of several labels left unpruned for a reason other than being model outputs, in group order."""
+        return [i for i, g in enumerate(self.groups) if not g.prunable and g.reason != OUTPUT_REASON
+                and g.n_labels > 1]
 
     def unpruned_summary(self) -> str:
         """One line: how many groups (and labels) cannot be pruned, and why; "" when all can.
