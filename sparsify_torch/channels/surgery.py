@@ -68,11 +68,18 @@ def select_and_prune(model: nn.Module, pruning_info: ModelPruningInfo, label_sel
     An error that names no group is raised as is. The model is only changed by
     the attempt that passes.
     """
+    first: Optional[PruningCheckError] = None
     for attempt in range(max_attempts):
-        labels = label_selector.select(pruning_info)
+        try:
+            labels = label_selector.select(pruning_info)
+        except ValueError as err:  # a fixed selection (a per-group config) cannot do without the left-out groups
+            if first is None:
+                raise
+            raise first from err
         try:
             return _prune_model(model, pruning_info, labels, inplace=True, asked_ratio=asked_ratio)
         except PruningCheckError as err:
+            first = first or err
             if not err.groups or attempt == max_attempts - 1:
                 raise
             where = f" in {err.layer!r}" if err.layer else ""
