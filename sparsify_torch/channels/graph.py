@@ -154,7 +154,8 @@ def preserved_state(model: nn.Module, params_require_grad: Optional[bool] = None
     """Restore training flags, buffers and ``requires_grad`` of ``model`` on exit.
 
     Tracing and checks run forward passes (BatchNorm statistics move in train
-    mode); this keeps the user's model exactly as it was. ``params_require_grad`` temporarily overrides ``requires_grad``.
+    mode); this keeps the user's model exactly as it was. ``params_require_grad``
+    temporarily overrides ``requires_grad``.
     """
     modes = {m: m.training for m in model.modules()}
     buffers = [(b, b.detach().clone()) for b in model.buffers()]

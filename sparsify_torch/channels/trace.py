@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 import torch
@@ -899,9 +898,6 @@ class _Dispatch(TorchDispatchMode):
                     self.tracer.fix_inputs(args, kwargs, reason)
                     self.tracer.set_data(out)
         return out
-
-
-_LOCAL = threading.local()
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ internally), batch 1 (2 where train-mode BatchNorm needs it), one calibration ba
 selected labels stand for. The slowest models (transformers at 224x224, a two-stage detector) are in
 test_models_slow.py.
 """
-import numpy as np
 import pytest
 import torch
 

@@ -210,8 +210,9 @@ def test_a_broken_pruned_model_is_restored_and_named():
     info = calibrate_model_for_pruning(net, data, mse_loss)
     assert [(g.root_name, g.prunable) for g in info.groups] == [("block.a", True), ("b", False), ("c", True)]
     saved = full_state(net)
-    with pytest.raises(PruningCheckError, match=r"the pruned model fails in 'block' \(RuntimeError: .*\) after pruning "
-                                                r"channel group 0 \(root 'block.a'\); the model was restored unchanged"):
+    with pytest.raises(PruningCheckError, match=r"the pruned model fails in 'block' \(RuntimeError: .*\) after "
+                                                r"pruning channel group 0 \(root 'block.a'\); the model was restored "
+                                                r"unchanged"):
         prune_model(net, info, get_labels_for_uniform_pruning(info, 0.5))
     assert_restored(net, saved)
     copy_of = prune_model(net, info, [12, 13], inplace=False)  # group "c" alone is fine
