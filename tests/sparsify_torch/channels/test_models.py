@@ -10,7 +10,6 @@ test_models_slow.py.
 import pytest
 import torch
 
-from sparsify_torch.channels import calibrate_and_prune_model_equal
 from sparsify_torch.channels.metrics import count_macs, count_params
 from zoo_helpers import (build, main_output, prune_half_checked, roundtrip, seg_loss, structure,
                          torch_pruning_macs_ratio, tv)
@@ -89,15 +88,14 @@ def detection_data(n_images):
 @pytest.mark.parametrize("name,n_images", [("ssdlite320_mobilenet_v3_large", 2), ("ssd300_vgg16", 1)])
 def test_equal_half_on_detectors(name, n_images):
     """Detectors: calibrate in train mode on the detection losses, trace only the backbone."""
-    torch.manual_seed(0)
-    model = tv.detection.__dict__[name](weights=None, weights_backbone=None)
+    model = build("detection", name)
     images, targets = detection_data(n_images)
     model.eval()
     macs, params = count_macs(model, images[:1]), count_params(model)
     model.train()
-    pruned = calibrate_and_prune_model_equal(model, [(images, targets)], lambda out, s: sum(out.values()),
-                                             sample_to_model_inputs=lambda s: (s, {}), calibration_steps=1,
-                                             entry_point="backbone.forward")
+    pruned, _, _ = prune_half_checked(model, (images, targets), lambda out, s: sum(out.values()),
+                                      sample_to_model_inputs=lambda s: (s, {}), n_steps=1,
+                                      entry_point="backbone.forward")
     pruned.eval()
     macs1, out = count_macs(pruned, images[:1], return_output=True)
     assert macs1 < 0.7 * macs and count_params(pruned) < 0.7 * params

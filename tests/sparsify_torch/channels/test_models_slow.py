@@ -3,14 +3,27 @@
 Attention blocks are followed op by op; what enters a matmul or an ``nn.MultiheadAttention`` is not pruned, the
 MLPs and convolutions around it are. Every prune is checked against the original with the pruned channels zeroed.
 """
+import copy
 import warnings
 
 import pytest
 import torch
 
-from sparsify_torch.channels import calibrate_and_prune_model_equal
+from sparsify_torch.channels import UniformPruningLabelSelector, calibrate_model_for_pruning
 from sparsify_torch.channels.metrics import count_macs
-from zoo_helpers import build, prune_half_checked, roundtrip
+from sparsify_torch.channels.surgery import select_and_prune
+from zoo_helpers import assert_one_label_one_unit, build, prune_half_checked, roundtrip
+
+
+def select_and_prune_half(model, data, loss, **kwargs):
+    """What ``calibrate_and_prune_model_equal`` does, keeping the info and the original for the accounting."""
+    info = calibrate_model_for_pruning(model, data, loss, **kwargs)
+    original = copy.deepcopy(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pruned = select_and_prune(model, info, UniformPruningLabelSelector(0.5), asked_ratio=0.5)
+    assert_one_label_one_unit(original, pruned, info, info.pruned_labels)
+    return pruned, info, " ".join(str(w.message) for w in caught)
 
 
 def image(size=224):
@@ -36,11 +49,11 @@ def test_maxvit_leaves_out_the_streams_its_attention_reshapes_by_size():
     model = build("torchvision", "maxvit_t").eval()
     x = image()
     macs = count_macs(model, x)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        pruned = calibrate_and_prune_model_equal(model, [x], lambda out, s: out.pow(2).mean())
-    broke = [str(w.message) for w in caught if "pruning it breaks the model" in str(w.message)]
-    assert broke and all("RuntimeError: shape" in m and "attn_layer.1" in m for m in broke)
+    pruned, info, notes = select_and_prune_half(model, [x], lambda out, s: out.pow(2).mean())
+    broke = [i for i, g in enumerate(info.groups) if g.reason.startswith("pruning it breaks the model")]
+    assert len(broke) == 4 and notes.count("left unpruned, pruning it breaks the model") == 4
+    assert all("RuntimeError: shape" in info.groups[i].reason and "attn_layer.1" in info.groups[i].reason
+               for i in broke)
     assert count_macs(pruned, x) < 0.7 * macs
 
 
@@ -52,11 +65,8 @@ def test_two_stage_detector_prunes_exactly_in_train_and_eval_mode():
     model.eval()
     macs = count_macs(model, images)
     model.train()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        pruned = calibrate_and_prune_model_equal(model, [(images, targets)], lambda out, s: sum(out.values()),
-                                                 sample_to_model_inputs=lambda s: (s, {}), calibration_steps=1)
-    notes = " ".join(str(w.message) for w in caught)
+    pruned, info, notes = select_and_prune_half(model, [(images, targets)], lambda out, s: sum(out.values()),
+                                                sample_to_model_inputs=lambda s: (s, {}), n_steps=1)
     assert "op roi_align may mix channels in 'roi_heads.box_roi_pool'" in notes  # the FPN outputs stay whole
     pruned.eval()
     assert count_macs(pruned, images) < 0.6 * macs
