@@ -78,7 +78,8 @@ _EXTRA_POINTWISE = {"hardswish", "hardswish_", "hardtanh", "hardtanh_", "relu6",
                     "gelu", "gelu_", "silu", "silu_", "threshold", "threshold_", "native_dropout", "bernoulli",
                     "rrelu_with_noise", "masked_fill", "masked_fill_", "where", "clamp", "clamp_", "clamp_min",
                     "clamp_max", "clamp_min_", "clamp_max_", "lerp", "addcmul", "addcdiv", "nan_to_num",
-                    "hardsigmoid", "hardsigmoid_", "logit", "_masked_scale", "glu_jvp", "softsign", "tanhshrink"}
+                    "hardsigmoid", "hardsigmoid_", "logit", "_masked_scale", "glu_jvp", "softsign", "tanhshrink",
+                    "_prelu_kernel", "prelu", "log_sigmoid_forward", "rrelu", "rrelu_"}
 _SHAPE_KEEPING_REDUCTIONS = {"_softmax", "_log_softmax", "softmax", "log_softmax", "cumsum", "cumprod",
                              "logcumsumexp", "cummax", "cummin", "_safe_softmax"}
 _REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean", "std_mean", "prod",

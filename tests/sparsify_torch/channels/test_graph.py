@@ -173,3 +173,10 @@ def test_labels_order_follows_the_root_channels():
     assert a.n_labels == 2 and a.width == 4
     root = slot(a, "a", "out")
     assert np.array_equal(root.positions, np.arange(8)) and root.labels.tolist() == [0, 1] * 4
+
+
+def test_elementwise_activations_keep_channels_prunable():
+    acts = [nn.PReLU(), nn.LogSigmoid(), nn.Hardswish(), nn.ELU(), nn.Mish(), nn.ReLU6(), nn.GELU(), nn.SiLU(),
+            nn.Hardsigmoid(), nn.LeakyReLU(), nn.Softplus(), nn.Tanh(), nn.Dropout(0.5)]
+    net = nn.Sequential(nn.Conv2d(3, 4, 1), *acts, nn.Conv2d(4, 2, 1)).train()
+    assert groups_of(net)[0].reason == ""
