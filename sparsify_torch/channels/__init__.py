@@ -20,7 +20,7 @@ from .optimal import OptimalPruningLabelSelector
 from .pruning_config import check_pruning_config, get_labels_for_uniform_pruning, get_least_important_labels_by_config
 from .samples import default_sample_to_model_inputs, default_sample_to_n_samples
 from .selection import PruningLabelSelector, TopKPruningLabelSelector, UniformPruningLabelSelector
-from .surgery import prune_model
+from .surgery import PruningCheckError, prune_model  # noqa: F401 (PruningCheckError: raised by prune_model)
 
 __all__ = [
     "calibrate_and_prune_model_equal",

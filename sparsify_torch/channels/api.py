@@ -23,7 +23,7 @@ from .optimal import OptimalPruningLabelSelector
 from .progress import check_show_tqdm
 from .samples import default_sample_to_model_inputs, default_sample_to_n_samples
 from .selection import PruningLabelSelector, UniformPruningLabelSelector
-from .surgery import _prune_model
+from .surgery import select_and_prune
 
 __all__ = ["calibrate_and_prune_model", "calibrate_and_prune_model_equal", "calibrate_and_prune_model_optimal",
            "finetune_batchnorm"]
@@ -117,10 +117,7 @@ def calibrate_and_prune_model(
                                  sample_to_model_inputs=sample_to_model_inputs, show_tqdm=show_tqdm,
                                  entry_point=entry_point, max_prunable_labels=max_prunable_labels)
     info = calibrator.pruning_info
-    labels = label_selector.select(info)
-    # the model is unchanged since calibration (selectors prune copies): reuse its traced graph
-    traced, calibrator.traced = calibrator.traced, None
-    pruned = _prune_model(model, info, labels, inplace=True, traced=traced)
+    pruned = select_and_prune(model, info, label_selector, asked_ratio=getattr(label_selector, "pruning_ratio", None))
     if finetune_bn:
         finetune_batchnorm(pruned, dataloader, n_steps=calibration_steps, sample_to_model_inputs=sample_to_model_inputs)
     return pruned

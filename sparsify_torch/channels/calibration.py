@@ -81,9 +81,6 @@ class PruningCalibrator:
         self._info: Optional[ModelPruningInfo] = None
         self._active = False
         self._snapshot: Optional[ModelSnapshot] = None
-        #: (torch-pruning graph, output grad_fns) of the last calibration; ``calibrate_and_prune_model`` hands it
-        #: to the surgery so an unchanged model is not traced twice. Set to None to release it.
-        self.traced = None
 
     # --- context protocol -------------------------------------------------------------------------
     def __enter__(self) -> "PruningCalibrator":
@@ -95,7 +92,6 @@ class PruningCalibrator:
         self._original = getattr(self._owner, self._method)
         self._groups = None
         self._example = None
-        self.traced = None
         self._gates: Dict[int, torch.Tensor] = {}
         self._importance: Dict[int, np.ndarray] = {}
         self._handles: List[Any] = []
@@ -157,7 +153,6 @@ class PruningCalibrator:
         graph = build_dependency_graph(self.model, self.entry_point, args, kwargs, call=self._original)
         self._groups = analyze_channel_groups(self.model, self.entry_point, args, kwargs,
                                               self.max_prunable_labels, graph_and_outputs=graph)
-        self.traced = graph
         self._example = example
         modules = dict(self.model.named_modules())
         device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
@@ -165,9 +160,9 @@ class PruningCalibrator:
         for i, group in enumerate(self._groups):
             if not group.prunable:
                 continue
-            gate = torch.ones(group.n_channels, device=device, requires_grad=True)
+            gate = torch.ones(group.n_labels, device=device, requires_grad=True)
             self._gates[i] = gate
-            self._importance[i] = np.zeros(group.n_channels, dtype=np.float64)
+            self._importance[i] = np.zeros(group.n_labels, dtype=np.float64)
             for slot in group.consumers:
                 slots.setdefault(slot.module_name, []).append(
                     (gate, torch.as_tensor(slot.input_idxs, device=device), torch.as_tensor(slot.root_idxs,
@@ -248,8 +243,8 @@ def run_calibration(
     entry_point: str = "forward",
     max_prunable_labels: int = 4096,
 ) -> PruningCalibrator:
-    """Body of :func:`calibrate_model_for_pruning`; returns the calibrator (its ``traced`` graph is reused by
-    ``calibrate_and_prune_model`` to prune without tracing the model a second time)."""
+    """Body of :func:`calibrate_model_for_pruning`; returns the calibrator (whose groups carry every index the
+    surgery needs, so ``calibrate_and_prune_model`` prunes without tracing the model a second time)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if n_steps is not None and (isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1):

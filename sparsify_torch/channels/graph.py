@@ -1,23 +1,27 @@
-"""Channel-group analysis: our interface over torch-pruning's DependencyGraph.
+"""Channel groups: which channels of a model can be removed, and what removing them touches.
 
-Traces one method of a model (the *entry point*), finds every group of coupled
-channels and describes it in plain data (module names and index arrays), so
-nothing downstream holds torch-pruning objects. A group is marked unprunable,
-with a reason, whenever the graph cannot be trusted with it: channels that
-reach the traced outputs, grouped convolutions, unwrapped parameters, layer
-types other than conv/linear/BatchNorm/PReLU, unknown or layout-changing ops.
+One forward pass of the traced method (the *entry point*) is followed op by op
+(:mod:`.trace`). Channels that must be removed together form a *label* (a
+residual add joins the channels it adds; a grouped convolution joins the same
+position of every block; a channel shuffle joins the positions it pairs). The
+labels of one producing layer (and of every layer joined to it) form a
+*group*; selection prunes a fraction of each group's labels. Everything is
+described in plain data (names and index arrays), so nothing downstream holds
+tracing objects. A group is unprunable, with a reason, whenever one of its
+channels reaches the traced output, is read by an op that mixes channels (a
+matmul, a channel mean, attention), is split or sliced with sizes stored in the
+model, or is otherwise not safe to remove.
 
 Example:
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 2, 1))
     >>> groups = analyze_channel_groups(net, "forward", (torch.zeros(1, 3, 8, 8),), {})
-    >>> [(g.root_name, g.n_channels, g.prunable) for g in groups]
+    >>> [(g.root_name, g.n_labels, g.prunable) for g in groups]
     [('0', 4, True), ('2', 2, False)]
 """
 from __future__ import annotations
 
 import contextlib
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -25,36 +29,53 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparsify.channel_groups import LabelUnionFind, rectangular_dim
 from sparsify.channel_selection import segments_from_layer_channels
 
-__all__ = ["ConsumerSlot", "ChannelGroup", "resolve_entry_point", "analyze_channel_groups",
+from .trace import ChannelTrace, trace_channels
+
+__all__ = ["MemberSlot", "ConsumerSlot", "ChannelGroup", "resolve_entry_point", "analyze_channel_groups",
            "build_dependency_graph", "preserved_state"]
 
-_SAFE_TYPES = None  # filled lazily: torch-pruning OPTYPEs we trust
-# autograd ops (name without "Backward<n>", lower case) that may move or mix channels
-_UNSAFE_GRAD_FNS = frozenset({"permute", "transpose", "t", "mm", "bmm", "baddbmm", "matmul", "softmax", "logsoftmax",
-                              "einsum", "unknown", "gather", "index", "indexselect", "roll", "flip", "pixelshuffle",
-                              "pixelunshuffle", "channelshuffle", "sort", "topk", "norm", "linalgvectornorm",
-                              "cumsum", "cumprod", "std", "var", "stdmean", "varmean", "scatter", "take"})
+_CONSUMER_KINDS = ("conv", "linear", "convt", "gconv")
+_THROUGH_KINDS = ("dw", "norm", "lnorm", "gnorm")
 
 
-def _tp():
-    try:
-        import torch_pruning
-    except ImportError as err:  # pragma: no cover - exercised only without the extra
-        raise ImportError("structured channel pruning needs the 'torch-pruning' package: "
-                          "pip install 'sparsify[structured]'") from err
-    return torch_pruning
+@dataclass(frozen=True)
+class MemberSlot:
+    """One dimension of one layer (or free parameter) that holds channels of a group.
+
+    Attributes:
+        name: module name (or parameter/buffer name for role ``"param"``).
+        role: ``"out"`` (output channels of a conv/linear), ``"in"`` (input
+            channels of a conv/linear), ``"through"`` (channels a BatchNorm,
+            LayerNorm, GroupNorm, PReLU or depthwise convolution passes on) or
+            ``"param"`` (a dimension of a free parameter, e.g. a layer scale).
+        kind: the layer kind (see :func:`.trace.unit_kind`) or ``"param"``.
+        positions: indices in that dimension that belong to the group.
+        labels: the group-local label of each position.
+        size: size of that dimension when the model was traced.
+        dim: the dimension: of the layer input for ``"through"`` (-1 for a
+            channels-last LayerNorm), of the tensor for ``"param"``.
+    """
+
+    name: str
+    role: str
+    kind: str
+    positions: np.ndarray
+    labels: np.ndarray
+    size: int
+    dim: int = 1
 
 
 @dataclass(frozen=True)
 class ConsumerSlot:
-    """A module whose *input* channels carry a group's channels.
+    """A conv/linear layer whose *input* channels carry a group's channels (where gates go).
 
     Attributes:
         module_name: qualified name in the model.
-        input_idxs: positions in the module's input channel dimension.
-        root_idxs: the group channel each position carries (same length).
+        input_idxs: positions in the layer's input channel dimension.
+        root_idxs: the group-local label each position carries (same length).
     """
 
     module_name: str
@@ -64,35 +85,43 @@ class ConsumerSlot:
 
 @dataclass
 class ChannelGroup:
-    """Channels that can only be removed together.
+    """Channels of one producing layer (and the layers joined to it), in labels removed one at a time.
 
     Attributes:
-        root_name: the conv/linear whose output channels define the group.
-        n_channels: number of channels (the root's output channels).
-        members: ``"name:out"`` / ``"name:in"`` entries of every layer touched.
+        root_name: the first conv/linear (in module order) whose output channels are in the group.
+        n_labels: number of labels (prunable units) of the group.
+        n_channels: output channels of the root layer.
+        width: output channels of the root per label (2 when every label spans two blocks of a
+            grouped convolution, ...).
+        members: ``"name:role"`` of every layer dimension touched.
+        slots: the same, with index arrays (what surgery removes).
         consumers: conv/linear layers reading the channels (where gates go).
-        prunable: False when the graph cannot prune this group safely.
+        prunable: False when the group cannot be pruned safely.
         reason: why not prunable ("" when prunable).
-        segments: segment id of every channel (0, 1, ... in order of first
-            channel). A group spanning a concatenation (or a split) has one
-            segment per source layer: each must keep a channel, or that layer
-            would be emptied. A plain group is one segment (all zeros).
-        segment_sources: per segment, the layers whose channels are exactly
-            that segment's, e.g. ``"side:out"`` (empty for a one-segment group).
+        segments: segment id of every label (0, 1, ... in order of first label). A
+            layer holding only some of the group's labels (one side of a split, a
+            concatenated source) must keep one of them: labels are in one segment
+            when they belong to the same such layers.
+        segment_sources: per segment, the layers whose labels are exactly that segment's.
+        split_owners: modules whose stored split sizes change when the group is pruned.
     """
 
     root_name: str
-    n_channels: int
+    n_labels: int
+    n_channels: int = 0
+    width: int = 1
     members: List[str] = field(default_factory=list)
+    slots: List[MemberSlot] = field(default_factory=list)
     consumers: List[ConsumerSlot] = field(default_factory=list)
     prunable: bool = True
     reason: str = ""
     segments: Optional[np.ndarray] = None
     segment_sources: List[str] = field(default_factory=list)
+    split_owners: List[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.segments is None:
-            self.segments = np.zeros(self.n_channels, dtype=np.int64)
+            self.segments = np.zeros(self.n_labels, dtype=np.int64)
 
 
 def resolve_entry_point(model: nn.Module, entry_point: str) -> Tuple[nn.Module, str]:
@@ -124,8 +153,9 @@ def resolve_entry_point(model: nn.Module, entry_point: str) -> Tuple[nn.Module, 
 def preserved_state(model: nn.Module, params_require_grad: Optional[bool] = None) -> Iterator[None]:
     """Restore training flags, buffers and ``requires_grad`` of ``model`` on exit.
 
-    Tracing runs a forward pass in eval mode; this keeps the user's model exactly
-    as it was. ``params_require_grad`` temporarily overrides ``requires_grad``.
+    Tracing and checks run forward passes (BatchNorm statistics move in train
+    mode); this keeps the user's model exactly as it was. ``params_require_grad``
+    temporarily overrides ``requires_grad``.
     """
     modes = {m: m.training for m in model.modules()}
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
@@ -147,196 +177,216 @@ def preserved_state(model: nn.Module, params_require_grad: Optional[bool] = None
 
 
 def build_dependency_graph(model: nn.Module, entry_point: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
-                           call: Optional[Callable] = None):
-    """Trace ``entry_point`` with torch-pruning; return (graph, output grad_fns).
+                           call: Optional[Callable] = None, max_ops: int = 2_000_000) -> ChannelTrace:
+    """Trace ``entry_point`` once and follow every channel (see :mod:`.trace`).
 
     ``call`` replaces the entry-point method (the calibrator passes the original
-    while the method is patched). The model's modes, buffers and
-    ``requires_grad`` flags are restored afterwards.
+    while the method is patched). Runs in the model's current mode under
+    ``torch.no_grad()``; modes, buffers and ``requires_grad`` flags are restored.
+
+    Raises:
+        RuntimeError: more than ``max_ops`` aten ops (the pass is too large to follow).
     """
-    tp = _tp()
     owner, method = resolve_entry_point(model, entry_point)
     bound = call if call is not None else getattr(owner, method)
-    outputs: List[Any] = []
-
-    def forward_fn(_model, _inputs):
-        return bound(*args, **kwargs)
-
-    def output_transform(out):
-        outputs.append(out)
-        return out
-
     if not torch.is_grad_enabled():
         raise RuntimeError("channel-group tracing needs autograd: do not run calibration under torch.no_grad()")
-    with preserved_state(model, params_require_grad=True):
-        graph = tp.DependencyGraph().build_dependency(model, example_inputs=None, forward_fn=forward_fn,
-                                                      output_transform=output_transform, verbose=False)
-    out_fns = set()
-    for out in outputs:
-        for t in tp.utils.flatten_as_list(out):
-            if isinstance(t, torch.Tensor) and t.grad_fn is not None:
-                out_fns.add(t.grad_fn)
-    return graph, out_fns
+    with preserved_state(model):
+        return trace_channels(model, bound, args, kwargs, max_ops=max_ops)
 
 
-@contextlib.contextmanager
-def frozen_index_mapping(graph) -> Iterator[None]:
-    """Compute torch-pruning's concat/split index maps once while the graph does not change.
+def _group_members(trace: ChannelTrace, roots: np.ndarray, group_of: Callable[[np.ndarray], np.ndarray],
+                   local: np.ndarray) -> Dict[int, List[MemberSlot]]:
+    slots: Dict[int, List[MemberSlot]] = {}
 
-    ``DependencyGraph.get_pruning_group`` recomputes every index map on each
-    call, which is quadratic on DenseNets (tens of seconds). Inside this context
-    the maps are computed once; the module-level function is restored on exit.
-    """
-    from torch_pruning.dependency import index_mapping
-    original = index_mapping.update_index_mapping
-    original(graph)
-    index_mapping.update_index_mapping = lambda _graph: None
-    try:
-        yield
-    finally:
-        index_mapping.update_index_mapping = original
+    def add(atoms: np.ndarray, name: str, role: str, kind: str, size: int, dim: int) -> None:
+        pos = np.flatnonzero(atoms >= 0)
+        if not pos.size:
+            return
+        lab = roots[atoms[pos]]
+        grp = group_of(lab)
+        for g in np.unique(grp).tolist():
+            sel = grp == g
+            slots.setdefault(int(g), []).append(MemberSlot(name, role, kind, pos[sel], local[lab[sel]], size, dim))
 
-
-def prune_groups(graph, roots_and_idxs: List[Tuple[nn.Module, List[int]]]) -> None:
-    """Prune several groups at once: every (layer, dimension) is cut once with original indices."""
-    merged: Dict[Tuple[int, Any], Tuple[Any, set]] = {}
-    order: List[Tuple[int, Any]] = []
-    groups = []
-    with frozen_index_mapping(graph):
-        for root, idxs in roots_and_idxs:
-            group = graph.get_pruning_group(root, root_pruner(graph, root), list(idxs))
-            if not graph.check_pruning_group(group):
-                emptied = []
-                for item in group.items:
-                    out = graph.is_out_channel_pruning_fn(item.dep.handler)
-                    n = graph.get_out_channels(item.dep.target) if out else graph.get_in_channels(item.dep.target)
-                    if n is not None and len(item.idxs) >= n:
-                        emptied.append(item.dep.target.name.split(" ")[0])
-                raise ValueError(f"pruning {len(idxs)} channels of the group of {graph._module2name[root]!r} would "
-                                 f"remove every channel of {', '.join(emptied) or 'one of its layers'}; keep at "
-                                 "least one channel of each layer")
-            groups.append(group)
-    for group in groups:
-        for item in group.items:
-            key = (id(item.dep.target), item.dep.handler)
-            if key not in merged:
-                merged[key] = (item.dep, set())
-                order.append(key)
-            merged[key][1].update(int(i) for i in item.idxs)
-    for key in order:
-        dep, idxs = merged[key]
-        dep(sorted(idxs))
+    for rec in trace.units.values():
+        if rec.kind == "opaque":
+            continue
+        if rec.out_atoms.size:
+            add(rec.out_atoms, rec.name, "out", rec.kind, int(rec.out_atoms.size), 1)
+        if rec.kind in _CONSUMER_KINDS:
+            add(rec.in_positions, rec.name, "in", rec.kind, rec.in_size, rec.in_dim)
+        elif rec.in_size:
+            add(rec.in_positions, rec.name, "through", rec.kind, rec.in_size, rec.in_dim)
+    for name, (start, shape) in trace.params.items():
+        atoms = np.arange(start, start + int(np.prod(shape)), dtype=np.int64)
+        lab = roots[atoms]
+        grp = group_of(lab)
+        for g in np.unique(grp).tolist():
+            sel = np.flatnonzero(grp == g)
+            slots.setdefault(int(g), []).append(MemberSlot(name, "param", "param", sel, local[lab[sel]],
+                                                           int(np.prod(shape)), -1))
+    return slots
 
 
-def _segments(n: int, coverage: Dict[str, Tuple[Optional[int], set, set]]) -> Tuple[np.ndarray, List[str]]:
-    """Segments of a group (see ``segments_from_layer_channels``) and the layers behind each.
-
-    ``coverage`` maps ``"name:out"``/``"name:in"`` to (that dimension's size,
-    positions the group touches, group channels they carry). A layer whose whole
-    dimension is carried by the group constrains the selection: it must keep one
-    of those channels.
-    """
-    whole = [(key, frozenset(r for r in roots if 0 <= r < n)) for key, (size, positions, roots) in coverage.items()
-             if size is not None and len(positions) >= size]
-    segments = segments_from_layer_channels(n, [s for _, s in whole])
-    if segments.max(initial=0) == 0:
-        return segments, []
-    sources = []
-    for s in range(int(segments.max()) + 1):
-        channels = frozenset(np.flatnonzero(segments == s).tolist())
-        exact = [key for key, chans in whole if chans == channels]
-        exact = [key for key in exact if key.endswith(":out")] or exact
-        sources.append(", ".join(exact) or "(part of " + " & ".join(k for k, c in whole if channels <= c
-                                                                     and len(c) < n) + ")")
-    return segments, sources
-
-
-def _unsafe_reason(graph, node, out_fns, reads_only: bool) -> str:
-    tp = _tp()
-    op = tp.ops.OPTYPE
-    safe = (op.CONV, op.DEPTHWISE_CONV, op.LINEAR, op.BN, op.PRELU, op.ELEMENTWISE, op.CONCAT, op.SPLIT,
-            op.RESHAPE)
-    module = node.module
-    if node.type == op.OUTPUT or (not reads_only and node.grad_fn is not None and node.grad_fn in out_fns):
-        return f"channels reach the traced output ({node.name.split(' ')[0]})"
-    if node.type not in safe:
-        return f"unsupported layer {node.name.split(' ')[0]} ({node.type.name})"
-    if node.type == op.ELEMENTWISE and node.inputs:  # an op fed by parameters only (Linear's weight.t()) is harmless
-        name = re.sub(r"backward\d*$", "", str(getattr(module, "_grad_fn", "")).lower())
-        if name in _UNSAFE_GRAD_FNS:
-            return f"op {getattr(module, '_grad_fn', '?')} may mix channels"
-    if isinstance(module, nn.modules.conv._ConvNd) and module.groups > 1 and node.type != op.DEPTHWISE_CONV:
-        return f"grouped convolution {node.name.split(' ')[0]} (groups={module.groups})"
-    if isinstance(module, nn.modules.conv._ConvNd) and node.type == op.DEPTHWISE_CONV \
-            and module.in_channels != module.out_channels:
-        return f"depthwise convolution with channel multiplier {node.name.split(' ')[0]}"
-    return ""
+def _param_slot(slot: MemberSlot, shape: Tuple[int, ...]) -> Optional[MemberSlot]:
+    """Turn a parameter's element slot into a slot along one dimension (None if not whole slices)."""
+    dims = set()
+    per_label = {}
+    for lab in np.unique(slot.labels).tolist():
+        elems = slot.positions[slot.labels == lab]
+        dim = rectangular_dim(shape, elems)
+        if dim is None:
+            return None
+        dims.add(dim)
+        per_label[lab] = np.unique(np.unravel_index(elems, shape)[dim])
+    if len(dims) != 1:
+        return None
+    dim = dims.pop()
+    idx = np.concatenate(list(per_label.values()))
+    labs = np.concatenate([np.full(v.size, k, dtype=np.int64) for k, v in per_label.items()])
+    if np.unique(idx).size != idx.size:
+        return None
+    order = np.argsort(idx, kind="stable")
+    return MemberSlot(slot.name, "param", "param", idx[order], labs[order], int(shape[dim]), dim)
 
 
 def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
-                           max_prunable_labels: int = 4096, graph_and_outputs=None) -> List[ChannelGroup]:
-    """Find the channel groups of the traced part of ``model``, in a stable order.
+                           max_prunable_labels: int = 4096,
+                           graph_and_outputs: Optional[ChannelTrace] = None) -> List[ChannelGroup]:
+    """Find the channel groups of the traced part of ``model``, in module order of their roots.
+
+    ``graph_and_outputs`` is a trace from :func:`build_dependency_graph` of this
+    very model (the calibrator passes its own to trace only once).
 
     Example:
         >>> net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Linear(5, 1))
-        >>> [g.n_channels for g in analyze_channel_groups(net, "forward", (torch.zeros(2, 3),), {})]
-        [5, 1]
+        >>> [(g.n_labels, g.reason) for g in analyze_channel_groups(net, "forward", (torch.zeros(2, 3),), {})]
+        [(5, ''), (1, 'channels reach the traced output')]
     """
-    tp = _tp()
-    graph, out_fns = graph_and_outputs or build_dependency_graph(model, entry_point, args, kwargs)
-    names = graph._module2name
-    groups: List[ChannelGroup] = []
-    with frozen_index_mapping(graph):
-        all_groups = list(graph.get_all_groups())
-    for group in all_groups:
-        root_node = group[0].dep.target
-        root = root_node.module
-        n = len(group[0].idxs)
-        cg = ChannelGroup(root_name=names[root], n_channels=n)
-        reasons = []
-        coverage: Dict[str, Tuple[Optional[int], set, set]] = {}
-        for item in group.items:
-            dep, idxs = item.dep, item.idxs
-            node = dep.target
-            module = node.module
-            pruner = graph.get_pruner_of_module(module) if isinstance(module, nn.Module) else None
-            is_in = pruner is not None and dep.handler == pruner.prune_in_channels \
-                and dep.handler != pruner.prune_out_channels
-            is_dw = node.type == tp.ops.OPTYPE.DEPTHWISE_CONV
-            reason = _unsafe_reason(graph, node, out_fns, reads_only=is_in)
-            if reason:
-                reasons.append(reason)
-            if not isinstance(module, nn.Module) or module not in names:
-                continue
-            key = f"{names[module]}:{'in' if is_in else 'out'}"
-            cg.members.append(key)
-            root_idxs = getattr(item, "root_idxs", None) or list(idxs)
-            size = graph.get_in_channels(module) if is_in else graph.get_out_channels(module)
-            entry = coverage.setdefault(key, (size, set(), set()))
-            entry[1].update(int(i) for i in idxs)
-            entry[2].update(int(i) for i in root_idxs)
-            if (is_in or is_dw) and isinstance(module, (nn.modules.conv._ConvNd, nn.Linear)):
-                cg.consumers.append(ConsumerSlot(names[module], np.asarray(idxs, dtype=np.int64),
-                                                 np.asarray(root_idxs, dtype=np.int64)))
-        if n < 2:
-            reasons.append(f"only {n} channel")
-        if n > max_prunable_labels:
-            reasons.append(f"{n} channels > max_prunable_labels={max_prunable_labels}")
-        if not cg.consumers and not reasons:
-            reasons.append("no conv/linear consumes these channels")
-        if reasons:
-            cg.prunable, cg.reason = False, reasons[0]
-        cg.segments, cg.segment_sources = _segments(n, coverage)
-        groups.append(cg)
+    trace = graph_and_outputs if graph_and_outputs is not None else \
+        build_dependency_graph(model, entry_point, args, kwargs)
     order = {name: i for i, (name, _) in enumerate(model.named_modules())}
-    return sorted(groups, key=lambda g: order.get(g.root_name, len(order)))
+    roots = trace.uf.roots()
+    n_atoms = roots.size
+    if not n_atoms:
+        return []
+    # a label is fixed when any of its atoms is: keep the first reason
+    big = np.iinfo(np.int64).max
+    reason_of = np.full(n_atoms, big, dtype=np.int64)
+    fixed = trace.fixed >= 0
+    np.minimum.at(reason_of, roots[fixed], trace.fixed[fixed])
+    # groups: labels joined by sharing a producing layer or a layer that passes them through (a BatchNorm
+    # or depthwise convolution after a concatenation holds all of its sources: one group, one segment each)
+    has_out = np.zeros(n_atoms, dtype=bool)
+    guf = LabelUnionFind()
+    guf.new(n_atoms)
+    for start, count, kind, _owner in trace.atom_ranges:
+        if kind == "out" and count:
+            r = roots[start:start + count]
+            has_out[r] = True
+            guf.union(np.repeat(r[:1], count - 1), r[1:])
+    for rec in trace.units.values():
+        if rec.kind in _THROUGH_KINDS:
+            r = roots[rec.in_positions[rec.in_positions >= 0]]
+            if r.size > 1:
+                guf.union(np.repeat(r[:1], r.size - 1), r[1:])
+    group_root = guf.roots()
+    group_of = lambda labels: group_root[labels]  # noqa: E731
+    labels_all = np.unique(roots)
+    grp_of_labels = group_of(labels_all)
+    producer_groups = set(group_of(labels_all[has_out[labels_all]]).tolist())
+    labels_all, grp_of_labels = labels_all[np.isin(grp_of_labels, list(producer_groups))], \
+        grp_of_labels[np.isin(grp_of_labels, list(producer_groups))]
+    n_in_group = dict(zip(*np.unique(grp_of_labels, return_counts=True)))
+    # root: the first producer or depthwise layer (module order) holding every label of the group, else the
+    # first producer
+    candidates = sorted((rec for rec in trace.units.values() if rec.out_atoms.size or rec.kind == "dw"),
+                        key=lambda r: (order.get(r.name, len(order)), r.name))
+    group_root_unit: Dict[int, Any] = {}
+    fallback: Dict[int, Any] = {}
+    for rec in candidates:
+        atoms = rec.out_atoms if rec.out_atoms.size else rec.in_positions
+        lab = roots[atoms[atoms >= 0]]
+        if not lab.size:
+            continue
+        g = int(group_of(lab[:1])[0])
+        if g not in producer_groups:
+            continue
+        if rec.out_atoms.size:
+            fallback.setdefault(g, rec)
+        if g not in group_root_unit and np.unique(lab).size == n_in_group.get(g, -1) and \
+                (group_of(lab) == g).all():
+            group_root_unit[g] = rec
+    for g, rec in fallback.items():
+        group_root_unit.setdefault(g, rec)
+    # label order inside a group: by the root layer's channel, then by label id
+    local = np.full(n_atoms, -1, dtype=np.int64)
+    key = np.full(n_atoms, big, dtype=np.int64)
+    for g, rec in group_root_unit.items():
+        atoms = rec.out_atoms if rec.out_atoms.size else rec.in_positions
+        lab = roots[atoms[atoms >= 0]]
+        np.minimum.at(key, lab, np.arange(lab.size, dtype=np.int64))
+    members_by_group: Dict[int, np.ndarray] = {}
+    for g in group_root_unit:
+        labs = labels_all[grp_of_labels == g]
+        labs = labs[np.lexsort((labs, key[labs]))]
+        local[labs] = np.arange(labs.size)
+        members_by_group[g] = labs
+    slots = _group_members(trace, roots, group_of, local)
+    param_shapes = {name: shape for name, (_, shape) in trace.params.items()}
+    groups: List[ChannelGroup] = []
+    for g, rec in group_root_unit.items():
+        labs = members_by_group[g]
+        n = int(labs.size)
+        group_slots = []
+        reasons = []
+        first_reason = int(reason_of[labs].min()) if n else big
+        if first_reason != big:
+            reasons.append(trace.reasons[first_reason])
+        for slot in slots.get(g, []):
+            if slot.role == "param":
+                shaped = _param_slot(slot, param_shapes[slot.name])
+                if shaped is None:
+                    reasons.append(f"parameter {slot.name!r} would lose a part that is not whole slices")
+                    continue
+                slot = shaped
+            group_slots.append(slot)
+        root_role = "out" if rec.out_atoms.size else "through"
+        root_slot = next(s for s in group_slots if s.name == rec.name and s.role == root_role)
+        width = int(np.bincount(root_slot.labels, minlength=n).max()) if n else 0
+        n_channels = int(rec.out_atoms.size) if rec.out_atoms.size else rec.in_size * rec.multiplier
+        consumers = [ConsumerSlot(s.name, s.positions, s.labels) for s in group_slots if s.role == "in"]
+        if n < 2:
+            reasons.append(f"only {n} channel" if width <= 1 else f"only {n} label")
+        if n > max_prunable_labels:
+            reasons.append(f"{n} labels > max_prunable_labels={max_prunable_labels}")
+        if not consumers and not reasons:
+            reasons.append("no conv/linear consumes these channels")
+        cg = ChannelGroup(root_name=rec.name, n_labels=n, n_channels=n_channels, width=width,
+                          members=[f"{s.name}:{s.role}" for s in group_slots], slots=group_slots,
+                          consumers=consumers, prunable=not reasons, reason=reasons[0] if reasons else "")
+        cg.segments, cg.segment_sources = _segments(n, group_slots)
+        cg.split_owners = sorted(o for o in trace.split_owners
+                                 if any(s.name.startswith(o + ".") for s in group_slots))
+        groups.append(cg)
+    return sorted(groups, key=lambda c: order.get(c.root_name, len(order)))
 
 
-def named_modules_dict(model: nn.Module) -> Dict[str, nn.Module]:
-    """``dict(model.named_modules())`` (helper kept here so callers share one definition)."""
-    return dict(model.named_modules())
-
-
-def root_pruner(graph, module: nn.Module) -> Callable:
-    """torch-pruning's out-channel pruning function for a group root."""
-    return graph.get_pruner_of_module(module).prune_out_channels
+def _segments(n: int, slots: List[MemberSlot]) -> Tuple[np.ndarray, List[str]]:
+    """Segments of a group's labels and the layer dimensions behind each (see ``segments_from_layer_channels``)."""
+    whole = []
+    for s in slots:
+        if s.positions.size >= s.size and s.role != "param":
+            whole.append((f"{s.name}:{s.role}", frozenset(s.labels.tolist())))
+    segments = segments_from_layer_channels(n, [labels for _, labels in whole])
+    if segments.max(initial=0) == 0:
+        return segments, []
+    sources = []
+    for seg in range(int(segments.max()) + 1):
+        chans = frozenset(np.flatnonzero(segments == seg).tolist())
+        exact = [k for k, c in whole if c == chans]
+        exact = [k for k in exact if k.endswith(":out")] or exact
+        sources.append(", ".join(dict.fromkeys(exact)) or "(part of " + " & ".join(
+            dict.fromkeys(k for k, c in whole if chans <= c and len(c) < n)) + ")")
+    return segments, sources

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from conftest import ResidualNet, mse_loss
-from sparsify_torch.channels import (TopKPruningLabelSelector, calibrate_model_for_pruning,
-                                     get_labels_for_uniform_pruning, prune_model)
+from sparsify_torch.channels import (TopKPruningLabelSelector, calibrate_and_prune_model_equal,
+                                     calibrate_model_for_pruning, get_labels_for_uniform_pruning, prune_model)
 from sparsify_torch.channels.metrics import count_macs, count_params
 
 
@@ -128,3 +128,136 @@ def test_model_that_does_not_match_info(residual_net, batches):
         prune_model(residual_net, {}, [0])
     with pytest.raises(TypeError, match="model must be a torch.nn.Module, got NoneType"):
         prune_model(None, info, [0])
+
+
+# --- transactional surgery ---------------------------------------------------------------------------------
+def full_state(model):
+    """Everything a restore must bring back: tensors (values and identity) and size attributes."""
+    sizes = {name: tuple(getattr(m, a) for a in ("in_channels", "out_channels", "groups", "num_features",
+                                                  "in_features", "out_features") if hasattr(m, a))
+             for name, m in model.named_modules()}
+    tensors = {k: (v, v.detach().clone()) for k, v in list(model.named_parameters()) + list(model.named_buffers())}
+    return sizes, tensors
+
+
+def assert_restored(model, saved):
+    sizes, tensors = saved
+    now_sizes, now = full_state(model)
+    assert now_sizes == sizes and now.keys() == tensors.keys()
+    for k, (obj, value) in tensors.items():
+        assert now[k][0] is obj and torch.equal(now[k][1], value), k
+
+
+def test_a_failure_inside_surgery_leaves_the_model_bit_identical(residual_net, batches, monkeypatch):
+    import sparsify_torch.channels.surgery as surgery
+
+    info = calibrate_model_for_pruning(residual_net, batches, mse_loss)
+    labels = get_labels_for_uniform_pruning(info, 0.5)
+    saved = full_state(residual_net)
+    calls = []
+    real = surgery.remove_channels
+
+    def failing(module, **kwargs):
+        calls.append(module)
+        if len(calls) == 4:  # three layers are already cut
+            raise RuntimeError("planted failure")
+        return real(module, **kwargs)
+
+    monkeypatch.setattr(surgery, "remove_channels", failing)
+    with pytest.raises(RuntimeError, match="planted failure"):
+        prune_model(residual_net, info, labels)
+    assert len(calls) == 4
+    assert_restored(residual_net, saved)
+    monkeypatch.setattr(surgery, "remove_channels", real)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        expected = residual_net(x)
+    pruned = prune_model(residual_net, info, labels)  # the restored model prunes normally
+    assert pruned.conv1.out_channels == 3 and pruned(x).shape == expected.shape
+
+
+class HardCoded(nn.Module):
+    """A block that writes its channel count into a reshape: pruning ``a`` breaks it."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        b, _, height, width = h.shape
+        return h.reshape(b, 8, -1).reshape(b, 8, height, width)
+
+
+class WithHardCoded(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = HardCoded()
+        self.b = nn.Conv2d(8, 4, 1)
+        self.c = nn.Conv2d(3, 6, 1)
+        self.d = nn.Conv2d(6, 4, 1)
+
+    def forward(self, x):
+        return self.b(self.block(x)) + self.d(torch.relu(self.c(x)))
+
+
+def test_a_broken_pruned_model_is_restored_and_named():
+    from sparsify_torch.channels import PruningCheckError
+
+    torch.manual_seed(0)
+    net = WithHardCoded().eval()
+    data = [torch.randn(1, 3, 4, 4)]
+    info = calibrate_model_for_pruning(net, data, mse_loss)
+    assert [(g.root_name, g.prunable) for g in info.groups] == [("block.a", True), ("b", False), ("c", True)]
+    saved = full_state(net)
+    with pytest.raises(PruningCheckError, match=r"the pruned model fails in 'block' \(RuntimeError: .*\) after "
+                                                r"pruning channel group 0 \(root 'block.a'\); the model was restored "
+                                                r"unchanged"):
+        prune_model(net, info, get_labels_for_uniform_pruning(info, 0.5))
+    assert_restored(net, saved)
+    copy_of = prune_model(net, info, [12, 13], inplace=False)  # group "c" alone is fine
+    assert copy_of.c.out_channels == 4 and net.c.out_channels == 6
+
+
+def test_the_one_call_api_leaves_a_breaking_group_out_and_says_so():
+    torch.manual_seed(0)
+    net = WithHardCoded().eval()
+    with pytest.warns(UserWarning, match=r"channel group 0 \(root 'block.a'\) left unpruned, pruning it breaks the "
+                                         r"model in 'block': RuntimeError"):
+        pruned = calibrate_and_prune_model_equal(net, [torch.randn(1, 3, 4, 4)], mse_loss, pruning_ratio=0.5)
+    assert (pruned.block.a.out_channels, pruned.c.out_channels) == (8, 3)
+
+
+def test_a_wrong_channel_map_is_caught_by_the_output_check(residual_net, batches):
+    """Corrupt what calibration learned (conv2 reads two channels swapped): the numbers differ, nothing is kept."""
+    import dataclasses
+
+    from sparsify_torch.channels import PruningCheckError
+
+    info = calibrate_model_for_pruning(residual_net, batches, mse_loss)
+    group = info.groups[0]
+    slots = list(group.slots)
+    i = next(k for k, s in enumerate(slots) if s.name == "conv2" and s.role == "in")
+    wrong = slots[i].labels.copy()
+    wrong[[0, 5]] = wrong[[5, 0]]
+    slots[i] = dataclasses.replace(slots[i], labels=wrong)
+    group.slots = slots
+    saved = full_state(residual_net)
+    with pytest.raises(PruningCheckError, match=r"not equivalent to the original with the pruned channels zeroed: "
+                                                r"output 0 differs .* the first layer that differs is 'conv2', holding "
+                                                r"channel group 0 \(root 'conv1'\)"):
+        prune_model(residual_net, info, [0])
+    assert_restored(residual_net, saved)
+
+
+def test_inplace_and_copy(residual_net, batches):
+    info = calibrate_model_for_pruning(residual_net, batches, mse_loss)
+    labels = get_labels_for_uniform_pruning(info, 0.5)
+    saved = full_state(residual_net)
+    copy_of = prune_model(residual_net, info, labels, inplace=False)
+    assert copy_of is not residual_net and copy_of.conv1.out_channels == 3
+    assert_restored(residual_net, saved)
+    assert prune_model(residual_net, info, labels, inplace=True) is residual_net
+    assert residual_net.conv1.out_channels == 3
+    with pytest.raises(TypeError, match="check must be a bool, got 1"):
+        prune_model(residual_net, info, [], check=1)
