@@ -190,6 +190,10 @@ def ours_vs_torch_pruning(names, ratio: float = 0.5) -> str:
     for name in names:
         torch.manual_seed(0)
         base = torchvision.models.__dict__[name](weights=None).eval()
+        head = getattr(getattr(base, "heads", None), "head", None)
+        if head is not None:      # vit: torchvision zero-initialises the head, so no loss would see any channel
+            with torch.no_grad():
+                head.weight.normal_(std=0.02, generator=torch.Generator().manual_seed(0))
         x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
         calib = [torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(1))]
         macs0, params0 = count_macs(base, x), count_params(base)
