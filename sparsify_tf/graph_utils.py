@@ -29,7 +29,7 @@ __all__ = [
     "PRUNABLE_OP_TYPES", "PrunableInput", "clean_tensor_name", "is_prunable_op", "get_prunable_ops_and_inputs",
     "get_ops_and_inputs_by_name_or_regex", "prunable_input_of", "trace_variable_name", "get_tensor_var",
     "check_graph_editable", "check_global_step", "global_step_tensor", "v1_cond", "replace_op_input",
-    "in_variable_creation_order",
+    "in_variable_creation_order", "unmaskable_weight_uses",
 ]
 
 tf1 = tf.compat.v1
@@ -184,6 +184,62 @@ def in_variable_creation_order(graph: tf.Graph, var_names: Sequence[str]) -> lis
     """
     index = {v.op.name: i for i, v in enumerate(graph.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES))}
     return sorted(dict.fromkeys(var_names), key=lambda n: index.get(n, len(index)))
+
+
+#: What a weight passes through on its way to a compute op, when graph mode cannot mask it there.
+_UNMASKABLE = {
+    "Switch": "it is read inside tf.cond (control flow v1)",
+    "Enter": "it is read inside tf.while_loop (control flow v1)",
+    "If": "it is read inside tf.cond (control flow v2)", "StatelessIf": "it is read inside tf.cond (control flow v2)",
+    "While": "it is read inside tf.while_loop (control flow v2)",
+    "StatelessWhile": "it is read inside tf.while_loop (control flow v2)",
+    "PartitionedCall": "it is read inside a tf.function", "StatefulPartitionedCall": "it is read inside a tf.function",
+    "ConcatV2": "it is one partition of a partitioned variable", "Concat": "it is one partition of a partitioned variable",
+    "ExpandDims": "it is reshaped (ExpandDims, e.g. by Conv1D) before the op reads it",
+    "Reshape": "it is reshaped before the op reads it",
+    "GatherV2": "it is read by an embedding lookup (gather)", "ResourceGather": "it is read by an embedding lookup (gather)",
+    "Gather": "it is read by an embedding lookup (gather)",
+}
+_PASS_THROUGH = ("Identity", "ReadVariableOp", "Cast")
+
+
+def unmaskable_weight_uses(graph: tf.Graph) -> dict[str, str]:
+    """Trainable weights (2-D or more) that no prunable op reads directly, with why graph mode cannot mask them.
+
+    Graph mode masks a weight where a MatMul/Conv op reads it; a weight that
+    reaches its op through control flow, a partition concat, a reshape or a
+    gather would be left dense without a word, so :func:`sparsify_tf.prune_graph`
+    names these in a warning.
+
+    Example:
+        >>> g = tf.Graph()
+        >>> with g.as_default():
+        ...     x = tf.compat.v1.placeholder(tf.float32, [2, 5, 3])
+        ...     k = tf.compat.v1.get_variable("conv1d/kernel", [2, 3, 4])
+        ...     y = tf.compat.v1.nn.conv1d(x, k, 1, "VALID")
+        >>> unmaskable_weight_uses(g)
+        {'conv1d/kernel': 'it is reshaped (ExpandDims, e.g. by Conv1D) before the op reads it'}
+    """
+    prunable = {p.var_name for p in get_prunable_ops_and_inputs(graph)}
+    out: dict[str, str] = {}
+    for var in graph.get_collection(tf1.GraphKeys.TRAINABLE_VARIABLES):
+        name = var.op.name
+        if name in prunable or var.shape.rank is None or var.shape.rank < 2:
+            continue
+        frontier, seen = list(var.op.outputs), set()
+        for _ in range(6):                        # a few hops: handle -> read -> identity -> consumer
+            nxt = []
+            for t in frontier:
+                for consumer in t.consumers():
+                    if consumer.name in seen or "gradients/" in consumer.name or _KS_MARK in consumer.name:
+                        continue
+                    seen.add(consumer.name)
+                    if consumer.type in _UNMASKABLE and name not in out:
+                        out[name] = _UNMASKABLE[consumer.type]
+                    elif consumer.type in _PASS_THROUGH:
+                        nxt.extend(consumer.outputs)
+            frontier = nxt
+    return out
 
 
 def check_graph_editable(graph: tf.Graph) -> None:
