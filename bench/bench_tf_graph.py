@@ -16,8 +16,9 @@ Pruned variants, each in the two ways of running the update:
   baseline).
 
 Same architecture, data and initial weights. In every round each variant of a
-model runs one block of 100 steps (so each block holds exactly one mask
-update), in a rotating order, so machine load hits all variants alike. Per
+model runs 100 steps (from one update point to the next, so each holds exactly
+one mask update), the variants alternating every 10 steps in a rotating order,
+so machine load hits all variants alike. Per
 round the ratio pruned / dense is taken on wall time and on process CPU time;
 reported are the medians over rounds and the spread (min-max) of the wall
 ratios, with the load average. Use the CPU ratio to compare designs on a busy
@@ -44,7 +45,8 @@ import sparsify_tf  # noqa: E402
 
 tf1 = tf.compat.v1
 IN, HID, OUT, BATCH = 784, 512, 10, 128
-BLOCK = 100          # steps per timed block = pruning_frequency: one mask update per block
+BLOCK = 100          # steps per round and variant = pruning_frequency: one mask update each
+CHUNK = 10           # variants alternate every CHUNK steps within a round
 THREADS = 2
 
 
@@ -130,17 +132,22 @@ def run_model(arch: str, mode: str, rounds: int, data) -> dict:
     cpu = {k: [] for k in names}
     loads = []
     for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for k in order:
-            # each block: from one update point (exclusive) to the next (inclusive)
+        for k in names:               # each round: from one update point (exclusive) to the next (inclusive)
             pad = (-steps[k]) % BLOCK
             if pad:
                 time_block(variants[k], data, pad, steps[k])
                 steps[k] += pad
-            w, c = time_block(variants[k], data, BLOCK, steps[k])
-            steps[k] += BLOCK
-            wall[k].append(w / BLOCK)
-            cpu[k].append(c / BLOCK)
+        acc = {k: [0.0, 0.0] for k in names}
+        for c in range(BLOCK // CHUNK):        # variants alternate every CHUNK steps: load hits them alike
+            order = names[(r + c) % len(names):] + names[:(r + c) % len(names)]
+            for k in order:
+                w, cp = time_block(variants[k], data, CHUNK, steps[k])
+                steps[k] += CHUNK
+                acc[k][0] += w
+                acc[k][1] += cp
+        for k in names:
+            wall[k].append(acc[k][0] / BLOCK)
+            cpu[k].append(acc[k][1] / BLOCK)
         loads.append(os.getloadavg()[0])
     out = {"arch": arch, "mode": mode, "load": float(np.median(loads)), "rounds": rounds}
     for k in ("weights", "inputs"):
@@ -172,7 +179,8 @@ def main(argv=None) -> str:
                   f"(cpu {r['weights']['cpu_ratio']:.3f}x), inputs {r['inputs']['ratio']:.3f}x "
                   f"(cpu {r['inputs']['cpu_ratio']:.3f}x), load {r['load']:.1f}", flush=True)
     lines = [f"Batch {BATCH}, Momentum 0.9, 90% target, pruning_frequency={BLOCK}, {THREADS} intra-op threads. "
-             f"Per round, each variant runs one block of {BLOCK} steps (one mask update each), in rotating order; "
+             f"Per round, each variant runs {BLOCK} steps (one mask update each), the variants alternating every "
+             f"{CHUNK} steps in rotating order; "
              "ratios are per round against the dense block of the same round, median over rounds "
              "(spread: min-max of the wall ratios). CPU = process CPU time. Pruned weights were exactly zero "
              "after the timed steps in every pruned variant: "
