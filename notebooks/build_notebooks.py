@@ -1,18 +1,35 @@
-"""Generate the tutorial notebooks (without outputs) from the cell sources below.
+"""Generate the tutorial notebooks from the cell sources below, run them, and save them with their outputs.
 
 Run ``python notebooks/build_notebooks.py`` after editing a notebook's cells
-here; ``tests/test_notebooks.py`` checks the committed ``.ipynb`` files are
-what this script writes, then executes them.
+here: it writes each notebook, executes it in a fresh ``python3`` kernel (in
+a temporary directory, so the files the notebooks write stay out of the
+repository) and saves it with the outputs of that real run, figures
+included. ``--no-execute`` writes the cells only. ``tests/test_notebooks.py``
+checks the committed ``.ipynb`` files hold these cells and outputs (an image
+for every plot cell, no TensorFlow start-up noise, no deprecation warnings),
+then executes them again.
 """
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
+#: Cells of this kind end with a plot call; their output must hold an image.
+PLOT = "plot"
+#: Seconds one cell may run.
+CELL_TIMEOUT = 600
+
+#: Importing TensorFlow prints native start-up lines (absl, CUDA probes) on stderr that no environment
+#: variable hides; this helper imports it with them silenced.
+TF_IMPORT = """\
+from sparsify.cli.frameworks import import_tensorflow
+tf = import_tensorflow()          # `import tensorflow as tf`, without its native start-up lines on stderr"""
 
 SETUP = """\
 import os
@@ -33,8 +50,7 @@ The seed functions (`get_or_create_ks_scheduled_graph_ops`, `apply_op_vars_masks
 TensorFlow 2.x graphs in `tf.compat.v1` mode. The masks are computed by the framework-neutral core,
 so the same weights give the same masks in Keras and PyTorch."""),
     ("code", SETUP),
-    ("code", """\
-import tensorflow as tf
+    ("code", TF_IMPORT + """
 import sparsify_tf
 tf1 = tf.compat.v1
 
@@ -94,7 +110,7 @@ with g2.as_default():
 original = sess.run(logits, {x: data.x_test})
 print("max |difference| between training and exported graph:", float(np.abs(exported - original).max()))
 assert np.allclose(exported, original, atol=1e-5)"""),
-    ("code", """\
+    (PLOT, """\
 from sparsify.layout import tf_to_canonical
 from sparsify.cli.plots import plot_mask
 fc1 = sess.run(kernels["fc1"])                 # TF layout (in, out); the core's layout is (out, in)
@@ -110,8 +126,7 @@ NOTEBOOKS["02_keras_callback.ipynb"] = [
 optimizer slots) at zero after every step. The same code runs with `tf_keras` and with `keras` 3;
 the model decides which one is used."""),
     ("code", SETUP),
-    ("code", """\
-import tensorflow as tf
+    ("code", TF_IMPORT + """
 import keras, tf_keras
 from sparsify import PruningConfig
 from sparsify_tf.keras import PruningCallback, strip_pruning
@@ -143,7 +158,7 @@ for name, kernels in results.items():
     for layer, k in kernels.items():
         assert abs((k == 0).mean() - 0.75) < 1e-3, (name, layer)
 print("both flavours: every kernel exactly 75% zeros")"""),
-    ("code", """\
+    (PLOT, """\
 from sparsify.cli.plots import plot_layer_sparsity
 plot_layer_sparsity({f"{n}: {l}": float((k == 0).mean()) for n, ks in results.items() for l, k in ks.items()},
                     target=0.75)"""),
@@ -167,7 +182,7 @@ torch.manual_seed(0)
 
 model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
 config = PruningConfig(target_sparsity=0.5, pattern="2:4", start_step=0, end_step=50, pruning_frequency=10)
-pruner = sparsify_torch.prune(model, config)
+pruner = sparsify_torch.prune(model, config, log_dir="runs/torch_tb")   # TensorBoard scalars, as Keras' log_dir=
 print(model[0])                                  # a ParametrizedLinear holding a MaskParametrization
 opt = torch.optim.Adam(model.parameters(), lr=0.01)
 x, y = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
@@ -187,14 +202,29 @@ print((w.reshape(64, -1, 4) != 0).sum(-1).min(), (w.reshape(64, -1, 4) != 0).sum
 pruner.remove()                                   # bake the masks into plain parameters
 torch.save(model.state_dict(), "pruned_torch.pt")
 from sparsify.cli import main as sparsify_command        # the `sparsify` command, in-process
-sparsify_command(["report", "pruned_torch.pt", "--pattern", "2:4"])"""),
+assert sparsify_command(["report", "pruned_torch.pt", "--pattern", "2:4"]) == 0"""),
+    ("code", """\
+# what TensorBoard shows (`tensorboard --logdir runs/torch_tb`): sparsity/total and one scalar per weight
+from sparsify_torch.tensorboard import read_scalars
+for tag, points in read_scalars("runs/torch_tb").items():
+    print(f"{tag:14s}", points)"""),
+    ("code", """\
+# ship it: a compressed state_dict (packed bitmask + values), dense vs sparse bytes, and the 2:4 check
+# torch.sparse.to_sparse_semi_structured needs (here without a GPU)
+assert sparsify_command(["export", "pruned_torch.pt", "--out", "pruned_torch.sparse.pt", "--overwrite"]) == 0
+from sparsify_torch.export import load_compressed_state_dict
+fresh = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+fresh.load_state_dict(load_compressed_state_dict("pruned_torch.sparse.pt"))
+assert torch.equal(fresh(x[:8]), model(x[:8]))"""),
+    (PLOT, """\
+from sparsify.cli.plots import plot_schedule
+plot_schedule(config, steps=80)"""),
     ("md", """\
 ## Parity with the TensorFlow graph path
 
 Load the same dense weights into a `tf.compat.v1` graph (Dense kernels are `(in, out)`, the transpose
 of torch's `(out, in)`), prune both with the same one-shot config for several patterns and compare."""),
-    ("code", """\
-import tensorflow as tf
+    ("code", TF_IMPORT + """
 import sparsify_tf
 tf1 = tf.compat.v1
 
@@ -220,7 +250,7 @@ def tf_masks(weights, cfg):
 rng = np.random.default_rng(0)
 weights = [rng.normal(size=(32, 64)).astype(np.float32), rng.normal(size=(16, 32)).astype(np.float32)]
 for pattern, sp, scope in [("1x1", 0.9, "local"), ("4x1", 0.75, "local"), ("2:4", 0.5, "local"),
-                           ("channelx1", 0.5, "local"), ("1x1", 0.8, "global")]:
+                           ("1xchannel", 0.5, "local"), ("1x1", 0.8, "global")]:
     cfg = PruningConfig(target_sparsity=sp, pattern=pattern, pruning_scope=scope, start_step=0, end_step=0)
     same = all(np.array_equal(a, b) for a, b in zip(torch_masks(weights, cfg), tf_masks(weights, cfg)))
     print(f"{pattern:10s} {scope:6s} {sp:.2f}  identical masks: {same}")
@@ -250,6 +280,7 @@ loader = [(images[i:i + 4], labels[i:i + 4]) for i in range(0, 8, 4)]     # two 
 loss_fn = lambda out, batch: torch.nn.functional.cross_entropy(out, batch[1])
 example = images[:1]
 before = {"params": count_params(model), "MACs": count_macs(model, example)}
+channels_before = {n: m.out_channels for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)}
 with torch.no_grad():
     ref = model(example)
 print(before)"""),
@@ -265,23 +296,68 @@ with torch.no_grad():
     out = small.eval()(example)
 assert out.shape == ref.shape and after["MACs"] < before["MACs"] and after["params"] < before["params"]"""),
     ("code", """\
-# a plain module: it saves and loads like any torch model (here the whole module, as it has a new shape)
+# save the smaller model without pickling code: its state_dict, the new layer widths and the constructor
+from sparsify_torch.channels.serialization import save_pruned_model, load_pruned_model
 print(small.layer1[0].conv1)
-torch.save(small.state_dict(), "resnet18_pruned.pt")
-from sparsify.cli.report import build_report
+save_pruned_model(small, "resnet18_pruned.pt", "torchvision.models:resnet18", num_classes=10)
+print(sorted(torch.load("resnet18_pruned.pt", weights_only=True)))       # tensors, strings and ints only
+
+again = load_pruned_model("resnet18_pruned.pt").eval()      # rebuilds resnet18(num_classes=10), then narrows it
+with torch.no_grad():
+    assert torch.equal(again(example), small(example))
+print("reloaded:", again.layer1[0].conv1, {"params": count_params(again)})
+from sparsify.cli.report import build_report                  # `sparsify report resnet18_pruned.pt` reads it too
 print(build_report("resnet18_pruned.pt").totals(weights_only=True))"""),
+    (PLOT, """\
+# the fraction of output channels each convolution lost (the model was pruned in place: `small is model`)
+from sparsify.cli.plots import plot_layer_sparsity
+channels_after = {n: m.out_channels for n, m in small.named_modules() if isinstance(m, torch.nn.Conv2d)}
+plot_layer_sparsity({n: 1 - channels_after[n] / channels_before[n] for n in channels_before}, target=0.5,
+                    title="ResNet-18: output channels removed per conv")"""),
 ]
 
 
-def build(out_dir: Path = HERE) -> list[Path]:
-    """Write every notebook; returns their paths."""
+def _cell(kind: str, src: str):
+    if kind == "md":
+        return new_markdown_cell(src)
+    cell = new_code_cell(src)
+    if kind == PLOT:
+        cell.metadata["tags"] = [PLOT]
+    return cell
+
+
+def notebook(name: str):
+    """The notebook ``name`` built from its cells (no outputs)."""
+    nb = new_notebook(cells=[_cell(kind, src) for kind, src in NOTEBOOKS[name]],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                                "language_info": {"name": "python"}})
+    for i, cell in enumerate(nb.cells):      # stable ids: regenerating gives identical sources
+        cell["id"] = f"{Path(name).stem[:2]}-{i:02d}"
+    return nb
+
+
+def execute(nb, workdir: str | os.PathLike) -> None:
+    """Run ``nb`` in place in a fresh ``python3`` kernel whose working directory is ``workdir``.
+
+    The kernel inherits ``TF_CPP_MIN_LOG_LEVEL=2`` and a ``PATH`` that starts
+    with this interpreter's directory (its ``sparsify`` command).
+    """
+    from nbclient import NotebookClient
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
+                   resources={"metadata": {"path": os.fspath(workdir)}}).execute()
+
+
+def build(out_dir: Path = HERE, run: bool = True) -> list[Path]:
+    """Write every notebook (executed, with its outputs, unless ``run`` is False); returns their paths."""
     paths = []
-    for name, cells in NOTEBOOKS.items():
-        nb = new_notebook(cells=[new_markdown_cell(src) if kind == "md" else new_code_cell(src) for kind, src in cells],
-                          metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                                    "language_info": {"name": "python"}})
-        for i, cell in enumerate(nb.cells):      # stable ids: regenerating gives identical files
-            cell["id"] = f"{Path(name).stem[:2]}-{i:02d}"
+    for name in NOTEBOOKS:
+        nb = notebook(name)
+        if run:
+            with tempfile.TemporaryDirectory() as work:
+                execute(nb, work)
         path = out_dir / name
         nbformat.write(nb, path)
         paths.append(path)
@@ -289,5 +365,6 @@ def build(out_dir: Path = HERE) -> list[Path]:
 
 
 if __name__ == "__main__":
-    for p in build(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE):
+    args = [a for a in sys.argv[1:] if a != "--no-execute"]
+    for p in build(Path(args[0]) if args else HERE, run="--no-execute" not in sys.argv[1:]):
         print(p)

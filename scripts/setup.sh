@@ -1,10 +1,35 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install sparsify with every extra. Idempotent.
+# Create .venv and install sparsify with every extra. Idempotent, and it heals:
+# - a .venv made by a Python older than 3.11 (or whose Python is gone) is moved aside to
+#   .venv.old and rebuilt with $PYTHON (default python3);
+# - the package is (re)installed only when setup.cfg, pyproject.toml or this script changed
+#   since the last successful install, or the installed package is not this checkout's
+#   (a stamp in .venv records what was installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+MIN='(3, 11)'
+new_enough() { "$1" -c "import sys; sys.exit(0 if sys.version_info[:2] >= $MIN else 1)" >/dev/null 2>&1; }
+
+if ! new_enough "$PY"; then
+  echo "setup: $PY is missing or older than Python 3.11; run with PYTHON=/path/to/python3.11 or newer" >&2
+  exit 1
+fi
+if [ -e .venv ] && ! new_enough .venv/bin/python; then
+  old=$(.venv/bin/python -V 2>&1 || echo "a Python that no longer runs")
+  echo "setup: .venv was made by $old; moving it to .venv.old and rebuilding it with $("$PY" -V 2>&1)" >&2
+  rm -rf .venv.old            # the previous copy this script moved aside, if any
+  mv .venv .venv.old
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
+fi
+
+STAMP=.venv/.sparsify-setup
+WANT="$(cat setup.cfg pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1) $PWD"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && \
+   .venv/bin/python -c "import os, sys, sparsify; sys.exit(os.path.dirname(os.path.abspath(sparsify.__file__)) != os.path.abspath('sparsify'))" >/dev/null 2>&1; then
+  exit 0                      # nothing changed since the last install
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[all,test]"
@@ -13,3 +38,4 @@ fi
 if .venv/bin/python -m pip show -q triton >/dev/null 2>&1; then
   .venv/bin/python -m pip uninstall -y -q triton
 fi
+echo "$WANT" > "$STAMP"

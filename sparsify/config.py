@@ -25,8 +25,10 @@ from typing import Any, Mapping
 from .criteria import CRITERIA
 from .patterns import BLOCK_REDUCTIONS, get_pattern
 from .schedules import Schedule, ScheduleSettings, build_schedule, registered_schedules, schedule_kind
+from .yaml_io import load_yaml_mapping, yaml_loader  # re-exported: sparsify.config.yaml_loader stays importable
 
-__all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES", "yaml_loader", "load_yaml_mapping"]
+__all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES", "DEFAULT_TARGET_SPARSITY", "default_target_sparsity",
+           "yaml_loader", "load_yaml_mapping"]
 
 SCOPES = ("global", "local")
 
@@ -38,63 +40,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def yaml_loader():
-    r"""A ``yaml.SafeLoader`` without YAML 1.1's base-60 numbers.
+#: The target sparsity when a config gives none (lowered to a pattern's maximum, e.g. N/M for "N:M").
+DEFAULT_TARGET_SPARSITY = 0.9
 
-    Plain ``yaml.safe_load`` reads an unquoted ``pattern: 2:4`` as the integer
-    124; with this loader it stays the string ``"2:4"``. Everything else
-    (ints, floats, booleans, no Python objects) loads as with ``safe_load``.
+
+def default_target_sparsity(pattern: Any = "1x1") -> float:
+    """The target when none is given: 0.9, or the pattern's maximum if lower (N/M for ``"N:M"``).
+
+    One rule for the API, YAML files and the command line.
 
     Example:
-        >>> import yaml
-        >>> yaml.load("pattern: 2:4\nend_step: 1_000", Loader=yaml_loader())
-        {'pattern': '2:4', 'end_step': 1000}
+        >>> default_target_sparsity("4x1"), default_target_sparsity("2:4"), default_target_sparsity("1:4")
+        (0.9, 0.5, 0.25)
     """
-    import re
-
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.yaml_implicit_resolvers = {
-        ch: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-        for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:int",
-        re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-        list("-+0123456789"))
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
-                   r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-        list("-+0123456789."))
-    return Loader
-
-
-def load_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
-    """The config keys of a YAML file (a top-level ``pruning:`` key is unwrapped).
-
-    Raises ``ValueError`` naming the file if it cannot be read, is not YAML
-    or does not hold a mapping.
-    """
-    import yaml
-
-    name = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=yaml_loader())
-    except OSError as e:
-        raise ValueError(f"config file {name!r} cannot be read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ValueError(f"config file {name!r} is not valid YAML: {' '.join(str(e).split())}") from None
-    if data is None:
-        data = {}
-    if isinstance(data, Mapping) and set(data) == {"pruning"}:
-        data = data["pruning"]
-    if not isinstance(data, Mapping):
-        raise ValueError(f"config file {name!r} must hold a mapping of config keys, got {type(data).__name__}")
-    return dict(data)
+    return min(DEFAULT_TARGET_SPARSITY, float(get_pattern(pattern).max_ratio))
 
 
 def _is_int(v: Any) -> bool:
@@ -110,7 +69,8 @@ class PruningConfig:
     """Every pruning setting, validated at construction.
 
     Attributes:
-        target_sparsity: final fraction of pruned weights, in [0, 1) (at most N/M for ``"N:M"``).
+        target_sparsity: final fraction of pruned weights, in [0, 1) (at most N/M for ``"N:M"``);
+            default 0.9, or the pattern's maximum if lower (0.5 for ``"2:4"``).
         pattern: ``"1x1"`` (unstructured); ``"NxM"`` blocks of N rows by M
             columns of the 2-D view ``(out, kernel * in)``; ``"channelxM"``
             all rows by M columns (``"channelx1"`` prunes input columns);
@@ -147,7 +107,7 @@ class PruningConfig:
         2
     """
 
-    target_sparsity: float = 0.9
+    target_sparsity: float | None = None
     pattern: str = "1x1"
     pruning_scope: str = "local"
     start_step: int = 0
@@ -168,6 +128,14 @@ class PruningConfig:
     monotone: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pattern, str):
+            raise TypeError(f"pattern must be a string such as '1x1', '4x1', '1xchannel' or '2:4', got {self.pattern!r}")
+        try:
+            pat = get_pattern(self.pattern)
+        except ValueError as e:
+            raise ValueError(f"pattern: {e}") from None
+        if self.target_sparsity is None:
+            self.target_sparsity = default_target_sparsity(pat)
         for name in ("target_sparsity", "init_sparsity", "max_sparsity_ratio_per_layer",
                      "min_sparsity_ratio_per_layer", "criterion_momentum"):
             self._ratio(name)
@@ -197,12 +165,6 @@ class PruningConfig:
                              f"max_sparsity_ratio_per_layer ({self.max_sparsity_ratio_per_layer})")
         if self.init_sparsity > self.target_sparsity:
             raise ValueError(f"init_sparsity ({self.init_sparsity}) must be <= target_sparsity ({self.target_sparsity})")
-        if not isinstance(self.pattern, str):
-            raise TypeError(f"pattern must be a string such as '1x1', '4x1', 'channelx1' or '2:4', got {self.pattern!r}")
-        try:
-            pat = get_pattern(self.pattern)
-        except ValueError as e:
-            raise ValueError(f"pattern: {e}") from None
         pat.check_ratio(self.target_sparsity, "target_sparsity")      # e.g. at most N/M for "N:M"
 
     # ----- validation helpers ----------------------------------------------------------

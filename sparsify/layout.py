@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["to_2d", "from_2d", "tf_to_canonical", "canonical_to_tf", "TF_LAYOUTS",
+__all__ = ["to_2d", "from_2d", "view_shape", "tf_to_canonical", "canonical_to_tf", "TF_LAYOUTS",
            "conv_transpose_to_canonical", "canonical_to_conv_transpose"]
 
 
@@ -41,6 +41,21 @@ def to_2d(w: np.ndarray) -> np.ndarray:
         return w
     axes = (0, *range(2, w.ndim), 1)
     return np.ascontiguousarray(w.transpose(axes)).reshape(w.shape[0], -1)
+
+
+def view_shape(shape: tuple[int, ...]) -> tuple[int, int]:
+    """Shape of the 2-D view of a canonical ``shape``, without an array.
+
+    Example:
+        >>> view_shape((8, 3, 5, 5)), view_shape((7,))
+        ((8, 75), (1, 7))
+    """
+    shape = tuple(int(d) for d in shape)
+    if len(shape) == 0:
+        raise ValueError("weight must have at least 1 dimension, got a scalar shape ()")
+    if len(shape) == 1:
+        return (1, shape[0])
+    return (shape[0], int(np.prod(shape[1:], dtype=np.int64)))
 
 
 def from_2d(view: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

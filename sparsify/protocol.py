@@ -51,7 +51,7 @@ import numpy as np
 from .config import PruningConfig
 from .engine import PruningEngine
 
-__all__ = ["PruningProtocol", "MaskUpdate", "sparsity_figures", "config_fingerprint", "fingerprint_differences",
+__all__ = ["PruningProtocol", "MaskUpdate", "sparsity_figures", "counted_sparsity_figures", "config_fingerprint", "fingerprint_differences",
            "STATE_VERSION"]
 
 STATE_VERSION = 1
@@ -94,11 +94,20 @@ def sparsity_figures(masks: Arrays, prefix: str = "sparsity") -> dict[str, float
         >>> sparsity_figures({"a": np.array([True, False]), "b": np.array([1.0, 1.0, 0.0, 0.0])})
         {'sparsity': 0.5, 'sparsity/a': 0.5, 'sparsity/b': 0.5}
     """
+    return counted_sparsity_figures({name: (int(np.size(m)) - int(np.count_nonzero(m)), int(np.size(m)))
+                                     for name, m in masks.items()}, prefix)
+
+
+def counted_sparsity_figures(counts: Mapping[str, tuple[int, int]], prefix: str = "sparsity") -> dict[str, float]:
+    """:func:`sparsity_figures` from ``{name: (pruned, size)}`` (e.g. counts summed over ranks).
+
+    Example:
+        >>> counted_sparsity_figures({"a": (1, 2), "b": (0, 2)})
+        {'sparsity': 0.25, 'sparsity/a': 0.5, 'sparsity/b': 0.0}
+    """
     out: dict[str, float] = {}
     pruned = total = 0
-    for name, m in masks.items():
-        n = int(np.size(m))
-        k = n - int(np.count_nonzero(m))
+    for name, (k, n) in counts.items():
         out[f"{prefix}/{name}"] = k / n if n else 0.0
         pruned, total = pruned + k, total + n
     return {prefix: pruned / total if total else 0.0, **out}
@@ -176,9 +185,12 @@ class PruningProtocol:
         self.names: list[str] = self.engine.select_layers(list(shapes), shapes, min_ndim)
         self.shapes: dict[str, tuple[int, ...]] = {n: shapes[n] for n in self.names}
         self.engine.check_layers(self.shapes)
+        #: shapes of the arrays this process passes and holds: the canonical shapes here, the rows of
+        #: a shard in :class:`sparsify.distributed.ShardedPruningProtocol`
+        self.local_shapes: dict[str, tuple[int, ...]] = self.held_shapes(self.shapes)
         self._done = -1
         self._released = False
-        self._masks: dict[str, np.ndarray] = {n: np.ones(s, dtype=bool) for n, s in self.shapes.items()}
+        self._masks: dict[str, np.ndarray] = {n: np.ones(s, dtype=bool) for n, s in self.local_shapes.items()}
 
     def __repr__(self) -> str:
         return (f"PruningProtocol(pattern={self.config.pattern!r}, scope={self.config.pruning_scope!r}, "
@@ -282,16 +294,26 @@ class PruningProtocol:
             if w is None and s is None:
                 raise ValueError(f"an update is due at step {step}: pass the weights (or scores)")
             arrays = self._checked("scores" if s is not None else "weights", s if s is not None else w)
-            masks = self.engine.compute_masks(arrays, step, pre_masks=self._masks,
-                                              scores=arrays if s is not None else None)
+            masks = self.new_masks(arrays, step, s is not None)
             masks = {n: np.require(masks[n], dtype=bool, requirements=['C', 'W']) for n in self.names}
         zero = masks
         if release:
-            masks = {n: np.ones(s, dtype=bool) for n, s in self.shapes.items()}
+            masks = {n: np.ones(s, dtype=bool) for n, s in self.local_shapes.items()}
         self._masks = masks
         self._done = step
         self._released = release
         return MaskUpdate(step, dict(masks), dict(zero), release)
+
+    # ----- extension points (sharded weights: sparsify.distributed) -------------------------
+    def held_shapes(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+        """Shapes of the weights, scores and masks this process holds, from the selected canonical
+        ``shapes`` (all of them here; a subclass holding shards returns its rows' shapes)."""
+        return dict(shapes)
+
+    def new_masks(self, arrays: Mapping[str, np.ndarray], step: int, from_scores: bool) -> dict[str, np.ndarray]:
+        """The masks of an update at ``step`` from checked weights (or scores, ``from_scores``),
+        with the current masks as the previous ones. A subclass may compute them elsewhere."""
+        return self.engine.compute_masks(arrays, step, pre_masks=self._masks, scores=arrays if from_scores else None)
 
     def _checked(self, what: str, arrays: Arrays) -> dict[str, np.ndarray]:
         if not isinstance(arrays, Mapping):
@@ -302,9 +324,9 @@ class PruningProtocol:
         out = {}
         for n in self.names:
             a = np.asarray(arrays[n])
-            if a.shape != self.shapes[n]:
+            if a.shape != self.local_shapes[n]:
                 raise ValueError(f"{what}[{n!r}] has shape {a.shape}, but the weight's canonical shape is "
-                                 f"{self.shapes[n]}")
+                                 f"{self.local_shapes[n]}")
             if a.dtype.kind not in "fiu":
                 raise TypeError(f"{what}[{n!r}] must be a real numeric array, got dtype {a.dtype}")
             out[n] = a
@@ -375,9 +397,9 @@ class PruningProtocol:
         new = {}
         for n in self.names:
             m = np.asarray(masks[n])
-            if m.shape != self.shapes[n]:
+            if m.shape != self.local_shapes[n]:
                 raise ValueError(f"masks[{n!r}] has shape {m.shape}, but the weight's canonical shape is "
-                                 f"{self.shapes[n]}")
+                                 f"{self.local_shapes[n]}")
             if m.dtype != bool:
                 if m.dtype.kind not in "fiu" or not np.isin(m, (0, 1)).all():
                     raise ValueError(f"masks[{n!r}] must hold only 0 and 1 (or booleans)")

@@ -7,9 +7,13 @@ result never depends on threads or on the sort algorithm.
 
 The kernel never sorts the whole array: it estimates a bracket around the
 k-th smallest score from a strided sample, classifies every element against
-the bracket in cache-sized chunks, and only partitions the few candidates
-inside the bracket. A bracket that misses (adversarial data) falls back to a
-full ``np.partition``; the answer is identical either way.
+the bracket in cache-sized chunks (below: pruned, above: kept), and only
+partitions the few candidates inside the bracket. A bracket that misses
+(adversarial data) is replaced by the exact k-th value from a full
+``np.partition``; the answer is identical either way. :class:`LowestKCut`
+does the same over several arrays at once (the global scope: one threshold
+over all layers, ties in layer order) without concatenating them, and reuses
+its classification when it is asked again for a nearby count.
 
 Example:
     >>> import numpy as np
@@ -19,13 +23,15 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
-__all__ = ["exact_prune_count", "lowest_k_mask", "lowest_k_keep", "check_finite", "NaNScoreError"]
+__all__ = ["exact_prune_count", "lowest_k_mask", "lowest_k_keep", "LowestKCut", "check_finite", "NaNScoreError"]
 
-_CHUNK = 1 << 18          # elements classified per step (about L2-sized)
-_SAMPLE = 1 << 16         # sample size used to bracket the k-th value
+_CHUNK = 1 << 16          # elements classified per step (a few chunk-sized arrays stay in L2)
+_SAMPLE = 1 << 16         # smallest sample used to bracket the k-th value ...
+_SAMPLE_MAX = 1 << 18     # ... and the largest (1/64 of the elements in between: a tighter bracket)
 _SMALL = 1 << 15          # below this size a plain partition is fastest
 
 
@@ -58,57 +64,349 @@ def check_finite(values: np.ndarray, name: str) -> None:
         ...
         sparsify.selection.NaNScoreError: layer 'fc1': scores contain NaN; fix the weights or gradients before pruning
     """
-    if values.dtype.kind not in "fc":
+    kind = values.dtype.kind
+    if kind == "f":
+        found = values.size > 0 and bool(np.isnan(np.maximum.reduce(values, axis=None)))   # maximum propagates NaN
+    elif kind == "c":
+        with np.errstate(over="ignore", invalid="ignore"):
+            found = bool(np.isnan(np.sum(values))) and bool(np.isnan(values).any())    # inf - inf: exact check
+    else:
         return
-    with np.errstate(over="ignore", invalid="ignore"):
-        screen = np.isnan(np.sum(values))                # cheap; inf - inf or overflow only trigger the exact check
-    if screen:
-        if np.isnan(values).any():
-            raise NaNScoreError(f"layer {name!r}: scores contain NaN; fix the weights or gradients before pruning")
+    if found:
+        raise NaNScoreError(f"layer {name!r}: scores contain NaN; fix the weights or gradients before pruning")
 
 
-def _partition_select(flat: np.ndarray, k: int) -> np.ndarray:
-    """Reference path: full partition, ties by lower index. Returns pruned mask."""
+def _tie_rank(idx: np.ndarray, shape: tuple[int, ...], tie_axes: tuple[int, ...] | None) -> np.ndarray:
+    """Position in tie order of the memory-order flat indices ``idx`` of an array of ``shape``.
+
+    The tie order is the row-major order of ``array.transpose(tie_axes)``
+    (None: the memory order itself).
+    """
+    if tie_axes is None:
+        return idx
+    coords = np.unravel_index(idx, shape)
+    return np.ravel_multi_index(tuple(coords[a] for a in tie_axes), tuple(shape[a] for a in tie_axes))
+
+
+def _first_in_tie_order(positions: np.ndarray, count: int, keys: np.ndarray | None) -> np.ndarray:
+    """The first ``count`` of ``positions`` (ascending) when ordered by ``keys`` (None: as given)."""
+    if keys is None or count >= positions.size:
+        return positions[:count]
+    return positions[np.argsort(keys, kind="stable")[:count]]
+
+
+def _partition_select(flat: np.ndarray, k: int, shape: tuple[int, ...] | None = None,
+                      tie_axes: tuple[int, ...] | None = None) -> np.ndarray:
+    """Reference path: full partition, ties in tie order. Returns the pruned mask of ``flat``."""
     v = np.partition(flat, k - 1)[k - 1]
     pruned = flat < v
     need = k - int(np.count_nonzero(pruned))
     if need:
-        ties = np.flatnonzero(flat == v)[:need]
-        pruned[ties] = True
+        ties = np.flatnonzero(flat == v)
+        keys = None if tie_axes is None else _tie_rank(ties, shape, tie_axes)
+        pruned[_first_in_tie_order(ties, need, keys)] = True
     return pruned
 
 
-def _bracket(flat: np.ndarray, k: int) -> tuple[float, float]:
-    n = flat.size
-    stride = max(1, n // _SAMPLE)
-    sample = flat[::stride]
-    m = sample.size
-    q = k / n
-    margin = 6.0 * math.sqrt(max(q * (1 - q), 1.0 / m) / m) + 2.0 / m
-    lo_i = min(m - 1, max(0, int(math.floor((q - margin) * m))))
-    hi_i = min(m - 1, max(0, int(math.ceil((q + margin) * m))))
-    part = np.partition(sample, (lo_i, hi_i))
-    lo = part[lo_i] if q - margin > 0 else -np.inf
-    hi = part[hi_i] if q + margin < 1 else np.inf
-    return lo, hi
+class _Part:
+    """One array of a :class:`LowestKCut`: its flat scores and the last classification."""
+
+    __slots__ = ("flat", "eligible", "shape", "name", "tie_axes", "sample", "keep", "below", "idx", "val", "bracket")
+
+    def __init__(self, scores: np.ndarray, name: str, tie_axes: tuple[int, ...] | None,
+                 eligible: np.ndarray | None) -> None:
+        arr = np.asarray(scores)
+        self.flat = arr.reshape(-1)
+        self.shape = arr.shape
+        self.name = name
+        self.tie_axes = tie_axes if tie_axes is not None and arr.ndim > 1 and \
+            tuple(tie_axes) != tuple(range(arr.ndim)) else None
+        self.eligible = None if eligible is None else np.asarray(eligible, dtype=bool).reshape(-1)
+        if self.eligible is not None and self.flat.dtype.kind != "f":
+            self.lower()                               # -inf needs a float type: the scores become float64
+        self.sample = None
+        self.keep = None
+        self.below = 0
+        self.idx = self.val = None
+        self.bracket = None
+
+    def lower(self) -> None:
+        """Write ``-inf`` into the scores of the units that are not eligible (a copy)."""
+        if self.eligible is not None:
+            self.flat = np.where(self.eligible, self.flat, -np.inf)
+            self.eligible = None
+
+    def take_sample(self, spacing: int) -> np.ndarray:
+        """Runs of one cache line (64 bytes) every ``spacing`` elements: few memory reads, spread evenly."""
+        if self.sample is None:
+            run = max(1, 64 // self.flat.itemsize)
+            n = self.flat.size
+            blocks = max(1, n // spacing)
+            if blocks == 1 or n < run * blocks:
+                take = lambda a: a[:: max(1, n // (run * blocks))][: run * blocks]   # noqa: E731
+            else:
+                take = lambda a: a[: blocks * (n // blocks)].reshape(blocks, -1)[:, :run].reshape(-1)   # noqa: E731
+            sample = take(self.flat)
+            if self.eligible is not None:
+                sample = np.where(take(self.eligible), sample, -np.inf)
+            self.sample = sample
+        return self.sample
+
+    def classify(self, lo, hi, bracket: int) -> None:
+        """Below ``lo``: pruned; above ``hi``: kept; in between (or NaN): a candidate, kept for now.
+
+        ``None`` bounds are open; ``bracket`` identifies (lo, hi) for reuse.
+        Units that are not eligible score ``-inf``: below any finite ``lo``.
+        """
+        if self.eligible is not None and not (lo is not None and lo > -np.inf):
+            self.lower()                               # -inf inside the bracket: ties need the real values
+        flat, eligible, n = self.flat, self.eligible, self.flat.size
+        if self.keep is None:
+            self.keep = np.empty(n, dtype=bool)
+        keep = self.keep
+        tmp = np.empty(min(n, _CHUNK), dtype=bool)
+        found = []
+        kept = 0
+        for start in range(0, n, _CHUNK):              # cache-sized chunks: each read once from memory
+            x, kp = flat[start:start + _CHUNK], keep[start:start + _CHUNK]
+            t = tmp[: x.size]
+            if lo is None:
+                kp[:] = True
+            else:
+                np.less(x, lo, out=t)                  # below lo: pruned for sure
+                if eligible is None:
+                    np.logical_not(t, out=kp)          # NaN compares False, so it stays a candidate
+                else:
+                    np.greater(eligible[start:start + _CHUNK], t, out=kp)
+            if hi is None:
+                cand = kp
+            else:
+                np.greater(x, hi, out=t)               # above hi: kept for sure
+                np.greater(kp, t, out=t)               # kept and not above: lo <= x <= hi, or NaN
+                cand = t
+            kept += int(np.count_nonzero(kp))
+            i = np.flatnonzero(cand)
+            if i.size:
+                found.append(i + start if start else i)
+        self.below = n - kept
+        self.idx = np.concatenate(found) if len(found) > 1 else (found[0] if found else np.empty(0, dtype=np.intp))
+        self.val = flat[self.idx]
+        self.bracket = bracket
+        check_finite(self.val, self.name)
 
 
-def lowest_k_mask(scores: np.ndarray, k: int, name: str = "scores") -> np.ndarray:
+class LowestKCut:
+    """The ``k`` lowest scores over several arrays, without concatenating them.
+
+    Ties go to the earlier array, then to the lower index in tie order (the
+    row-major order of ``array.transpose(tie_axes)``; the memory order when
+    ``tie_axes`` is None). Where an ``eligible`` mask is False the score
+    counts as ``-inf`` (units pruned before), without a copy of the scores.
+    :meth:`counts` gives how many units of each array are among the ``k``
+    lowest of a chosen subset of the arrays; :meth:`keeps` turns the last cut
+    into boolean keep masks. Asking again for another ``k`` or a subset reuses
+    the classification of the elements whenever the new cut falls inside the
+    old bracket.
+
+    NaN raises :class:`NaNScoreError` naming the first array that holds one
+    (NaN where ``eligible`` is False is not looked at).
+
+    Example:
+        >>> cut = LowestKCut([np.array([3.0, 1.0]), np.array([[1.0, 0.5], [2.0, 9.0]])], ["a", "b"])
+        >>> cut.counts(3)
+        [1, 2]
+        >>> [k.tolist() for k in cut.keeps()]
+        [[True, False], [[False, False], [True, True]]]
+    """
+
+    def __init__(self, arrays: Sequence[np.ndarray], names: Sequence[str],
+                 tie_axes: Sequence[tuple[int, ...] | None] | None = None,
+                 eligible: Sequence[np.ndarray | None] | None = None) -> None:
+        n = len(arrays)
+        tie_axes = [None] * n if tie_axes is None else tie_axes
+        eligible = [None] * n if eligible is None else eligible
+        self.parts = [_Part(a, nm, t, e) for a, nm, t, e in zip(arrays, names, tie_axes, eligible)]
+        self._last: tuple | None = None
+        self._brackets = 0
+        dtypes = {p.flat.dtype for p in self.parts}
+        self._fast = len(dtypes) == 1 and next(iter(dtypes)).kind in "fiu"
+        if not self._fast:
+            for p in self.parts:
+                p.lower()
+
+    # ----- the cut -----------------------------------------------------------------------
+    def counts(self, k: int, members: Sequence[int] | None = None) -> list[int]:
+        """Units of each member array (indices into the arrays; default all) among the ``k`` lowest of the members."""
+        members = list(range(len(self.parts))) if members is None else list(members)
+        parts = [self.parts[i] for i in members]
+        n = sum(p.flat.size for p in parts)
+        if not 0 <= k <= n:
+            raise ValueError(f"k must be in [0, {n}] for {parts[0].name if len(parts) == 1 else 'the arrays'!r}, got {k}")
+        if k == 0 or k == n:
+            for p in parts:
+                p.lower()                              # NaN in units pruned before is not looked at
+                check_finite(p.flat, p.name)
+            self._last = (members, "all" if k else "none", None)
+            return [p.flat.size if k else 0 for p in parts]
+        if not self._fast:
+            return self._counts_concatenated(members, parts, k)
+        if not self._fits(parts, k):                   # the last classification cannot answer: a new bracket
+            lo, hi = self._bracket(parts, k, n)
+            self._brackets += 1
+            for p in parts:
+                p.classify(lo, hi, self._brackets)
+            if not self._fits(parts, k):               # the bracket missed the k-th value: use the exact one
+                for p in parts:
+                    p.lower()
+                flat = np.concatenate([p.flat for p in parts]) if len(parts) > 1 else parts[0].flat
+                v = np.partition(flat, k - 1)[k - 1]
+                self._brackets += 1
+                for p in parts:
+                    p.classify(v, v, self._brackets)
+        return self._choose(members, parts, k)
+
+    def keeps(self) -> list[np.ndarray]:
+        """Keep masks (True = kept, each of its array's shape) of the members of the last :meth:`counts`."""
+        if self._last is None:
+            raise ValueError("LowestKCut.keeps() needs a cut: call counts(k) first")
+        members, how, chosen = self._last
+        out = []
+        for j, i in enumerate(members):
+            p = self.parts[i]
+            if how in ("all", "none"):
+                keep = np.full(p.flat.size, how == "none", dtype=bool)
+            elif how == "concat":
+                keep = chosen[j]
+            else:
+                keep = p.keep
+                if chosen[j].size:
+                    keep[chosen[j]] = False
+                p.keep = None                          # handed out: the next classification allocates anew
+                p.bracket = None
+            out.append(keep.reshape(p.shape))
+        self._last = None
+        return out
+
+    # ----- helpers -----------------------------------------------------------------------
+    @staticmethod
+    def _fits(parts: list[_Part], k: int) -> bool:
+        brackets = {p.bracket for p in parts}
+        if None in brackets or len(brackets) != 1:     # unclassified, or against different brackets
+            return False
+        need = k - sum(p.below for p in parts)
+        return 0 <= need <= sum(p.val.size for p in parts)
+
+    def _bracket(self, parts: list[_Part], k: int, n: int):
+        """(lo, hi) around the k-th smallest from a sample (None: unbounded)."""
+        run = max(1, 64 // self.parts[0].flat.itemsize)
+        n_all = sum(p.flat.size for p in self.parts)
+        spacing = max(1, n_all * run // min(_SAMPLE_MAX, max(_SAMPLE, n_all >> 6)))
+        samples = [p.take_sample(spacing) for p in parts]
+        sample = np.concatenate(samples) if len(samples) > 1 else samples[0]
+        m = sample.size
+        q = k / n
+        margin = 6.0 * math.sqrt(max(q * (1 - q), 1.0 / m) / m) + 2.0 / m
+        lo_i = min(m - 1, max(0, int(math.floor((q - margin) * m))))
+        hi_i = min(m - 1, max(0, int(math.ceil((q + margin) * m))))
+        if sample.dtype.kind == "f" and np.isnan(sample).any():
+            for p in parts:                            # raise naming the first array holding a NaN
+                check_finite(p.flat, p.name)
+        part = np.partition(sample, (lo_i, hi_i))
+        lo = part[lo_i] if q - margin > 0 else None    # scalars of the arrays' own dtype
+        hi = part[hi_i] if q + margin < 1 else None
+        return lo, hi
+
+    def _choose(self, members: list[int], parts: list[_Part], k: int) -> list[int]:
+        need = k - sum(p.below for p in parts)
+        sizes = [p.val.size for p in parts]
+        total = sum(sizes)
+        if need == 0 or need == total:
+            chosen = [p.idx if need else p.idx[:0] for p in parts]
+        else:
+            val = np.concatenate([p.val for p in parts]) if len(parts) > 1 else parts[0].val
+            v = np.partition(val, need - 1)[need - 1]
+            pick = val < v
+            rest = need - int(np.count_nonzero(pick))
+            if rest:
+                ties = np.flatnonzero(val == v)
+                keys = None
+                if rest < ties.size and any(p.tie_axes is not None for p in parts):
+                    keys = self._tie_keys(parts, sizes, ties)
+                pick[_first_in_tie_order(ties, rest, keys)] = True
+            chosen, off = [], 0
+            for p, s in zip(parts, sizes):
+                chosen.append(p.idx[pick[off:off + s]])
+                off += s
+        self._last = (members, "cut", chosen)
+        return [p.below + c.size for p, c in zip(parts, chosen)]
+
+    @staticmethod
+    def _tie_keys(parts: list[_Part], sizes: list[int], ties: np.ndarray) -> np.ndarray:
+        """Global tie order of candidate positions: array order, then tie order inside the array."""
+        bounds = np.cumsum([0] + sizes)
+        which = np.searchsorted(bounds, ties, side="right") - 1
+        keys = np.empty(ties.size, dtype=np.int64)
+        base = 0
+        for j, p in enumerate(parts):
+            sel = which == j
+            if sel.any():
+                local = p.idx[ties[sel] - bounds[j]]
+                keys[sel] = base + _tie_rank(local, p.shape, p.tie_axes)
+            base += p.flat.size
+        return keys
+
+    def _counts_concatenated(self, members: list[int], parts: list[_Part], k: int) -> list[int]:
+        """Mixed or unusual dtypes: one partition over the concatenation (the common promoted type)."""
+        flat = np.concatenate([p.flat for p in parts]) if len(parts) > 1 else parts[0].flat
+        for p in parts:
+            check_finite(p.flat, p.name)
+        v = np.partition(flat, k - 1)[k - 1]
+        pruned = flat < v
+        need = k - int(np.count_nonzero(pruned))
+        if need:
+            ties = np.flatnonzero(flat == v)
+            keys = None
+            if need < ties.size and any(p.tie_axes is not None for p in parts):
+                keys = np.empty(ties.size, dtype=np.int64)
+                off = 0
+                for p in parts:
+                    sel = (ties >= off) & (ties < off + p.flat.size)
+                    keys[sel] = off + _tie_rank(ties[sel] - off, p.shape, p.tie_axes)
+                    off += p.flat.size
+            pruned[_first_in_tie_order(ties, need, keys)] = True
+        keeps, off = [], 0
+        for p in parts:
+            keeps.append(~pruned[off:off + p.flat.size])
+            off += p.flat.size
+        self._last = (members, "concat", keeps)
+        return [p.flat.size - int(np.count_nonzero(kp)) for p, kp in zip(parts, keeps)]
+
+
+def lowest_k_mask(scores: np.ndarray, k: int, name: str = "scores", *,
+                  tie_axes: tuple[int, ...] | None = None, eligible: np.ndarray | None = None) -> np.ndarray:
     """Boolean mask (same shape as ``scores``) of the ``k`` lowest scores.
 
-    Ties go to the lower flat (row-major) index. ``-inf`` sorts first, which is
-    how callers force already-pruned units to stay pruned. NaN raises
-    ``ValueError`` naming ``name``.
+    Ties go to the lower flat (row-major) index, or to the lower index of
+    ``scores.transpose(tie_axes)`` when ``tie_axes`` is given. ``-inf`` sorts
+    first, which is how callers force already-pruned units to stay pruned
+    (``eligible=False`` does the same without a copy of the scores).
+    NaN raises ``ValueError`` naming ``name``.
 
     Example:
         >>> lowest_k_mask(np.array([[0.0, 5.0], [0.0, 1.0]]), 1)
         array([[ True, False],
                [False, False]])
+        >>> lowest_k_mask(np.array([[0.0, 0.0], [0.0, 1.0]]), 2, tie_axes=(1, 0))   # ties column by column
+        array([[ True, False],
+               [ True, False]])
+        >>> lowest_k_mask(np.array([0.0, 5.0, 1.0]), 1, eligible=np.array([True, False, True]))
+        array([False,  True, False])
     """
-    return ~lowest_k_keep(scores, k, name)
+    return ~lowest_k_keep(scores, k, name, tie_axes=tie_axes, eligible=eligible)
 
 
-def lowest_k_keep(scores: np.ndarray, k: int, name: str = "scores") -> np.ndarray:
+def lowest_k_keep(scores: np.ndarray, k: int, name: str = "scores", *,
+                  tie_axes: tuple[int, ...] | None = None, eligible: np.ndarray | None = None) -> np.ndarray:
     """Complement of :func:`lowest_k_mask` (True = kept), without an extra pass.
 
     Example:
@@ -116,38 +414,17 @@ def lowest_k_keep(scores: np.ndarray, k: int, name: str = "scores") -> np.ndarra
         [True, False, True]
     """
     arr = np.asarray(scores)
-    flat = arr.reshape(-1)
-    n = flat.size
+    n = arr.size
     if not 0 <= k <= n:
         raise ValueError(f"k must be in [0, {n}] for {name!r}, got {k}")
     if k == 0 or k == n or n <= _SMALL:
+        if eligible is not None:
+            arr = np.where(eligible, arr, -np.inf)
+        flat = arr.reshape(-1)
         check_finite(flat, name)
         if k == 0 or k == n:
             return np.full(arr.shape, k == 0, dtype=bool)
-        return ~_partition_select(flat, k).reshape(arr.shape)
-
-    lo, hi = _bracket(flat, k)
-    keep = np.empty(n, dtype=bool)
-    tmp = np.empty(min(n, _CHUNK), dtype=bool)
-    found: list[np.ndarray] = []
-    for start in range(0, n, _CHUNK):                 # cache-sized chunks: each read once from memory
-        chunk, kept = flat[start:start + _CHUNK], keep[start:start + _CHUNK]
-        t = tmp[: chunk.size]
-        np.less(chunk, lo, out=t)                     # below lo: pruned for sure
-        np.logical_not(t, out=kept)                   # NaN compares False, so it stays a candidate
-        np.greater(chunk, hi, out=t)                  # above hi: kept for sure
-        np.logical_not(t, out=t)
-        np.logical_and(t, kept, out=t)                # lo <= x <= hi, or NaN
-        i = np.flatnonzero(t)
-        if i.size:
-            found.append(i + start)
-    n_below = n - int(np.count_nonzero(keep))
-    idx = np.concatenate(found) if found else np.empty(0, dtype=np.intp)
-    val = flat[idx]
-    check_finite(val, name)
-    need = k - n_below
-    if need < 0 or need > val.size:                   # bracket missed the k-th value
-        return ~_partition_select(flat, k).reshape(arr.shape)
-    if need:
-        keep[idx[_partition_select(val, need)]] = False
-    return keep.reshape(arr.shape)
+        return ~_partition_select(flat, k, arr.shape, tie_axes).reshape(arr.shape)
+    cut = LowestKCut([arr], [name], [tie_axes], [eligible])
+    cut.counts(k)
+    return cut.keeps()[0]

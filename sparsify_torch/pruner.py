@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import torch
@@ -35,6 +35,10 @@ from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
+from .tensorboard import SparsityWriter
+
+if TYPE_CHECKING:                   # pragma: no cover
+    from .fsdp import ShardedPruner
 
 __all__ = ["Pruner", "prune"]
 
@@ -62,8 +66,9 @@ class Pruner:
     """
 
     def __init__(self, model: nn.Module, protocol: PruningProtocol, layers: list[PrunableWeight],
-                 process_group: Any = None) -> None:
+                 process_group: Any = None, log_dir: Any = None) -> None:
         self.model = model
+        self._writer = None if log_dir is None else SparsityWriter(log_dir)   # TensorBoard, like Keras' log_dir
         self.protocol = protocol
         self.config = protocol.config
         self._layers = {w.name: w for w in layers}
@@ -211,6 +216,8 @@ class Pruner:
                                        scores=self._scores_now if needs_scores else None)
         if update is not None:
             self._write(update)
+            if self._writer is not None:
+                self._writer.write(self.protocol.figures(), self._step)
 
     def _check_alive(self, what: str) -> None:
         if self._removed:
@@ -309,6 +316,8 @@ class Pruner:
         self._hooks.clear()
         for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in self._layers.values()):
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
+        if self._writer is not None:
+            self._writer.close()
         self._removed = True
         self._pending.clear()
         return self.model
@@ -323,7 +332,7 @@ def _has_mask_param(model: nn.Module) -> bool:
 
 
 def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
-          process_group: Any = None) -> Pruner:
+          process_group: Any = None, log_dir: Any = None) -> "Pruner | ShardedPruner":
     """Register mask parametrizations on the selected weights of ``model``.
 
     Weights of Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d, Embedding(Bag)
@@ -341,13 +350,23 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     every rank computes the same masks. Call ``prune`` before wrapping the
     model in ``DistributedDataParallel``.
 
+    FSDP2: on a model whose weights are DTensors sharded along dim 0
+    (``fully_shard``), call ``prune`` *after* ``fully_shard``; it returns a
+    :class:`sparsify_torch.fsdp.ShardedPruner` that keeps each rank's rows of
+    the masks only and computes the single-process masks exactly, with small
+    collectives (see ``docs/distributed.md``).
+
     Args:
         model: the model; modified in place.
         config: a ``PruningConfig``, a dict of its fields or a YAML path.
         process_group: group to reduce scores over (None = default group).
+        log_dir: optional TensorBoard directory: ``sparsity/total`` and
+            ``sparsity/<weight>`` scalars at every mask update (as Keras'
+            ``PruningCallback(log_dir=)``), through ``torch.utils.tensorboard``.
 
     Returns:
-        The :class:`Pruner`; call its ``step()`` once per optimizer step.
+        The :class:`Pruner` (a ``ShardedPruner`` for FSDP2 weights); call its
+        ``step()`` once per optimizer step.
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
@@ -378,6 +397,14 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         warnings.warn(f"layers {sorted(hooked)} compute their weight with an old-style hook "
                       f"({', '.join(sorted(set(hooked.values())))}); their weights are not pruned. Remove the hook "
                       "(torch.nn.utils.remove_spectral_norm / remove_weight_norm) to prune them", stacklevel=2)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        from .fsdp import is_sharded, prune_sharded      # FSDP2: weights are DTensor shards
+        params = {w.name: w.module._parameters.get(w.tensor_name) for w in candidates}
+        if any(is_sharded(p) for p in params.values()):
+            if process_group is not None:
+                raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
+                                 "over their own device mesh: pass process_group=None")
+            return prune_sharded(model, config, candidates, params, log_dir=log_dir)
     by_name = {w.name: w for w in candidates}
     protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
     layers = [by_name[n] for n in protocol.names]
@@ -405,7 +432,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             p = module._parameters[tensor_name]
             parametrize.register_parametrization(module, tensor_name, MaskParametrization(torch.ones_like(p.detach())))
             done.append((module, tensor_name))
-        return Pruner(model, protocol, layers, process_group)
+        return Pruner(model, protocol, layers, process_group, log_dir)
     except BaseException:
         for module, tensor_name in done:   # nothing half-applied
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)

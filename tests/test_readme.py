@@ -46,3 +46,36 @@ def test_bench_section_is_a_copy_of_results():
             assert f"### {name}" in section, f"README lacks benchmark {name}: run python bench/update_readme.py"
     rendered = mod.render(README)
     assert rendered.count("<!-- bench-results:start -->") == 1 and mod.bench_section() in rendered
+
+
+def _commands() -> list[list[str]]:
+    """Every `sparsify ...` command in the README's code blocks (split on '&&', comments dropped)."""
+    import shlex
+
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+        for line in block.splitlines():
+            for part in line.split("#")[0].split("&&"):
+                words = shlex.split(part)
+                if words[:1] == ["sparsify"]:
+                    out.append(words[1:])
+    return out
+
+
+def test_readme_commands_parse_and_their_config_ships():
+    from sparsify.cli import build_parser
+
+    commands = _commands()
+    assert {c[0] for c in commands} == {"demo", "report", "export", "schedule"}
+    for args in commands:
+        build_parser().parse_args(args)                      # every option the README shows exists
+        if "--config" in args:
+            path = ROOT / args[args.index("--config") + 1]
+            assert path.is_file(), f"the README uses {path.name}, which is not shipped"
+            assert PruningConfig.coerce(str(path)).pattern == "4x1"
+
+
+def test_readme_mentions_what_users_need():
+    for needle in ("log_dir=", "--seed", "--no-progress", "--set", "**exact**", "--fit-schedule", "sparsify export",
+                   "prune.yaml", "--prune-classifier", "excluded_op_names"):
+        assert needle in README, needle

@@ -1,4 +1,4 @@
-"""The application: the ``sparsify`` command (``demo``, ``report``, ``schedule``), its plots and readers.
+"""The application: the ``sparsify`` command (``demo``, ``report``, ``export``, ``schedule``), its plots and readers.
 
 This subpackage sits on top of everything: it is the one part of
 ``sparsify`` that may import TensorFlow, torch and the adapters
@@ -8,7 +8,9 @@ needs them. The core (every other module of ``sparsify``) never imports it.
 * :mod:`.command`: argument parsing and the subcommands (:func:`main`);
 * :mod:`.demo`: ``sparsify demo``, one backend per framework;
 * :mod:`.report`: ``sparsify report`` (readers, statistics, formatting);
+* :mod:`.export`: ``sparsify export`` (TFLite, compressed torch state_dict, sizes);
 * :mod:`.plots`: schedule curve, per-layer sparsity, mask heat-map;
+* :mod:`.atomic`: atomic files and run directories committed with a manifest;
 * :mod:`.frameworks`: quiet imports of TensorFlow and torch.
 
 ``sparsify`` (the console script) and ``python -m sparsify`` call :func:`main`.

@@ -26,6 +26,8 @@ from typing import Iterator
 
 __all__ = ["import_tensorflow", "import_torch", "native_stderr_silenced"]
 
+_DEVICES_PROBED = False
+
 
 @contextlib.contextmanager
 def native_stderr_silenced() -> Iterator[None]:
@@ -56,13 +58,15 @@ def import_tensorflow(quiet_python_logs: bool = True) -> ModuleType:
     Raises:
         ImportError: TensorFlow is not installed (names the extra to install).
     """
+    global _DEVICES_PROBED
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        if "tensorflow" not in sys.modules:
+        if not _DEVICES_PROBED:     # also when something else imported TensorFlow first (torch.utils.tensorboard)
             with native_stderr_silenced():
                 import tensorflow as tf
 
-                tf.config.list_physical_devices()
+                tf.config.list_physical_devices()      # the CUDA probe's "failed call to cuInit" line
+            _DEVICES_PROBED = True
         else:
             import tensorflow as tf
     except ImportError as e:

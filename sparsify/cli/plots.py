@@ -3,8 +3,10 @@
 Matplotlib is an optional extra (``pip install 'sparsify[plot]'``) imported
 only when a function here is called. The functions use matplotlib's
 object-oriented API (no global ``pyplot`` state): each takes an optional
-``ax`` to draw into and an optional ``path`` to save a PNG to, and returns
-the :class:`matplotlib.figure.Figure`.
+``ax`` to draw into and an optional ``path`` to save an image to (atomically:
+a temporary file beside it, then renamed), and returns the figure. The
+figure shows itself in Jupyter (it has a ``_repr_png_``), with or without
+``pyplot`` or ``%matplotlib inline``.
 
 Example:
     >>> from sparsify import PruningConfig
@@ -22,27 +24,82 @@ import numpy as np
 from sparsify.config import PruningConfig
 from sparsify.layout import to_2d
 
-__all__ = ["plot_schedule", "plot_layer_sparsity", "plot_mask", "schedule_points"]
+__all__ = ["plot_schedule", "plot_layer_sparsity", "plot_mask", "schedule_points", "plot_path", "figure_class"]
+
+_FIGURE_CLASS: Any = None
+#: Most steps :func:`schedule_points` evaluates (one value per step, ~25 bytes each).
+MAX_POINTS = 10_000_000
+
+
+def figure_class() -> type:
+    """A :class:`matplotlib.figure.Figure` that Jupyter displays as a PNG (``_repr_png_``), without pyplot.
+
+    Example:
+        >>> fig = figure_class()(figsize=(2, 1))
+        >>> _ = fig.add_subplot().plot([0, 1])
+        >>> fig._repr_png_()[:4]
+        b'\x89PNG'
+    """
+    global _FIGURE_CLASS
+    if _FIGURE_CLASS is None:
+        try:
+            from matplotlib.figure import Figure
+        except ImportError:
+            raise ImportError("plots need matplotlib: pip install 'sparsify[plot]'") from None
+        import io
+
+        class SparsifyFigure(Figure):
+            """A Figure that renders itself for IPython / Jupyter."""
+
+            def _repr_png_(self) -> bytes:
+                buf = io.BytesIO()
+                self.savefig(buf, format="png", dpi=100)
+                return buf.getvalue()
+
+        _FIGURE_CLASS = SparsifyFigure
+    return _FIGURE_CLASS
 
 
 def _figure(ax: Any, figsize: tuple[float, float]):
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ImportError("plots need matplotlib: pip install 'sparsify[plot]'") from None
+    cls = figure_class()
     if ax is not None:
         return ax.figure, ax
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = cls(figsize=figsize, layout="constrained")
     return fig, fig.add_subplot()
+
+
+def plot_path(path: str | os.PathLike, default_name: str = "plot.png") -> str:
+    """The file a plot given ``path`` is written to: ``path/default_name`` for a directory, ``.png`` added
+    when there is no suffix (matplotlib's own rule, made visible).
+
+    Example:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> plot_path(d, "schedule.png") == os.path.join(d, "schedule.png"), plot_path("curve")
+        (True, 'curve.png')
+    """
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        return os.path.join(p, default_name)
+    return p if os.path.splitext(p)[1] else p + ".png"
 
 
 def _save(fig: Any, path: str | os.PathLike | None) -> None:
     if path is not None:
+        from .atomic import atomic_path
+
         p = os.fspath(path)
+        if os.path.isdir(p):
+            raise ValueError(f"path {p!r} is a directory; pass a file name (e.g. {os.path.join(p, 'plot.png')!r})")
         parent = os.path.dirname(p)
         if parent and not os.path.isdir(parent):
             raise ValueError(f"path {p!r}: directory {parent!r} does not exist")
-        fig.savefig(p, dpi=100)
+        fmt = (os.path.splitext(p)[1][1:] or "png").lower()
+        supported = fig.canvas.get_supported_filetypes()
+        if fmt not in supported:
+            raise ValueError(f"path {p!r}: cannot write .{fmt} images; use one of {', '.join(sorted(supported))}")
+        with atomic_path(p if os.path.splitext(p)[1] else p + ".png") as tmp:
+            fig.savefig(tmp, dpi=100, format=fmt)
 
 
 def schedule_points(config: PruningConfig | Mapping[str, Any] | str, steps: int | None = None
@@ -64,6 +121,9 @@ def schedule_points(config: PruningConfig | Mapping[str, Any] | str, steps: int 
         steps = max(end + max(1, (end - cfg.start_step) // 10), 1) + 1
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps <= 0:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if steps > MAX_POINTS:
+        raise ValueError(f"steps {steps} is more than the {MAX_POINTS} steps a schedule is tabulated for "
+                         "(one value per step); pass a smaller steps")
     s = np.arange(int(steps), dtype=np.int64)
     last = np.asarray(sched.last_update_step(s))
     applied = np.where(last >= 0, np.asarray(sched.sparsity(np.maximum(last, 0)), dtype=float), 0.0)

@@ -13,19 +13,22 @@ from typing import Mapping
 
 import numpy as np
 
-from ..selection import lowest_k_keep
+from ..selection import LowestKCut
 
 __all__ = ["allocate_pruned_units"]
 
 
 def allocate_pruned_units(units: Mapping[str, np.ndarray], limits: Mapping[str, tuple[int, int]],
-                          total: int) -> dict[str, int | np.ndarray]:
+                          total: int, tie_axes: Mapping[str, tuple[int, ...] | None] | None = None,
+                          eligible: Mapping[str, np.ndarray | None] | None = None) -> dict[str, int | np.ndarray]:
     """Pruned-unit count per layer, or the kept-unit array where the global cut is used as is.
 
     ``units`` are the unit scores of each layer (dict order breaks ties
-    between layers, then the flat index), ``limits[name] = (lo, hi)`` the
-    fewest and most units the layer may prune, ``total`` the number to prune
-    over all layers (already within the sums of the limits).
+    between layers, then the flat index, or the flat index of
+    ``units[name].transpose(tie_axes[name])`` where given), ``limits[name] = (lo, hi)``
+    the fewest and most units the layer may prune, ``total`` the number to
+    prune over all layers (already within the sums of the limits). Where
+    ``eligible[name]`` is False a unit scores ``-inf`` (pruned before).
 
     The answer is defined by walking all units in global order (score, then
     layer order, then index): after the first tau units, layer l prunes
@@ -33,33 +36,33 @@ def allocate_pruned_units(units: Mapping[str, np.ndarray], limits: Mapping[str, 
     them; tau is the first point where the counts add up to ``total``. Each
     round cuts the free layers at the remaining budget; if clipping would add
     units some layer is surely held at its minimum, if it would remove units
-    some layer is surely held at its maximum. Fix those, repeat.
+    some layer is surely held at its maximum. Fix those, repeat. The rounds
+    share one :class:`~sparsify.selection.LowestKCut`, so a round whose cut
+    falls inside the previous bracket costs no pass over the scores.
 
     A layer's entry is an int (prune that many of its own lowest units) or a
     boolean keep array of its units (shape of ``units[name]``).
     """
-    sizes = {n: int(u.size) for n, u in units.items()}
+    names = list(units)
+    sizes = {n: int(np.size(units[n])) for n in names}
+    cut = LowestKCut([units[n] for n in names], names, [None if tie_axes is None else tie_axes.get(n) for n in names],
+                     [None if eligible is None else eligible.get(n) for n in names])
     fixed: dict[str, int] = {}
-    for _ in range(len(units) + 1):
-        free = [n for n in units if n not in fixed]
+    for _ in range(len(names) + 1):
+        free = [i for i, n in enumerate(names) if n not in fixed]
         budget = total - sum(fixed.values())
         if not free:
             return fixed
-        flat = np.concatenate([units[n].reshape(-1) for n in free]) if len(free) > 1 \
-            else units[free[0]].reshape(-1)
-        kept = lowest_k_keep(flat, min(max(budget, 0), flat.size), "global scores")
-        parts, off = {}, 0
-        for n in free:
-            parts[n] = kept[off:off + sizes[n]].reshape(units[n].shape)
-            off += sizes[n]
-        counts = {n: sizes[n] - int(np.count_nonzero(parts[n])) for n in free}
+        k = min(max(budget, 0), sum(sizes[names[i]] for i in free))
+        counts = dict(zip((names[i] for i in free), cut.counts(k, free)))
         clipped = {n: min(max(c, limits[n][0]), limits[n][1]) for n, c in counts.items()}
         excess = sum(clipped.values()) - budget
         if excess == 0:
-            return {**fixed, **{n: parts[n] if clipped[n] == counts[n] else clipped[n] for n in free}}
-        for n in free:
-            if excess > 0 and counts[n] < limits[n][0]:
+            keeps = dict(zip(counts, cut.keeps()))
+            return {**fixed, **{n: keeps[n] if clipped[n] == counts[n] else clipped[n] for n in counts}}
+        for n, c in counts.items():
+            if excess > 0 and c < limits[n][0]:
                 fixed[n] = limits[n][0]
-            elif excess < 0 and counts[n] > limits[n][1]:
+            elif excess < 0 and c > limits[n][1]:
                 fixed[n] = limits[n][1]
     raise RuntimeError("global allocation did not converge")  # pragma: no cover

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..layout import from_2d, to_2d
+from ..layout import from_2d, to_2d, view_shape
 from ..selection import NaNScoreError, check_finite, exact_prune_count, lowest_k_keep
 from .allocation import allocate_pruned_units
 
@@ -43,6 +43,22 @@ def config_value(config: Any, key: str, default: Any) -> Any:
     if isinstance(config, Mapping):
         return config.get(key, default)
     return getattr(config, key, default)
+
+
+def _view_axes(ndim: int) -> tuple[int, ...]:
+    """Axes that put a canonical weight of rank ``ndim`` in the order of its 2-D view (see :func:`to_2d`)."""
+    return (0, *range(2, ndim), 1)
+
+
+class _Layer:
+    """One layer on its way to a mask: its view, earlier mask, unit scores and aux."""
+
+    __slots__ = ("name", "score2d", "pre2d", "tie_axes", "n_units", "units", "aux", "eligible", "computed")
+
+    def __init__(self, name: str, score2d: np.ndarray, pre2d: np.ndarray | None, tie_axes, n_units: int | None):
+        self.name, self.score2d, self.pre2d, self.tie_axes, self.n_units = name, score2d, pre2d, tie_axes, n_units
+        self.units = self.aux = self.eligible = None
+        self.computed = False
 
 
 class Pattern:
@@ -70,6 +86,9 @@ class Pattern:
     #: True when a NaN score always reaches its unit's score (sum/mean/max of a block), so the
     #: selection kernel, which names the layer, finds it without a separate full pass.
     nan_reaches_units = False
+    #: True when a unit is one element (``"1x1"``): layers keep their canonical layout (no 2-D copy);
+    #: ties still follow the 2-D view's row-major order.
+    elementwise = False
 
     def __init__(self, config: Any = None) -> None:
         self.pattern: str = config_value(config, "pattern", "1x1")
@@ -124,6 +143,40 @@ class Pattern:
         """
         return score2d
 
+    def unit_count(self, shape2d: tuple[int, int]) -> int | None:
+        """Number of units of a 2-D view of ``shape2d``, or None when only :meth:`unit_scores` can tell."""
+        return None
+
+    def layer_units(self, name: str, score2d: np.ndarray, pre2d: np.ndarray | None = None,
+                    need_scores: bool = True, check_nan: bool = True) -> tuple[np.ndarray | None, Any]:
+        """Unit scores of one layer as the selection sees them, and the aux of :meth:`expand_keep`.
+
+        With an earlier mask ``pre2d`` the scores are those of
+        :meth:`pre_pruned_scores`; the units it touched
+        (:meth:`unit_pre_pruned`) score ``-inf`` in the selection, which the
+        caller arranges (these unit scores are not changed). NaN raises
+        :class:`~sparsify.selection.NaNScoreError` naming ``name``: here when
+        ``check_nan`` (or when the selection could miss it), else through the
+        unit scores, which the selection checks. With ``need_scores=False``
+        (every unit or none is pruned) a pattern may return None for the
+        scores, after checking for NaN itself.
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> units, _ = get_pattern("1x2").layer_units("fc", np.array([[1.0, 2.0, 5.0, 0.5]]),
+            ...                                           np.array([[True, True, False, True]]))
+            >>> units.tolist()
+            [[3.0, 5.5]]
+        """
+        seen = score2d if pre2d is None else self.pre_pruned_scores(score2d, pre2d)
+        elements_checked = check_nan or not self.nan_reaches_units or seen is not score2d
+        if elements_checked:
+            check_finite(score2d, name)
+        units, aux = self.unit_scores(seen)
+        if pre2d is not None and not elements_checked:
+            check_finite(units, name)               # the selection does not look at units pruned before
+        return units, aux
+
     def conformity(self, nonzero2d: np.ndarray) -> tuple[int, int]:
         """``(units, violations)``: does a 2-D zero structure follow the pattern?
 
@@ -168,57 +221,86 @@ class Pattern:
         return ValueError(f"layer {name!r}: a unit of pattern {self.pattern!r} holds both +inf and -inf scores, "
                           "so its score is undefined; use one sign of infinity per unit")
 
-    def _select(self, name: str, prepared: tuple, k: int) -> np.ndarray:
-        try:
-            return lowest_k_keep(prepared[1], k, name)
-        except NaNScoreError as e:
-            raise self._nan_error(name, prepared[0], e) from None
-
-    def _prepare(self, name: str, score: np.ndarray, pre_mask: np.ndarray | None, check_nan: bool = True):
+    def _view(self, name: str, score: np.ndarray, pre_mask: np.ndarray | None) -> _Layer | None:
+        """The layer's view (2-D, or the canonical layout for element-wise patterns) and earlier mask; None if skipped."""
         score = np.asarray(score)
         if score.ndim == 0:
             raise ValueError(f"layer {name!r}: scores must have at least 1 dimension, got a scalar")
-        s2 = to_2d(score)
-        reason = self.fits(s2.shape)
+        tie_axes = None
+        if self.elementwise:                        # units are elements: no 2-D copy, ties still in 2-D order
+            s2 = score
+            shape2d = (1, score.size) if score.ndim == 1 else (score.shape[0], score.size // max(score.shape[0], 1))
+            if score.ndim >= 3:
+                tie_axes = _view_axes(score.ndim)
+        else:
+            s2 = to_2d(score)
+            shape2d = s2.shape
+        reason = self.fits(shape2d)
         if reason is not None:
             if self.skip_incompatible_layers:
                 return None
-            raise ValueError(f"layer {name!r} with 2-D view {s2.shape} does not fit pattern {self.pattern!r}: "
+            raise ValueError(f"layer {name!r} with 2-D view {shape2d} does not fit pattern {self.pattern!r}: "
                              f"{reason} (set skip_incompatible_layers=True to leave such layers dense)")
         pre2 = None
         if pre_mask is not None:
             pre_mask = np.asarray(pre_mask)
             if pre_mask.shape != score.shape:
                 raise ValueError(f"layer {name!r}: pre_mask shape {pre_mask.shape} differs from scores shape {score.shape}")
-            pre2 = to_2d(pre_mask.astype(bool, copy=False))
+            pre2 = pre_mask.astype(bool, copy=False)
+            if not self.elementwise:
+                pre2 = to_2d(pre2)
             if pre2.all():
                 pre2 = None
-        seen = s2 if pre2 is None else self.pre_pruned_scores(s2, pre2)
-        elements_checked = check_nan or not self.nan_reaches_units or seen is not s2
-        if elements_checked:
-            check_finite(s2, name)
-        units, aux = self.unit_scores(seen)
-        if pre2 is not None:
-            if not elements_checked:                # before -inf hides a NaN in a pruned unit
-                try:
-                    check_finite(units, name)
-                except NaNScoreError as e:
-                    raise self._nan_error(name, s2, e) from None
-            units = np.where(self.unit_pre_pruned(pre2), -np.inf, units)
-        return s2, units, pre2, aux
+        n_units = self.unit_count(shape2d)
+        return _Layer(name, s2, pre2, tie_axes, n_units)
 
-    def _finish(self, score: np.ndarray, prepared: tuple, unit_keep: np.ndarray) -> np.ndarray:
-        s2, _, pre2, aux = prepared
-        keep2 = self.expand_keep(unit_keep, s2, aux)
-        if pre2 is not None:
-            keep2 = keep2 & pre2
-        return from_2d(keep2, np.shape(score))
+    def _units(self, layer: _Layer, need_scores: bool, check_nan: bool) -> _Layer:
+        """Fill in the layer's unit scores (None when not needed and skipped) and aux (raises NaNScoreError)."""
+        layer.units, layer.aux = self.layer_units(layer.name, layer.score2d, layer.pre2d, need_scores, check_nan)
+        layer.computed = True
+        if layer.units is not None:
+            layer.n_units = int(layer.units.size)
+            if layer.pre2d is not None:             # units touched before score -inf in the selection
+                eligible = layer.pre2d if self.elementwise else ~self.unit_pre_pruned(layer.pre2d)
+                layer.eligible = np.broadcast_to(eligible, layer.units.shape)
+        return layer
+
+    def _select(self, layer: _Layer, k: int) -> np.ndarray:
+        if layer.units is None:                     # every unit or none: the pattern skipped the scores
+            return np.full(layer.n_units, k == 0, dtype=bool)
+        return lowest_k_keep(layer.units, k, layer.name, tie_axes=layer.tie_axes, eligible=layer.eligible)
+
+    def _finish(self, score: np.ndarray, layer: _Layer, unit_keep: np.ndarray) -> np.ndarray:
+        keep2 = self.expand_keep(unit_keep, layer.score2d, layer.aux)
+        if layer.pre2d is not None:
+            keep2 = keep2 & layer.pre2d
+        return keep2.reshape(np.shape(score)) if self.elementwise else from_2d(keep2, np.shape(score))
 
     def _limits(self, n_units: int, max_ratio: float) -> tuple[int, int]:
         ceiling = min(self.max_ratio, _RATIO_CEILING)
         lo = self.units_for_ratio(min(self.min_sparsity_ratio_per_layer, ceiling), n_units)
         hi = self.units_for_ratio(min(max_ratio, ceiling), n_units)
         return lo, max(lo, hi)
+
+    def _local_mask(self, name: str, score: np.ndarray, pre: np.ndarray | None, ratio: float,
+                    limits_ratio: float | None) -> np.ndarray:
+        """One layer's mask in local scope (``limits_ratio``: the per-layer max, None for no clamp)."""
+        layer = self._view(name, score, pre)
+        if layer is None:
+            return np.ones(np.shape(score), dtype=bool) if pre is None else np.asarray(pre, bool).copy()
+        try:
+            if layer.n_units is None:               # a pattern that only knows its units from their scores
+                self._units(layer, True, False)
+            k = self.units_for_ratio(ratio, layer.n_units)
+            if limits_ratio is not None:
+                lo, hi = self._limits(layer.n_units, limits_ratio)
+                k = min(max(k, lo), hi)
+            if not layer.computed:
+                self._units(layer, 0 < k < layer.n_units, False)
+            keep = self._select(layer, k)
+        except NaNScoreError as e:
+            raise self._nan_error(name, layer.score2d, e) from None
+        return self._finish(score, layer, keep)
 
     def check_shape(self, name: str, shape: tuple[int, ...]) -> bool:
         """Check a layer's canonical ``shape`` against the pattern before any state changes.
@@ -235,7 +317,17 @@ class Pattern:
             ...
             ValueError: layer 'fc' with 2-D view (8, 3) does not fit pattern '2:4': its last axis (3) is not a multiple of M=4 (set skip_incompatible_layers=True to leave such layers dense)
         """
-        return self._prepare(name, np.zeros(tuple(shape), dtype=np.float32), None) is not None
+        shape = tuple(int(d) for d in shape)
+        if len(shape) == 0:
+            raise ValueError(f"layer {name!r}: scores must have at least 1 dimension, got a scalar")
+        shape2d = view_shape(shape)      # no array: a check of a huge (or sharded) weight allocates nothing
+        reason = self.fits(shape2d)
+        if reason is None:
+            return True
+        if self.skip_incompatible_layers:
+            return False
+        raise ValueError(f"layer {name!r} with 2-D view {shape2d} does not fit pattern {self.pattern!r}: "
+                         f"{reason} (set skip_incompatible_layers=True to leave such layers dense)")
 
     # ----- public API (seed names) -----------------------------------------------------
     def get_mask_single(self, score: np.ndarray, exact_sparsity_ratio: float,
@@ -248,11 +340,7 @@ class Pattern:
             [True, False, True]
         """
         ratio = self.check_ratio(exact_sparsity_ratio, "exact_sparsity_ratio")
-        prepared = self._prepare(name, score, pre_mask, check_nan=False)
-        if prepared is None:
-            return np.ones(np.shape(score), dtype=bool) if pre_mask is None else np.asarray(pre_mask, bool).copy()
-        k = self.units_for_ratio(ratio, prepared[1].size)
-        return self._finish(score, prepared, self._select(name, prepared, k))
+        return self._local_mask(name, score, pre_mask, ratio, None)
 
     def get_masks(self, scores: Mapping[str, np.ndarray], target_sparsity_ratio: float,
                   pre_masks: Mapping[str, np.ndarray] | None = None,
@@ -275,18 +363,8 @@ class Pattern:
         """Every layer pruned to the same ratio, clamped to the per-layer min/max."""
         ratio = self.check_ratio(target_sparsity_ratio)
         max_ratio = self.max_sparsity_ratio_per_layer if max_sparsity_ratio_per_layer is None else max_sparsity_ratio_per_layer
-        masks = {}
-        for name, score in scores.items():
-            pre = None if pre_masks is None else pre_masks.get(name)
-            prepared = self._prepare(name, score, pre, check_nan=False)
-            if prepared is None:
-                masks[name] = np.ones(np.shape(score), dtype=bool) if pre is None else np.asarray(pre, bool).copy()
-                continue
-            n_units = prepared[1].size
-            lo, hi = self._limits(n_units, max_ratio)
-            k = min(max(self.units_for_ratio(ratio, n_units), lo), hi)
-            masks[name] = self._finish(score, prepared, self._select(name, prepared, k))
-        return masks
+        return {name: self._local_mask(name, score, None if pre_masks is None else pre_masks.get(name), ratio, max_ratio)
+                for name, score in scores.items()}
 
     def get_masks_global(self, scores: Mapping[str, np.ndarray], target_sparsity_ratio: float,
                          pre_masks: Mapping[str, np.ndarray] | None = None,
@@ -300,35 +378,120 @@ class Pattern:
         """
         ratio = self.check_ratio(target_sparsity_ratio)
         max_ratio = self.max_sparsity_ratio_per_layer if max_sparsity_ratio_per_layer is None else max_sparsity_ratio_per_layer
+        try:                                        # NaN reaches the units: the selection finds it, naming the layer
+            return self._global_masks(scores, ratio, pre_masks, max_ratio, check_nan=False)
+        except NaNScoreError:
+            pass                                    # again, raising in the documented order: every layer's elements first
+        return self._global_masks(scores, ratio, pre_masks, max_ratio, check_nan=True)
+
+    def _global_masks(self, scores: Mapping[str, np.ndarray], ratio: float, pre_masks: Mapping[str, np.ndarray] | None,
+                      max_ratio: float, check_nan: bool) -> dict[str, np.ndarray]:
         masks: dict[str, np.ndarray] = {}
-        prepared: dict[str, tuple] = {}
+        layers: dict[str, _Layer] = {}
         for name, score in scores.items():
             pre = None if pre_masks is None else pre_masks.get(name)
-            p = self._prepare(name, score, pre)
-            if p is None:
+            layer = self._view(name, score, pre)
+            if layer is None:
                 masks[name] = np.ones(np.shape(score), dtype=bool) if pre is None else np.asarray(pre, bool).copy()
             else:
-                prepared[name] = p
-        if not prepared:
+                layers[name] = layer
+                if layer.n_units is None or check_nan:
+                    self._units(layer, True, check_nan)
+        if not layers:
             return masks
-        units = {n: p[1] for n, p in prepared.items()}
-        limits = {n: self._limits(u.size, max_ratio) for n, u in units.items()}
-        total = self.units_for_ratio(ratio, sum(u.size for u in units.values()))
+        limits = {n: self._limits(ly.n_units, max_ratio) for n, ly in layers.items()}
+        n_all = sum(ly.n_units for ly in layers.values())
+        total = self.units_for_ratio(ratio, n_all)
         total = min(max(total, sum(lo for lo, _ in limits.values())), sum(hi for _, hi in limits.values()))
-        try:
-            counts = allocate_pruned_units(units, limits, total)
-        except NaNScoreError as e:                  # elements were checked: +inf and -inf in one unit
-            bad = next(n for n, u in units.items() if u.dtype.kind in "fc" and np.isnan(u).any())
-            raise self._nan_error(bad, prepared[bad][0], e) from None
-        for name, p in prepared.items():
+        for layer in layers.values():
+            if not layer.computed:
+                self._units(layer, 0 < total < n_all, check_nan)
+        if any(ly.units is None for ly in layers.values()):     # every unit or none: no cut to make
+            counts = {n: (ly.n_units if total else 0) for n, ly in layers.items()}
+        else:
+            units = {n: ly.units for n, ly in layers.items()}
+            try:
+                counts = allocate_pruned_units(units, limits, total, {n: ly.tie_axes for n, ly in layers.items()},
+                                               {n: ly.eligible for n, ly in layers.items()})
+            except NaNScoreError as e:
+                if not check_nan:
+                    raise
+                # elements were checked: +inf and -inf in one unit (not one pruned before)
+                bad = next(n for n, u in units.items() if u.dtype.kind in "fc" and np.isnan(
+                    u if layers[n].eligible is None else np.where(layers[n].eligible, u, 0)).any())
+                raise self._nan_error(bad, layers[bad].score2d, e) from None
+        for name, layer in layers.items():
             c = counts[name]
-            keep = c if isinstance(c, np.ndarray) else lowest_k_keep(p[1], c, name)
-            masks[name] = self._finish(scores[name], p, keep)
+            keep = c if isinstance(c, np.ndarray) else self._select(layer, c)
+            masks[name] = self._finish(scores[name], layer, keep)
         return {n: masks[n] for n in scores}
 
     def get_block_size_dict(self, data: Mapping[str, np.ndarray]) -> dict[str, list[int]]:
         """Block (rows, cols) of the 2-D view for each layer."""
         raise NotImplementedError
+
+    # ----- public steps of the selection, for selection over shards (sparsify.distributed) -----
+    def prepare_units(self, name: str, score: np.ndarray, pre_mask: np.ndarray | None = None,
+                      check_nan: bool = True) -> tuple | None:
+        """The unit scores of one layer as the selection sees them, or None for a skipped layer.
+
+        Returns ``(score2d, units, pre2d, aux)``: the 2-D view, the unit scores
+        (units touched by ``pre_mask`` at ``-inf``), the 2-D previous mask (None
+        when all kept) and what :meth:`finish_units` needs. Rows of the 2-D view
+        that hold whole units give exactly the units of those rows.
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("1x2").prepare_units("w", np.array([[1.0, 2.0, 5.0, 1.0]]))[1].tolist()
+            [[3.0, 6.0]]
+        """
+        score = np.asarray(score)
+        if score.ndim == 0:
+            raise ValueError(f"layer {name!r}: scores must have at least 1 dimension, got a scalar")
+        s2 = to_2d(score)                           # always the 2-D view: units in 2-D order across shards
+        reason = self.fits(s2.shape)
+        if reason is not None:
+            if self.skip_incompatible_layers:
+                return None
+            raise ValueError(f"layer {name!r} with 2-D view {s2.shape} does not fit pattern {self.pattern!r}: "
+                             f"{reason} (set skip_incompatible_layers=True to leave such layers dense)")
+        pre2 = None
+        if pre_mask is not None:
+            pre_mask = np.asarray(pre_mask)
+            if pre_mask.shape != score.shape:
+                raise ValueError(f"layer {name!r}: pre_mask shape {pre_mask.shape} differs from scores shape {score.shape}")
+            pre2 = to_2d(pre_mask.astype(bool, copy=False))
+            if pre2.all():
+                pre2 = None
+        try:
+            units, aux = self.layer_units(name, s2, pre2, True, check_nan)
+        except NaNScoreError as e:
+            raise self._nan_error(name, s2, e) from None
+        if pre2 is not None:
+            units = np.where(self.unit_pre_pruned(pre2), -np.inf, units)
+        return s2, units, pre2, aux
+
+    def finish_units(self, score: np.ndarray, prepared: tuple, unit_keep: np.ndarray) -> np.ndarray:
+        """The element mask (shape of ``score``) from the kept units of :meth:`prepare_units`."""
+        s2, _, pre2, aux = prepared
+        keep2 = self.expand_keep(unit_keep, s2, aux)
+        if pre2 is not None:
+            keep2 = keep2 & pre2
+        return from_2d(keep2, np.shape(score))
+
+    def unit_limits(self, n_units: int, max_ratio: float) -> tuple[int, int]:
+        """Fewest and most of ``n_units`` units a layer may prune (``min_``/``max_sparsity_ratio_per_layer``).
+
+        Example:
+            >>> from sparsify.patterns import get_pattern
+            >>> get_pattern("1x1").unit_limits(100, 0.98)
+            (0, 98)
+        """
+        return self._limits(n_units, max_ratio)
+
+    def unit_nan_error(self, name: str, score2d: np.ndarray, error: NaNScoreError) -> ValueError:
+        """The error to raise for NaN unit scores of layer ``name`` (NaN scores, or +inf and -inf in one unit)."""
+        return self._nan_error(name, score2d, error)
 
     def get_sparsity_ratio(self, pre_masks: Mapping[str, np.ndarray], return_dict: bool = False):
         """Fraction of pruned elements over all masks (and per layer with ``return_dict``).

@@ -72,6 +72,7 @@ class PatternNxM(Pattern):
                              f"got {self.pattern!r}")
         self.rows: int | None = parsed["rows"]
         self.cols: int | None = parsed["cols"]
+        self.elementwise = self.rows == 1 and self.cols == 1
 
     @classmethod
     def parse(cls, name: str) -> dict[str, Any] | None:
@@ -113,6 +114,10 @@ class PatternNxM(Pattern):
             return f"block {br}x{bc} does not divide it"
         return None
 
+    def unit_count(self, shape2d):
+        br, bc = self.block_shape(shape2d)
+        return (shape2d[0] // br) * (shape2d[1] // bc)
+
     def unit_scores(self, score2d):
         br, bc = self.block_shape(score2d.shape)
         if br == 1 and bc == 1:
@@ -137,8 +142,14 @@ class PatternNxM(Pattern):
         if br == 1 and bc == 1:
             return unit_keep.reshape(score2d.shape)
         r, c = score2d.shape
-        uk = unit_keep.reshape(r // br, 1, c // bc, 1)
-        return np.broadcast_to(uk, (r // br, br, c // bc, bc)).reshape(r, c)
+        cols = unit_keep.reshape(r // br, c // bc)
+        if bc > 1:                                   # along a row first (contiguous), then copy the rows
+            cols = np.repeat(cols, bc, axis=1)
+        if br == 1:
+            return cols
+        keep = np.empty((r, c), dtype=bool)
+        np.copyto(keep.reshape(r // br, br, c), cols[:, None, :])
+        return keep
 
     def get_block_size_dict(self, data: Mapping[str, np.ndarray]) -> dict[str, list[int]]:
         """Block (rows, cols) of the 2-D view for each layer."""

@@ -124,3 +124,13 @@ def test_string_op_names_become_a_list():
 def test_steps_must_fit_in_64_bits(key, value):
     with pytest.raises(ValueError, match=rf"{key} must be in \[-2\*\*62, 2\*\*62\) \(steps are 64-bit integers\)"):
         PruningConfig(**{key: value})
+
+
+def test_target_sparsity_defaults_to_the_patterns_maximum(tmp_path):
+    assert PruningConfig().target_sparsity == 0.9
+    assert PruningConfig(pattern="2:4").target_sparsity == 0.5
+    assert PruningConfig(pattern="1:4").target_sparsity == 0.25
+    path = tmp_path / "prune.yaml"
+    path.write_text("pattern: 2:4\nend_step: 300\n")          # a YAML without target_sparsity: the same rule
+    cfg = PruningConfig.from_yaml(path)
+    assert cfg.target_sparsity == 0.5 and PruningConfig.from_dict(cfg.to_dict()) == cfg

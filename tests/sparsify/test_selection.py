@@ -83,3 +83,124 @@ def test_property_exact_count_and_order(scores, frac):
     np.testing.assert_array_equal(m, reference(scores, k))
     if 0 < k < scores.size:
         assert scores[m].max() <= scores[~m].min()
+
+
+# ----- tie order, eligible masks, several arrays (LowestKCut), the sampled bracket and its misses -------------------
+from unittest import mock  # noqa: E402
+
+import sparsify.selection as sel  # noqa: E402
+from sparsify.selection import LowestKCut, NaNScoreError  # noqa: E402
+
+
+def shrunk(chunk=32, sample=8):
+    """Tiny chunks and samples and no small-array shortcut: small inputs take the large-input paths."""
+    return mock.patch.multiple("sparsify.selection", _SMALL=0, _CHUNK=chunk, _SAMPLE=sample, _SAMPLE_MAX=4 * sample)
+
+
+def reference_across(arrays, k, tie_axes=None, eligible=None):
+    """Stable sort over the arrays in order; tie order by transpose(tie_axes); not eligible scores -inf."""
+    flats = []
+    for i, a in enumerate(arrays):
+        e = None if eligible is None else eligible[i]
+        v = np.where(e, a, -np.inf) if e is not None else a
+        ax = None if tie_axes is None else tie_axes[i]
+        flats.append((v.transpose(ax) if ax is not None else v).reshape(-1).astype(np.float64))
+    picked = reference(np.concatenate(flats), k)
+    out, off = [], 0
+    for i, a in enumerate(arrays):
+        ax = None if tie_axes is None else tie_axes[i]
+        part = picked[off:off + a.size]
+        off += a.size
+        if ax is not None:
+            shape_t = tuple(a.shape[j] for j in ax)
+            part = part.reshape(shape_t).transpose(np.argsort(ax))
+        out.append(part.reshape(a.shape))
+    return out
+
+
+ARRAYS = st.lists(st.tuples(st.sampled_from([(7,), (3, 5), (2, 3, 4), (4, 2, 3, 1)]), st.integers(0, 2 ** 32 - 1),
+                            st.sampled_from(["ties", "random", "neg_inf", "pos_inf"])), min_size=1, max_size=4)
+
+
+def build(spec, dtype):
+    arrays = []
+    for shape, seed, kind in spec:
+        rng = np.random.default_rng(seed)
+        a = rng.integers(0, 4, size=shape).astype(dtype) if kind == "ties" else rng.standard_normal(shape).astype(dtype)
+        if kind in ("neg_inf", "pos_inf"):
+            a[rng.random(shape) < 0.3] = -np.inf if kind == "neg_inf" else np.inf
+        arrays.append(a)
+    return arrays
+
+
+@settings(max_examples=150, deadline=None)
+@given(ARRAYS, st.sampled_from([np.float32, np.float64]), st.lists(st.floats(0, 1), min_size=1, max_size=4),
+       st.booleans(), st.booleans(), st.sampled_from([4, 16, 64]), st.integers(0, 2 ** 32 - 1))
+def test_property_cut_across_arrays_matches_stable_sort(spec, dtype, fracs, with_axes, with_eligible, chunk, seed):
+    """Repeated cuts (other k, subsets of the arrays) reuse the classification and still follow the stable sort."""
+    rng = np.random.default_rng(seed)
+    arrays = build(spec, dtype)
+    axes = [tuple(rng.permutation(a.ndim)) if with_axes else None for a in arrays]
+    eligible = [rng.random(a.shape) < 0.7 if with_eligible else None for a in arrays]
+    with shrunk(chunk=chunk):
+        cut = LowestKCut(arrays, [f"a{i}" for i in range(len(arrays))], axes, eligible)
+        for frac in fracs:
+            members = sorted(set(rng.integers(0, len(arrays), size=len(arrays)).tolist()))
+            sub = [arrays[i] for i in members]
+            k = int(frac * sum(a.size for a in sub))
+            counts = cut.counts(k, members)
+            want = reference_across(sub, k, [axes[i] for i in members], [eligible[i] for i in members])
+            assert counts == [int(w.sum()) for w in want]
+        keeps = cut.keeps()
+    for keep, w in zip(keeps, want):
+        np.testing.assert_array_equal(keep, ~w)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ARRAYS, st.floats(0, 1), st.integers(0, 2 ** 32 - 1))
+def test_property_lowest_k_keep_with_tie_axes_and_eligible(spec, frac, seed):
+    rng = np.random.default_rng(seed)
+    a = build(spec[:1], np.float32)[0]
+    axes = tuple(rng.permutation(a.ndim))
+    eligible = rng.random(a.shape) < 0.6
+    k = int(frac * a.size)
+    want = reference_across([a], k, [axes], [eligible])[0]
+    np.testing.assert_array_equal(lowest_k_mask(a, k, tie_axes=axes, eligible=eligible), want)   # small: partition
+    with shrunk():
+        np.testing.assert_array_equal(lowest_k_mask(a, k, tie_axes=axes, eligible=eligible), want)
+
+
+def test_cut_names_the_first_array_holding_nan_and_ignores_units_not_eligible():
+    a, b, c = np.arange(40.0), np.arange(40.0), np.arange(40.0)
+    b[7], c[3] = np.nan, np.nan
+    with shrunk():
+        with pytest.raises(NaNScoreError, match="layer 'b'"):
+            LowestKCut([a, b, c], ["a", "b", "c"]).counts(30)
+        ok = LowestKCut([a, b], ["a", "b"], eligible=[None, np.arange(40) != 7])   # the NaN was pruned before
+        assert ok.counts(30) == [15, 15]
+        for k in (0, 80):
+            with pytest.raises(NaNScoreError, match="layer 'b'"):
+                LowestKCut([a, b], ["a", "b"]).counts(k)
+
+
+def test_a_missed_bracket_falls_back_to_the_exact_value():
+    """Adversarial data: the sampled runs see only the largest value, the cut is still exact."""
+    n = 4096
+    s = np.linspace(0, 10, n)
+    s[np.arange(n) % 64 < 8] = 100.0                       # the sample reads runs of 8 every 64 elements
+    brackets = []
+    classify = sel._Part.classify
+    with shrunk(chunk=256, sample=512), mock.patch.object(
+            sel._Part, "classify", lambda part, lo, hi, b: (brackets.append((lo, hi)), classify(part, lo, hi, b))):
+        for k in (100, 2000, 4000):
+            np.testing.assert_array_equal(lowest_k_mask(s, k), reference(s, k))
+    assert (100.0, 100.0) in brackets and len(brackets) > 3        # missed, then classified at the exact value
+
+
+def test_mixed_dtypes_use_the_promoted_type():
+    a = np.array([0.1, 0.3], dtype=np.float32)
+    b = np.array([0.1, 0.2])                                       # float64 0.1 < float32 0.1
+    with shrunk():
+        cut = LowestKCut([a, b], ["a", "b"])
+        assert cut.counts(1) == [0, 1]
+        assert [k.tolist() for k in cut.keeps()] == [[True, True], [False, True]]

@@ -29,26 +29,36 @@ import numpy as np
 from sparsify.config import PruningConfig
 from sparsify.engine import PruningEngine
 from sparsify.layout import to_2d
-from sparsify.patterns import PatternNInM, get_pattern
+from sparsify.patterns import get_pattern
 
+from ..atomic import OutputError, RunDirectory
 from ..plots import plot_layer_sparsity, plot_mask, plot_schedule
 from . import keras_backend, tf_graph, torch_backend
-from .common import LAYERS, BackendRun
+from .common import LAYERS, SIZES, BackendRun, DemoProgress, writing
 from .data import load_digits_split
 
-__all__ = ["FRAMEWORKS", "DEFAULT_STEPS", "default_config", "run_demo", "format_result", "DemoResult", "LayerResult"]
+__all__ = ["FRAMEWORKS", "DEFAULT_STEPS", "CLASSIFIER", "MAX_SEED", "default_config",
+           "fit_schedule_into", "removes_rows", "demo_outputs", "run_demo", "format_result", "DemoResult", "LayerResult"]
 
 #: ``--framework`` name -> backend module (its ``train`` imports the framework when called).
 FRAMEWORKS: dict[str, ModuleType] = {"tf-graph": tf_graph, "keras": keras_backend, "torch": torch_backend}
 DEFAULT_STEPS = 300
+#: The demo's classifier (output) layer, and the regex that excludes it in every framework's weight names.
+CLASSIFIER = LAYERS[-1]
+CLASSIFIER_REGEX = rf"^{CLASSIFIER}[./]"
+#: Largest ``seed`` (NumPy, torch and TensorFlow all take a 32-bit seed).
+MAX_SEED = 2 ** 32 - 1
+#: Canonical (out, in) shape of each demo layer.
+SHAPES: dict[str, tuple[int, int]] = {name: (SIZES[i + 1], SIZES[i]) for i, name in enumerate(LAYERS)}
 
 
 def default_config(pattern: str = "1x1", sparsity: float | None = None, steps: int | None = None) -> PruningConfig:
     """The demo's schedule: gradual from step 0 to 2/3 of ``steps``, ten mask updates.
 
-    ``sparsity`` defaults to 0.9, or to N/M for an ``"N:M"`` pattern (every
-    group N:M). Layers the pattern does not fit (e.g. ``"4x1"`` on the
-    10-class output layer) are left dense (``skip_incompatible_layers``).
+    ``sparsity`` defaults to the config's rule
+    (:func:`sparsify.config.default_target_sparsity`: 0.9, or N/M for ``"N:M"``).
+    Layers the pattern does not fit (e.g. ``"4x1"`` on
+    the 10-class output layer) are left dense (``skip_incompatible_layers``).
 
     Example:
         >>> default_config(steps=300).to_dict()["end_step"], default_config("1:4").target_sparsity
@@ -57,12 +67,62 @@ def default_config(pattern: str = "1x1", sparsity: float | None = None, steps: i
     steps = DEFAULT_STEPS if steps is None else steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    if sparsity is None:
-        pat = get_pattern(pattern)
-        sparsity = min(0.9, pat.max_ratio) if isinstance(pat, PatternNInM) else 0.9
     end = max(1, (2 * steps) // 3)
     return PruningConfig(target_sparsity=sparsity, pattern=pattern, start_step=0, end_step=end,
                          pruning_frequency=max(1, end // 10), skip_incompatible_layers=True)
+
+
+def fit_schedule_into(config: PruningConfig, steps: int) -> tuple[PruningConfig, str]:
+    """Scale a config's schedule so it ends at 2/3 of ``steps`` (as the demo's own); returns it and a note.
+
+    ``start_step``, ``end_step`` and ``pruning_frequency`` are scaled by the
+    same factor; a schedule that already ends by then is returned unchanged.
+
+    Example:
+        >>> cfg, note = fit_schedule_into(PruningConfig(start_step=100, end_step=1000, pruning_frequency=100), 300)
+        >>> (cfg.start_step, cfg.end_step, cfg.pruning_frequency), note
+        ((20, 200, 20), 'schedule fitted into --steps 300: start_step 100 -> 20, end_step 1000 -> 200, pruning_frequency 100 -> 20')
+    """
+    end = max(1, (2 * steps) // 3)
+    if config.end_step < 0 or config.end_step <= end:
+        return config, f"schedule already fits into --steps {steps} (end_step {config.end_step}): left as it is"
+    f = end / config.end_step
+    start = int(round(config.start_step * f))
+    freq = config.pruning_frequency if config.pruning_frequency <= 0 else max(1, int(round(config.pruning_frequency * f)))
+    new = config.replace(start_step=start, end_step=max(start, end), pruning_frequency=freq)
+    return new, (f"schedule fitted into --steps {steps}: start_step {config.start_step} -> {new.start_step}, "
+                 f"end_step {config.end_step} -> {new.end_step}, pruning_frequency {config.pruning_frequency} -> "
+                 f"{new.pruning_frequency}")
+
+
+def removes_rows(pattern: Any, shape2d: tuple[int, int]) -> bool:
+    """Does ``pattern`` prune whole rows (output channels) of a weight whose 2-D view is ``shape2d``?
+
+    Asked of the pattern itself (its block for that shape spans every column),
+    so it holds whatever the pattern is called.
+
+    Example:
+        >>> [removes_rows(p, (10, 64)) for p in ("1x1", "4x1", "2:4")]
+        [False, False, False]
+    """
+    pat = get_pattern(pattern)
+    if pat.fits(tuple(shape2d)) is not None:
+        return False
+    rows, cols = pat.get_block_size_dict({"w": np.zeros(shape2d, np.float32)})["w"]
+    return cols == shape2d[1] and shape2d[1] > 1
+
+
+def demo_outputs(framework: str, plots: bool = True) -> list[str]:
+    """Top-level names a demo run of ``framework`` writes into its output directory.
+
+    Example:
+        >>> demo_outputs("torch")[:3]
+        ['config.yaml', 'summary.json', 'model.pt']
+    """
+    names = ["config.yaml", "summary.json", *FRAMEWORKS[framework].OUTPUTS]
+    if plots:
+        names += ["schedule.png", "layer_sparsity.png", *(f"mask_{n}.png" for n in LAYERS)]
+    return names
 
 
 @dataclass
@@ -71,7 +131,7 @@ class LayerResult:
 
     name: str
     shape: tuple[int, ...]
-    target: float | None          # None: left dense (pattern does not fit) or global scope
+    target: float | None          # None: left dense (pattern does not fit, excluded) or global scope
     achieved: float
     kept: int
     total: int
@@ -98,7 +158,7 @@ class DemoResult:
     @property
     def total(self) -> tuple[int, int]:
         """(kept, total) over the pruned layers."""
-        ls = [r for r in self.layers if r.target is not None or self.config.pruning_scope == "global"]
+        ls = [r for r in self.layers if r.target is not None or r.note == "global scope"]
         return sum(r.kept for r in ls), sum(r.total for r in ls)
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,113 +168,177 @@ class DemoResult:
                 "target": self.target, "layers": [dict(asdict(r), shape=list(r.shape)) for r in self.layers],
                 "total_kept": kept, "total_weights": total, "total_exact": self.total_exact,
                 "dense_accuracy": self.dense_accuracy, "pruned_accuracy": self.pruned_accuracy,
-                "seconds": self.seconds, "files": self.files}
+                "seconds": self.seconds, "files": self.files, "notes": self.notes}
 
 
-def _progress(total: int, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, disable=not enabled, unit="step", dynamic_ncols=True, leave=False, mininterval=0.5)
-
-
-def _layer_results(cfg: PruningConfig, target: float, weights: dict[str, np.ndarray]) -> tuple[list[LayerResult], bool]:
+def _layer_results(cfg: PruningConfig, target: float, weights: dict[str, np.ndarray], pruned: list[str],
+                   excluded_note: str) -> tuple[list[LayerResult], bool]:
     pat = cfg.pattern_obj()
-    fits = {n: pat.fits(to_2d(w).shape) is None for n, w in weights.items()}
     # the exact counts the core prescribes for these shapes at this target (scores all equal)
-    dummy = {n: np.ones(w.shape, np.float32) for n, w in weights.items() if fits[n]}
+    pruned = [n for n in pruned if pat.fits(to_2d(weights[n]).shape) is None]    # skip_incompatible_layers
+    dummy = {n: np.ones(weights[n].shape, np.float32) for n in pruned}
     expected = {n: int((~m).sum()) for n, m in pat.get_masks(dummy, target).items()} if dummy else {}
     rows = []
     for n in LAYERS:
-        if n not in weights:
-            continue
         w = weights[n]
         kept = int(np.count_nonzero(w))
-        pruned = w.size - kept
-        if not fits[n]:
-            rows.append(LayerResult(n, w.shape, None, pruned / w.size, kept, w.size, None,
-                                    f"dense: {cfg.pattern} does not fit its 2-D view {to_2d(w).shape}"))
+        pruned_count = w.size - kept
+        if n not in pruned:
+            reason = pat.fits(to_2d(w).shape)
+            note = f"dense: {cfg.pattern} does not fit its 2-D view {to_2d(w).shape}" if reason is not None \
+                else (excluded_note if n == CLASSIFIER and excluded_note else "dense: not selected by op_names")
+            rows.append(LayerResult(n, w.shape, None, pruned_count / w.size, kept, w.size, None, note))
         elif cfg.pruning_scope == "global":
-            rows.append(LayerResult(n, w.shape, None, pruned / w.size, kept, w.size, None, "global scope"))
+            rows.append(LayerResult(n, w.shape, None, pruned_count / w.size, kept, w.size, None, "global scope"))
         else:
-            rows.append(LayerResult(n, w.shape, expected[n] / w.size, pruned / w.size, kept, w.size,
-                                    pruned == expected[n]))
-    total_pruned = sum(r.total - r.kept for r in rows if r.name in expected)
-    total_exact = total_pruned == sum(expected.values())
+            rows.append(LayerResult(n, w.shape, expected[n] / w.size, pruned_count / w.size, kept, w.size,
+                                    pruned_count == expected[n]))
+    total_exact = sum(r.total - r.kept for r in rows if r.name in expected) == sum(expected.values())
     return rows, total_exact
 
 
+def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo \
+            or (hi is not None and value > hi):
+        allowed = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _plan(cfg: PruningConfig, prune_classifier: bool) -> tuple[PruningConfig, str]:
+    """The config the demo runs (classifier rows protected unless asked) and the note saying so.
+
+    Raises ``ValueError`` if the pattern fits none of the layers it would prune.
+    """
+    note = ""
+    if not prune_classifier and removes_rows(cfg.pattern, SHAPES[CLASSIFIER]) and \
+            CLASSIFIER_REGEX not in cfg.excluded_op_names:
+        cfg = cfg.replace(excluded_op_names=[*cfg.excluded_op_names, CLASSIFIER_REGEX])
+        note = (f"dense: {cfg.pattern} prunes whole output rows, and each of the {SHAPES[CLASSIFIER][0]} rows of the "
+                f"classifier is a class; left dense (--prune-classifier prunes it too)")
+    pat = cfg.pattern_obj()
+    fitting = [n for n in LAYERS if pat.fits(SHAPES[n]) is None and
+               not (note and n == CLASSIFIER)]
+    if not fitting:
+        shapes = ", ".join(f"{n} {SHAPES[n][0]}x{SHAPES[n][1]}" for n in LAYERS)
+        raise ValueError(f"pattern {cfg.pattern!r} fits none of the demo's layers ({shapes}; 2-D views out x in): "
+                         "nothing would be pruned; choose a pattern such as 1x1, 4x1 or 2:4")
+    return cfg, note
+
+
 def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | None = None, steps: int | None = None,
-             out: str | os.PathLike | None = None, progress: bool = True, seed: int = 0) -> DemoResult:
+             out: str | os.PathLike | None = None, progress: bool = True, seed: int = 0,
+             prune_classifier: bool = False, fit_schedule: bool = False) -> DemoResult:
     """Train dense, then prune, on the digits; optionally write model, config and plots to ``out``.
 
     Args:
         framework: ``"tf-graph"``, ``"keras"`` or ``"torch"``.
         config: pruning config (default :func:`default_config` for ``steps``).
         steps: training steps per phase (dense, then pruning); default 300.
-        out: directory for ``config.yaml``, ``summary.json``, the pruned model and PNG plots.
-        progress: show a tqdm progress bar (on stderr).
-        seed: seed of the data split, batches and initialisation.
+        out: directory for ``config.yaml``, ``summary.json``, the pruned model and
+            PNG plots. They are committed together when the run ends
+            (:class:`~sparsify.cli.atomic.RunDirectory`, manifest
+            ``sparsify-run.json`` last): an interrupted run leaves the previous
+            run in ``out`` as it was, and nothing sparsify did not write is replaced.
+        progress: show a progress bar (on stderr).
+        seed: seed of the data split, batches and initialisation, in [0, 2**32 - 1].
+        prune_classifier: also prune the classifier's output rows with a
+            pattern that removes whole rows (by default they stay dense: each
+            row is a class).
+        fit_schedule: scale the config's schedule into ``steps``
+            (:func:`fit_schedule_into`); otherwise it runs as written, and the
+            result says when it ends after the last step.
 
     Raises:
-        ValueError: unknown framework, bad config or steps, a config whose layers do not fit.
+        ValueError: unknown framework, bad config, steps or seed, a pattern that
+            fits none of the layers, an ``out`` holding files sparsify did not write.
         ImportError: the framework (or scikit-learn) is not installed.
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {tuple(FRAMEWORKS)}, got {framework!r}")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    steps = DEFAULT_STEPS if steps is None else steps
+    if steps is not None:
+        _check_int("steps", steps, 1)
+    _check_int("seed", seed, 0, MAX_SEED)
+    steps = DEFAULT_STEPS if steps is None else int(steps)
     cfg = default_config(steps=steps) if config is None else PruningConfig.coerce(config)
-    out_dir = None
+    fit_note = ""
+    if fit_schedule:
+        cfg, fit_note = fit_schedule_into(cfg, steps)
+    cfg, excluded_note = _plan(cfg, prune_classifier)
+    run_dir = None
+    plots = _have_matplotlib()
     if out is not None:
-        out_dir = Path(out)
-        if out_dir.exists() and not out_dir.is_dir():
-            raise ValueError(f"out {os.fspath(out)!r} exists and is not a directory")
+        run_dir = RunDirectory(out, planned=demo_outputs(framework, plots))   # refuses before any training
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     backend = FRAMEWORKS[framework]
-    data = load_digits_split(seed)
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    data = load_digits_split(int(seed))
     t0 = time.perf_counter()
-    with _progress(2 * steps, progress) as bar:
-        run: BackendRun = backend.train(cfg, data, steps, seed, bar, out_dir)
-    seconds = time.perf_counter() - t0
-    target = PruningEngine(cfg).target_sparsity(run.final_step)
-    rows, total_exact = _layer_results(cfg, target, run.weights)
-    notes = list(run.extra)
-    if cfg.end_step > run.final_step:
-        notes.append(f"end_step {cfg.end_step} comes after the last training step ({run.final_step}); "
-                     f"the target shown is the schedule's sparsity at step {run.final_step}")
-    res = DemoResult(framework, cfg, steps, target, rows, run.dense_accuracy, run.pruned_accuracy, seconds,
-                     total_exact, notes=notes)
-    if out_dir is not None:
-        res.files = _write_out(out_dir, res, run)
+    if run_dir is None:
+        with DemoProgress(2 * steps, progress) as bar:
+            run: BackendRun = backend.train(cfg, data, steps, int(seed), bar, None)
+        return _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
+    try:
+        with run_dir:                   # staging directory, removed on any error or interrupt
+            with DemoProgress(2 * steps, progress) as bar:
+                run = backend.train(cfg, data, steps, int(seed), bar, run_dir.stage)
+            res = _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
+            with writing(run_dir.stage):
+                _write_outputs(run_dir, res, run, plots)
+            run_dir.commit({"command": "demo", "framework": framework, "pattern": cfg.pattern,
+                            "target_sparsity": cfg.target_sparsity, "steps": steps, "seed": int(seed)})
+    except OutputError as e:            # name the file where it would have gone, and what is left
+        held = "the previous run" if run_dir.previous is not None else "nothing from this run"
+        raise OutputError(e.errno, f"{str(e).replace(os.fspath(run_dir.stage), os.fspath(run_dir.out))}; "
+                                   f"{os.fspath(run_dir.out)!r} still holds {held}") from None
     return res
 
 
-def _write_out(out: Path, res: DemoResult, run: BackendRun) -> list[str]:
-    out.mkdir(parents=True, exist_ok=True)
-    files = []
-    res.config.to_yaml(out / "config.yaml")
-    files.append(str(out / "config.yaml"))
-    files += run.files
-    try:                                   # matplotlib is an optional extra
-        plot_schedule(res.config, max(res.steps, res.config.end_step) + 1, path=out / "schedule.png")
-        files.append(str(out / "schedule.png"))
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _result(framework: str, cfg: PruningConfig, steps: int, run: BackendRun, seconds: float,
+            excluded_note: str, fit_note: str = "") -> DemoResult:
+    target = PruningEngine(cfg).target_sparsity(run.final_step)
+    rows, total_exact = _layer_results(cfg, target, run.weights, run.pruned, excluded_note)
+    notes = ([fit_note] if fit_note else []) + list(run.extra)
+    if cfg.end_step > run.final_step:
+        notes.append(f"end_step {cfg.end_step} comes after the last training step ({run.final_step}); "
+                     f"the target shown is the schedule's sparsity at step {run.final_step} "
+                     "(--fit-schedule fits a config's schedule into --steps)")
+    drop = run.dense_accuracy - run.pruned_accuracy
+    if drop > 0.2:
+        notes.append(f"pruning cost {100 * drop:.1f} points of accuracy: try a lower --sparsity, another pattern "
+                     "or more --steps")
+    return DemoResult(framework, cfg, steps, target, rows, run.dense_accuracy, run.pruned_accuracy, seconds,
+                      total_exact, notes=notes)
+
+
+def _write_outputs(run_dir: RunDirectory, res: DemoResult, run: BackendRun, plots: bool) -> None:
+    """Write config, plots and summary into the stage; ``res.files`` become the paths after the commit."""
+    stage = run_dir.stage
+    staged = [stage / "config.yaml"]
+    res.config.to_yaml(stage / "config.yaml")
+    staged += [Path(f) for f in run.files]
+    if plots:
+        plot_schedule(res.config, max(res.steps, res.config.end_step) + 1, path=stage / "schedule.png")
         targets = {r.name: r.target for r in res.layers if r.target is not None}
         plot_layer_sparsity({r.name: r.achieved for r in res.layers}, targets or None,
-                            path=out / "layer_sparsity.png",
+                            path=stage / "layer_sparsity.png",
                             title=f"{res.framework}: sparsity per layer ({res.config.pattern})")
-        files.append(str(out / "layer_sparsity.png"))
+        staged += [stage / "schedule.png", stage / "layer_sparsity.png"]
         for name, w in run.weights.items():
-            plot_mask(w != 0, name=name, path=out / f"mask_{name}.png")
-            files.append(str(out / f"mask_{name}.png"))
-    except ImportError as e:
-        res.notes.append(f"plots skipped: {e}")
-    with open(out / "summary.json", "w", encoding="utf-8") as fh:
-        json.dump(res.to_dict() | {"files": files + [str(out / "summary.json")]}, fh, indent=2)
-    files.append(str(out / "summary.json"))
-    return files
+            plot_mask(w != 0, name=name, path=stage / f"mask_{name}.png")
+            staged.append(stage / f"mask_{name}.png")
+    else:
+        res.notes.append("plots skipped: matplotlib is not installed (pip install 'sparsify[plot]')")
+    staged.append(stage / "summary.json")
+    res.files = [str(run_dir.final_path(p)) for p in staged]
+    with open(stage / "summary.json", "w", encoding="utf-8") as fh:
+        json.dump(res.to_dict(), fh, indent=2)
 
 
 def _pct(x: float | None) -> str:

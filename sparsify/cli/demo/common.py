@@ -1,19 +1,29 @@
-"""What every demo backend shares: the model shape, hyper-parameters and the result record.
+"""What every demo backend shares: the model shape, hyper-parameters, the progress bar and the result record.
 
-A backend module exposes ``train(config, data, steps, seed, bar, out) -> BackendRun``:
-it trains the MLP ``64 -> 128 -> 64 -> 10`` dense for ``steps`` steps, then
-prunes and fine-tunes it for ``steps`` more with its framework's adapter,
-calling ``bar.update(1)`` once per step, and writes the pruned model into the
-directory ``out`` when it is not None.
+A backend module exposes ``OUTPUTS`` (the top-level names it writes into an
+output directory) and ``train(config, data, steps, seed, progress, out) ->
+BackendRun``: it trains the MLP ``64 -> 128 -> 64 -> 10`` dense for ``steps``
+steps, then prunes and fine-tunes it for ``steps`` more with its framework's
+adapter, calling ``progress.step()`` once per step (after
+``progress.phase(...)``), and writes the pruned model into the directory
+``out`` when it is not None.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import sys
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterator, TextIO
 
 import numpy as np
 
-__all__ = ["LAYERS", "SIZES", "BATCH_SIZE", "LEARNING_RATE", "BackendRun", "set_bar_sparsity"]
+from ..atomic import OutputError
+
+__all__ = ["LAYERS", "SIZES", "BATCH_SIZE", "LEARNING_RATE", "BackendRun", "DemoProgress", "format_duration",
+           "writing"]
 
 #: Layer names of the demo MLP and its widths (input, hidden..., classes).
 LAYERS: tuple[str, ...] = ("fc1", "fc2", "out")
@@ -29,7 +39,8 @@ class BackendRun:
     Attributes:
         dense_accuracy: test accuracy after the dense phase.
         pruned_accuracy: test accuracy after pruning + fine-tuning.
-        weights: final weights of the layers the adapter pruned, canonical layout, keyed by ``LAYERS`` name.
+        weights: final weights of every layer of ``LAYERS``, canonical layout.
+        pruned: the layers the adapter pruned (a subset of ``weights``).
         final_step: the adapter's step count at the end of the pruning phase.
         files: paths of the pruned model files written into ``out``.
         extra: backend-specific notes printed under the table.
@@ -38,13 +49,115 @@ class BackendRun:
     dense_accuracy: float
     pruned_accuracy: float
     weights: dict[str, np.ndarray]
+    pruned: list[str]
     final_step: int
     files: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
 
 
-def set_bar_sparsity(bar: Any, phase: str, sparsity: float | None = None) -> None:
-    """Show the phase (and current sparsity) on the progress bar."""
-    bar.set_description_str(phase)
-    if sparsity is not None:
-        bar.set_postfix_str(f"sparsity {100 * sparsity:.1f}%", refresh=False)
+@contextlib.contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Turn any failure of a framework's saver inside the block into an :class:`OutputError` naming ``path``.
+
+    Frameworks report a full disk in their own ways (torch: ``RuntimeError``
+    from its zip writer, TensorFlow: ``ResourceExhaustedError``); the user
+    gets one clear line either way. Interrupts pass through unchanged.
+    """
+    try:
+        yield
+    except (KeyboardInterrupt, OutputError):
+        raise
+    except OSError as e:
+        raise OutputError(e.errno or errno.EIO, f"could not write {os.fspath(path)!r}: "
+                                                f"{e.strerror or ' '.join(str(e).split())}") from None
+    except Exception as e:  # noqa: BLE001 - framework savers raise their own error types
+        msg = " ".join(str(e).split())[:300] or type(e).__name__
+        raise OutputError(errno.EIO, f"could not write {os.fspath(path)!r}: {msg}") from None
+
+
+def format_duration(seconds: float) -> str:
+    """``m:ss`` (or ``h:mm:ss``).
+
+    Example:
+        >>> format_duration(3.2), format_duration(3725)
+        ('0:03', '1:02:05')
+    """
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class DemoProgress:
+    """A tqdm bar over both phases whose rate and ETA leave out each phase's first step.
+
+    The first step of a phase pays for graph tracing / building (seconds in
+    TensorFlow); counting it would show "2.5 s/step, ETA 25:03" for a 3 s run.
+    The bar shows the average time per step over the steps after the first one
+    of the current phase, and the ETA of the steps left at that rate.
+
+    Example:
+        >>> import io
+        >>> t = iter([0.0, 2.0, 2.01, 2.02, 2.03]).__next__
+        >>> p = DemoProgress(4, enabled=False, clock=t)
+        >>> p.phase("dense"); p.step(); p.step(); p.step()
+        >>> p.rate_text()
+        '10.0 ms/step, ETA 0:00'
+    """
+
+    def __init__(self, total: int, enabled: bool = True, file: TextIO | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        from tqdm.auto import tqdm
+
+        self.total = total
+        self._clock = clock
+        self._bar = tqdm(total=total, disable=not enabled, unit="step", dynamic_ncols=True, leave=False,
+                         mininterval=0.5, file=file if file is not None else sys.stderr,
+                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+        self.n = 0
+        self._phase_start: float | None = None     # time of the end of the phase's first step
+        self._phase_steps = 0                      # steps of the phase after its first
+        self._last = clock()
+        self._sparsity: float | None = None
+
+    def phase(self, name: str, sparsity: float | None = None) -> None:
+        """Start a phase (shown as the bar's description); the next step is its first."""
+        self._bar.set_description_str(name, refresh=False)
+        self._phase_start, self._phase_steps = None, 0
+        self._sparsity = sparsity
+        self._last = self._clock()
+
+    def step(self, sparsity: float | None = None) -> None:
+        """One training step done (optionally with the current sparsity)."""
+        now = self._clock()
+        if self._phase_start is None:
+            self._phase_start = now          # the first step of the phase (tracing) is not timed
+        else:
+            self._phase_steps += 1
+        self._last = now
+        if sparsity is not None:
+            self._sparsity = sparsity
+        self.n += 1
+        post = self.rate_text()
+        if self._sparsity is not None:
+            post = f"{post}, sparsity {100 * self._sparsity:.1f}%" if post else f"sparsity {100 * self._sparsity:.1f}%"
+        self._bar.set_postfix_str(post, refresh=False)
+        self._bar.update(1)
+
+    def rate_text(self) -> str:
+        """``"X ms/step, ETA m:ss"`` from the timed steps of this phase ('' before any)."""
+        if not self._phase_steps or self._phase_start is None:
+            return ""
+        per = (self._last - self._phase_start) / self._phase_steps
+        rate = f"{1000 * per:.1f} ms/step" if per < 1 else f"{per:.2f} s/step"
+        return f"{rate}, ETA {format_duration(per * (self.total - self.n))}"
+
+    def close(self) -> None:
+        """Remove the bar."""
+        self._bar.close()
+
+    def __enter__(self) -> "DemoProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

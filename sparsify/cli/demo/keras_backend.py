@@ -19,13 +19,17 @@ from sparsify.config import PruningConfig
 from sparsify.layout import tf_to_canonical
 
 from ..frameworks import import_tensorflow
-from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, set_bar_sparsity
+from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
 
-__all__ = ["train"]
+__all__ = ["OUTPUTS", "train"]
+
+#: What :func:`train` writes into ``out``.
+OUTPUTS: tuple[str, ...] = ("model.keras",)
 
 
-def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, out: Path | None = None) -> BackendRun:
+def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: DemoProgress,
+          out: Path | None = None) -> BackendRun:
     """Train dense, then prune with ``PruningCallback`` for ``steps`` steps each."""
     tf = import_tensorflow()
     import keras
@@ -40,10 +44,11 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, 
             self.cb, self.i = cb, 0
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            sparsity = None
             if self.cb is not None and (self.i % 10 == 0 or self.i == steps - 1):
-                set_bar_sparsity(bar, "pruning", self.cb.sparsity["total"])
+                sparsity = self.cb.sparsity["total"]
             self.i += 1
-            bar.update(1)
+            progress.step(sparsity)
 
     layers: list[Any] = [keras.Input((SIZES[0],))]
     for i, name in enumerate(LAYERS):
@@ -61,28 +66,25 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, 
     def accuracy() -> float:
         return float(model.evaluate(data.x_test, data.y_test, verbose=0, return_dict=True)["accuracy"])
 
-    set_bar_sparsity(bar, "dense")
+    progress.phase("dense")
     compile_fresh()
     model.fit(dataset(seed), epochs=1, verbose=0, shuffle=False, callbacks=[Progress()])
     dense_acc = accuracy()
 
     pruning = sk.PruningCallback(config)
     compile_fresh()
-    set_bar_sparsity(bar, "pruning", 0.0)
+    progress.phase("pruning", 0.0)
     model.fit(dataset(seed + 1), epochs=1, verbose=0, shuffle=False, callbacks=[pruning, Progress(pruning)])
     pruned_acc = accuracy()
     final_step = int(model.optimizer.iterations.numpy())
-    paths = list(pruning.pruned_weights)
+    pruned = [path.split("/")[0] for path in pruning.pruned_weights]
     model = sk.strip_pruning(model)
-    weights = {}
-    for path in paths:
-        layer = path.split("/")[0]
-        kernel = model.get_layer(layer).kernel.numpy()
-        weights[layer] = tf_to_canonical(kernel, "dense")
+    weights = {name: tf_to_canonical(model.get_layer(name).kernel.numpy(), "dense") for name in LAYERS}
     files: list[str] = []
     if out is not None:
         p = os.path.join(os.fspath(out), "model.keras")
-        model.save(p)
+        with writing(p):
+            model.save(p)
         files.append(p)
     notes = ["model.keras: a plain Keras model (strip_pruning removed the pruning state)"] if files else []
-    return BackendRun(dense_acc, pruned_acc, weights, final_step, files, notes)
+    return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files, notes)

@@ -22,10 +22,13 @@ from sparsify.config import PruningConfig
 from sparsify.layout import tf_to_canonical
 
 from ..frameworks import import_tensorflow
-from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, set_bar_sparsity
+from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
 
-__all__ = ["train"]
+__all__ = ["OUTPUTS", "train"]
+
+#: What :func:`train` writes into ``out``.
+OUTPUTS: tuple[str, ...] = ("checkpoint", "saved_model")
 
 
 def _build(tf: Any, init: dict[str, np.ndarray] | None, seed: int):
@@ -53,7 +56,8 @@ def _build(tf: Any, init: dict[str, np.ndarray] | None, seed: int):
     return x, y, logits, loss, acc, variables
 
 
-def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, out: Path | None = None) -> BackendRun:
+def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: DemoProgress,
+          out: Path | None = None) -> BackendRun:
     """Train dense, then prune with ``sparsify_tf.prune_graph`` for ``steps`` steps each."""
     tf = import_tensorflow()
     import sparsify_tf
@@ -63,7 +67,7 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, 
     session_cfg = tf1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
 
     # ----- dense phase ------------------------------------------------------------------
-    set_bar_sparsity(bar, "dense")
+    progress.phase("dense")
     g1 = tf.Graph()
     with g1.as_default():
         x, y, _, loss, acc, variables = _build(tf, None, seed)
@@ -72,7 +76,7 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, 
             sess.run(tf1.global_variables_initializer())
             for idx in batch_indices(n, BATCH_SIZE, steps, seed):
                 sess.run(train_op, {x: data.x_train[idx], y: data.y_train[idx]})
-                bar.update(1)
+                progress.step()
             dense_acc = float(sess.run(acc, {x: data.x_test, y: data.y_test}))
             dense = sess.run(variables)
 
@@ -87,28 +91,29 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, 
         with tf1.Session(graph=g2, config=session_cfg) as sess:
             sess.run(tf1.global_variables_initializer())
             sess.run(pruning.update_op)                     # an update point at step 0 applies right away
-            set_bar_sparsity(bar, "pruning", float(sess.run(pruning.total_sparsity)))
+            progress.phase("pruning", float(sess.run(pruning.total_sparsity)))
             for i, idx in enumerate(batch_indices(n, BATCH_SIZE, steps, seed + 1)):
                 sess.run(train_op, {x: data.x_train[idx], y: data.y_train[idx]})
+                sparsity = None
                 if i % 10 == 0 or i == steps - 1:
-                    set_bar_sparsity(bar, "pruning", float(sess.run(pruning.total_sparsity)))
-                bar.update(1)
+                    sparsity = float(sess.run(pruning.total_sparsity))
+                progress.step(sparsity)
             pruned_acc = float(sess.run(acc, {x: data.x_test, y: data.y_test}))
             final_step = int(sess.run(global_step))
             pruning.apply_masks(sess)                        # bake the masks into the weights
-            kernels = sess.run(pruning.weights)
-            weights = {name.split("/")[0]: tf_to_canonical(w, pruning.kinds[name]) for name, w in kernels.items()}
+            pruned = [name.split("/")[0] for name in pruning.weights]
+            kernels = sess.run({name: variables[f"{name}/kernel"] for name in LAYERS})
+            weights = {name: tf_to_canonical(w, "dense") for name, w in kernels.items()}
             files: list[str] = []
-            if out is not None:
-                ckpt = tf1.train.Saver(var_list=list(variables.values())).save(
-                    sess, os.path.join(os.fspath(out), "checkpoint", "model.ckpt"), write_meta_graph=False)
+            if out is not None:          # a fresh directory (the run's staging area): nothing to replace
+                ckpt_dir = os.path.join(os.fspath(out), "checkpoint")
+                with writing(ckpt_dir):
+                    ckpt = tf1.train.Saver(var_list=list(variables.values()), save_relative_paths=True).save(
+                        sess, os.path.join(ckpt_dir, "model.ckpt"), write_meta_graph=False)
                 files.append(ckpt)
                 export_dir = os.path.join(os.fspath(out), "saved_model")
-                if os.path.exists(export_dir):
-                    import shutil
-
-                    shutil.rmtree(export_dir)
-                files.append(pruning.export_saved_model(sess, export_dir, {"x": x}, {"logits": logits}))
+                with writing(export_dir):
+                    files.append(pruning.export_saved_model(sess, export_dir, {"x": x}, {"logits": logits}))
     notes = ["checkpoint/: tf.compat.v1 Saver checkpoint of the pruned weights; saved_model/: inference graph "
              "exported with the masks baked in"] if out is not None else []
-    return BackendRun(dense_acc, pruned_acc, weights, final_step, files, notes)
+    return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files, notes)

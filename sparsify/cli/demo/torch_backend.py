@@ -11,13 +11,17 @@ from typing import Any
 from sparsify.config import PruningConfig
 
 from ..frameworks import import_torch
-from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, set_bar_sparsity
+from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
 
-__all__ = ["train"]
+__all__ = ["OUTPUTS", "train"]
+
+#: What :func:`train` writes into ``out``.
+OUTPUTS: tuple[str, ...] = ("model.pt",)
 
 
-def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, out: Path | None = None) -> BackendRun:
+def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: DemoProgress,
+          out: Path | None = None) -> BackendRun:
     """Train dense, then prune with ``sparsify_torch.prune`` for ``steps`` steps each."""
     torch = import_torch()
     import sparsify_torch
@@ -25,13 +29,13 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any, 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)            # a tiny MLP: one thread is fastest and leaves the other cores alone
     try:
-        return _train(torch, sparsify_torch, config, data, steps, seed, bar, out)
+        return _train(torch, sparsify_torch, config, data, steps, seed, progress, out)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits, steps: int, seed: int, bar: Any,
-           out: Path | None) -> BackendRun:
+def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits, steps: int, seed: int,
+           progress: DemoProgress, out: Path | None) -> BackendRun:
     nn = torch.nn
     torch.manual_seed(seed)
     layers: list[tuple[str, Any]] = []
@@ -54,28 +58,30 @@ def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits,
             opt.zero_grad()
             loss.backward()
             opt.step()
+            sparsity = None
             if pruner is not None:
                 pruner.step()
                 if i % 10 == 0 or i == n - 1:
-                    set_bar_sparsity(bar, "pruning", pruner.total_sparsity())
-            bar.update(1)
+                    sparsity = pruner.total_sparsity()
+            progress.step(sparsity)
 
-    set_bar_sparsity(bar, "dense")
+    progress.phase("dense")
     fit(steps, seed)
     dense_acc = accuracy()
     pruner = sparsify_torch.prune(model, config)
-    set_bar_sparsity(bar, "pruning", pruner.total_sparsity())
+    progress.phase("pruning", pruner.total_sparsity())
     fit(steps, seed + 1, pruner)
     pruned_acc = accuracy()
     final_step = pruner.step_count
-    pruned = {n.rsplit(".", 1)[0]: n for n in pruner.names}
+    pruned = [n.rsplit(".", 1)[0] for n in pruner.names]
     pruner.remove()
-    weights = {short: model.get_submodule(short).weight.detach().numpy().copy() for short in pruned}
+    weights = {name: model.get_submodule(name).weight.detach().numpy().copy() for name in LAYERS}
 
     files = []
     if out is not None:
-        torch.save(model.state_dict(), Path(out) / "model.pt")
-        files.append(str(Path(out) / "model.pt"))
-    return BackendRun(dense_acc, pruned_acc, weights, final_step, files,
+        path = Path(out) / "model.pt"
+        with writing(path), open(path, "wb") as fh:      # Python file: a full disk is an OSError that says so
+            torch.save(model.state_dict(), fh)
+        files.append(str(path))
+    return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files,
                       ["model.pt: a plain torch state_dict (Pruner.remove() baked the masks in)"] if files else [])
-

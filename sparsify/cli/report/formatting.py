@@ -65,7 +65,10 @@ def format_report(rep: SparsityReport) -> str:
             lines.append("  ".join("-" * w for w in widths))
     if rep.pattern:
         d = rep.to_dict()
-        if "pattern_conforms" in d:
+        if d["pattern_conforms"] is None:
+            lines.append(f"pattern {rep.pattern}: fits none of the weights (see the 'does not fit' cells), "
+                         "so nothing was checked")
+        else:
             lines.append(f"pattern {rep.pattern}: {'every' if d['pattern_conforms'] else 'NOT every'} "
                          "weight that fits it conforms")
     return "\n".join(lines)

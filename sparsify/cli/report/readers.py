@@ -15,6 +15,17 @@ Reads, without executing any code stored in the file:
 
 Arrays come back in the file's own layout; :data:`FORMATS` says which layout
 that is. TensorFlow and torch are imported only when a file of theirs is read.
+A compressed ``state_dict`` (``sparsify export``) is decoded to its dense
+tensors, and a structured-pruned model saved by
+``sparsify_torch.channels.save_pruned_model`` reports its ``state_dict``.
+
+Hostile or broken files fail cleanly: only regular files and directories are
+opened (a named pipe would block), and what a file *declares* (zip entry
+sizes, array headers, checkpoint shapes, HDF5 dataset shapes) is checked
+against ``max_bytes`` (default :data:`DEFAULT_MAX_BYTES`, ``--max-bytes`` on
+the command line) before anything is read. A SavedModel whose graph has
+variables but no ``variables/`` checkpoint, or a checkpoint whose data shard
+is missing or truncated, is reported as incomplete.
 
 Example:
     >>> import numpy as np, tempfile, os
@@ -28,14 +39,23 @@ from __future__ import annotations
 import io
 import os
 import re
+import stat
 import zipfile
 from typing import Any, Mapping
 
 import numpy as np
 
+from sparsify import sparse_format
+
 from ..frameworks import import_tensorflow, import_torch
 
-__all__ = ["FORMATS", "detect_format", "read_tensors"]
+__all__ = ["FORMATS", "DEFAULT_MAX_BYTES", "PRUNED_MODEL_FORMAT", "detect_format", "read_tensors", "format_bytes",
+           "check_regular"]
+
+#: Default cap on the bytes of tensors a report loads (``--max-bytes`` overrides it).
+DEFAULT_MAX_BYTES = 1 << 30
+#: ``"format"`` of a structured-pruned model saved by ``sparsify_torch.channels.save_pruned_model``.
+PRUNED_MODEL_FORMAT = "sparsify_torch.channels.pruned_model"
 
 #: Formats :func:`read_tensors` understands, with the layout their kernels use.
 FORMATS: dict[str, str] = {
@@ -51,6 +71,38 @@ FORMATS: dict[str, str] = {
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 
+def format_bytes(n: int) -> str:
+    """Human-readable size.
+
+    Example:
+        >>> format_bytes(512), format_bytes(3 * 2**30)
+        ('512 B', '3.0 GiB')
+    """
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def check_regular(p: str, what: str = "") -> os.stat_result:
+    """``os.stat(p)`` if ``p`` is a regular file or a directory; else a ``ValueError`` (a pipe would block)."""
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        raise ValueError(f"{p!r} cannot be read: {e.strerror}") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        kind = "a named pipe" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) \
+            else "a device"
+        raise ValueError(f"{p!r}{what} is {kind}, not a regular file; report reads files and directories only")
+    return st
+
+
+def _over(p: str, declared: int, max_bytes: int | None, what: str = "tensors") -> None:
+    if max_bytes is not None and declared > max_bytes:
+        raise ValueError(f"{p!r} declares {format_bytes(declared)} of {what}, more than the cap of "
+                         f"{format_bytes(max_bytes)}; pass --max-bytes {declared} (max_bytes=) to read it anyway")
+
+
 def detect_format(path: str | os.PathLike) -> str:
     """Name of the format of ``path`` (a key of :data:`FORMATS`), from its content.
 
@@ -64,6 +116,8 @@ def detect_format(path: str | os.PathLike) -> str:
         ValueError: 'no/such/file.pt' does not exist
     """
     p = os.fspath(path)
+    if os.path.exists(p):
+        check_regular(p)
     if os.path.isdir(p):
         if os.path.exists(os.path.join(p, "saved_model.pb")) or os.path.exists(os.path.join(p, "saved_model.pbtxt")):
             return "savedmodel"
@@ -105,7 +159,20 @@ def detect_format(path: str | os.PathLike) -> str:
                      "a SavedModel directory, a .keras / .h5 Keras file or an .npz archive")
 
 
-def _read_torch(p: str) -> dict[str, np.ndarray]:
+def _zip_declared(p: str, names_filter: Any = None) -> int:
+    """Sum of the uncompressed sizes a zip archive declares (optionally of some entries)."""
+    try:
+        with zipfile.ZipFile(p) as zf:
+            return sum(i.file_size for i in zf.infolist() if names_filter is None or names_filter(i.filename))
+    except (zipfile.BadZipFile, OSError) as e:
+        raise ValueError(f"{p!r} is a corrupt zip archive: {e}") from None
+
+
+def _read_torch(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
+    if zipfile.is_zipfile(p):
+        _over(p, _zip_declared(p), max_bytes)
+    else:
+        _over(p, os.path.getsize(p), max_bytes)
     try:
         torch = import_torch()
     except ImportError:
@@ -113,13 +180,26 @@ def _read_torch(p: str) -> dict[str, np.ndarray]:
     try:
         obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many types for bad files
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        msg = msg if len(msg) > 20 else f"{type(e).__name__}{': ' + msg if msg else ''}"
         raise ValueError(f"{p!r} cannot be read as a torch state_dict (weights_only=True): {msg}") from None
+    if sparse_format.is_compressed_document(obj):          # written by `sparsify export`
+        entries = obj.get("tensors") if isinstance(obj.get("tensors"), Mapping) else {}
+        np_doc = {**obj, "tensors": {n: {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in e.items()}
+                                     if isinstance(e, Mapping) else e for n, e in entries.items()}}
+        try:                                              # every element takes at least one byte
+            return sparse_format.decompress_tensors(np_doc, max_elements=max_bytes)
+        except ValueError as e:
+            raise ValueError(f"{p!r}: {e}") from None
+    if isinstance(obj, Mapping) and obj.get("format") == PRUNED_MODEL_FORMAT and isinstance(obj.get("state_dict"), Mapping):
+        obj = obj["state_dict"]                            # a structured-pruned model: its weights
     out: dict[str, np.ndarray] = {}
 
     def walk(prefix: str, o: Any) -> None:
         if isinstance(o, torch.Tensor):
             t = o.detach().cpu()
+            if t.layout != torch.strided:
+                t = t.to_dense()
             if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64, torch.float16):
                 t = t.float()
             out[prefix or "tensor"] = t.numpy()
@@ -140,40 +220,66 @@ def _tf_reader(prefix: str, what: str):
     except ImportError:
         raise ValueError(f"{prefix!r} is a {what} but tensorflow is not installed (pip install 'sparsify[tf]')") from None
     try:
-        return tf.train.load_checkpoint(prefix)
+        return tf, tf.train.load_checkpoint(prefix)
     except Exception as e:  # noqa: BLE001 - tf.errors.* for bad files
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"{prefix!r} cannot be read as a {what}: {msg}") from None
 
 
-def _read_tf_checkpoint(p: str, what: str = "TensorFlow checkpoint") -> dict[str, np.ndarray]:
+def _read_tf_checkpoint(p: str, max_bytes: int | None, what: str = "TensorFlow checkpoint") -> dict[str, np.ndarray]:
     if p.endswith(".index"):
         p = p[: -len(".index")]
     p = re.sub(r"\.data-\d+-of-\d+$", "", p)
-    reader = _tf_reader(p, what)
+    for f in (p + ".index", *(os.path.join(os.path.dirname(p) or ".", n) for n in _shards(p))):
+        if os.path.exists(f):
+            check_regular(f)
+    tf, reader = _tf_reader(p, what)
+    shapes = reader.get_variable_to_shape_map()
+    dtypes = reader.get_variable_to_dtype_map()
+    numeric = {n for n, dt in dtypes.items() if n != "_CHECKPOINTABLE_OBJECT_GRAPH" and dt != tf.string}
+    declared = sum(int(np.prod(shapes[n], dtype=np.int64)) * dtypes[n].size for n in numeric)
+    _over(p, declared, max_bytes)
     out: dict[str, np.ndarray] = {}
-    for name in sorted(reader.get_variable_to_shape_map()):
-        if name == "_CHECKPOINTABLE_OBJECT_GRAPH":
-            continue
+    for name in sorted(numeric):
         try:
             value = reader.get_tensor(name)
-        except Exception:  # noqa: BLE001 - e.g. string tensors that are not numeric
-            continue
-        if isinstance(value, np.ndarray) and value.dtype.kind in "fcbiu":
+        except Exception as e:  # noqa: BLE001 - a missing or truncated data shard
+            msg = " ".join(str(e).split())[:200] or type(e).__name__
+            raise ValueError(f"{p!r}: incomplete {what}: tensor {name!r} cannot be read ({msg}); a data shard "
+                             f"({p}.data-*) is missing or truncated") from None
+        value = np.asarray(value)
+        if value.dtype.kind in "fcbiu":
             out[name.replace("/.ATTRIBUTES/VARIABLE_VALUE", "")] = value
     return out
 
 
-def _read_graph_constants(p: str, saved_model: bool) -> dict[str, np.ndarray]:
-    """Float constants (rank >= 1) of a frozen GraphDef or of a SavedModel's graphs (protobuf parsing only)."""
+def _shards(prefix: str) -> list[str]:
+    base = os.path.basename(prefix)
+    d = os.path.dirname(prefix) or "."
+    try:
+        return [n for n in os.listdir(d) if re.fullmatch(re.escape(base) + r"\.data-\d+-of-\d+", n)]
+    except OSError:
+        return []
+
+
+def _load_pb(p: str, what: str, max_bytes: int | None) -> bytes:
+    check_regular(p)
+    _over(p, os.path.getsize(p), max_bytes, "protobuf")
+    with open(p, "rb") as fh:
+        return fh.read()
+
+
+_VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
+
+
+def _parse_graphs(p: str, saved_model: bool, max_bytes: int | None) -> tuple[Any, list[Any]]:
     what = "SavedModel" if saved_model else "frozen GraphDef (.pb)"
     try:
         tf = import_tensorflow()
     except ImportError:
         raise ValueError(f"{p!r} is a {what} but tensorflow is not installed (pip install 'sparsify[tf]')") from None
+    raw = _load_pb(p, what, max_bytes)
     try:
-        with open(p, "rb") as fh:
-            raw = fh.read()
         if saved_model:
             from tensorflow.core.protobuf import saved_model_pb2
 
@@ -187,19 +293,47 @@ def _read_graph_constants(p: str, saved_model: bool) -> dict[str, np.ndarray]:
     except Exception as e:  # noqa: BLE001 - protobuf DecodeError and friends
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"{p!r} cannot be read as a {what}: {msg}") from None
+    return tf, graphs
+
+
+def _graph_nodes(graphs: list[Any]) -> list[Any]:
+    return [n for gd in graphs for n in list(gd.node) + [n for f in gd.library.function for n in f.node_def]]
+
+
+def _read_graph_constants(p: str, saved_model: bool, max_bytes: int | None) -> dict[str, np.ndarray]:
+    """Float constants (rank >= 1) of a frozen GraphDef or of a SavedModel's graphs (protobuf parsing only)."""
+    tf, graphs = _parse_graphs(p, saved_model, max_bytes)
     out: dict[str, np.ndarray] = {}
-    for gd in graphs:
-        nodes = list(gd.node) + [n for f in gd.library.function for n in f.node_def]
-        for node in nodes:
-            if node.op != "Const" or "value" not in node.attr:
-                continue
-            value = tf.make_ndarray(node.attr["value"].tensor)
-            if value.dtype.kind == "f" and value.ndim >= 1 and value.size > 1:
-                out.setdefault(node.name, value)
+    for node in _graph_nodes(graphs):
+        if node.op != "Const" or "value" not in node.attr:
+            continue
+        value = tf.make_ndarray(node.attr["value"].tensor)
+        if value.dtype.kind == "f" and value.ndim >= 1 and value.size > 1:
+            out.setdefault(node.name, value)
     return out
 
 
-def _read_h5(source: Any, p: str) -> dict[str, np.ndarray]:
+def _read_saved_model(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
+    if not os.path.isdir(p):
+        raise ValueError(f"{p!r} is not a directory; a SavedModel is a directory holding saved_model.pb")
+    pb = os.path.join(p, "saved_model.pb")
+    prefix = os.path.join(p, "variables", "variables")
+    if os.path.exists(prefix + ".index"):
+        return _read_tf_checkpoint(prefix, max_bytes, "SavedModel variables checkpoint")
+    if not os.path.exists(pb):
+        raise ValueError(f"{p!r} holds no saved_model.pb (a text saved_model.pbtxt is not read) and no "
+                         "variables/ checkpoint")
+    _, graphs = _parse_graphs(pb, True, max_bytes)
+    variables = [n.name for n in _graph_nodes(graphs) if n.op in _VARIABLE_OPS]
+    if variables:
+        where = "variables/ is missing" if not os.path.isdir(os.path.join(p, "variables")) \
+            else "variables/variables.index is missing"
+        raise ValueError(f"{p!r}: incomplete SavedModel: its graph has {len(variables)} variables "
+                         f"(e.g. {variables[0]!r}) but {where}")
+    return _read_graph_constants(pb, True, max_bytes)      # a frozen graph: the weights are constants
+
+
+def _read_h5(source: Any, p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
     try:
         import h5py
     except ImportError:
@@ -207,25 +341,57 @@ def _read_h5(source: Any, p: str) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     try:
         with h5py.File(source, "r") as f:
+            datasets: list[Any] = []
+
             def visit(name: str, obj: Any) -> None:
                 if isinstance(obj, h5py.Dataset) and obj.dtype.kind in "fcbiu":
-                    out[name] = np.asarray(obj[()])
+                    datasets.append((name, obj))
             f.visititems(visit)
+            _over(p, sum(int(d.size) * d.dtype.itemsize for _, d in datasets), max_bytes)
+            for name, d in datasets:
+                out[name] = np.asarray(d[()])
     except OSError as e:
         raise ValueError(f"{p!r} cannot be read as HDF5 weights: {e}") from None
     return out
 
 
-def _read_keras(p: str) -> dict[str, np.ndarray]:
+def _read_keras(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
+    _over(p, _zip_declared(p, lambda n: n == "model.weights.h5"), max_bytes, "weights")
     try:
         with zipfile.ZipFile(p) as zf:
             data = zf.read("model.weights.h5")
     except (zipfile.BadZipFile, KeyError, OSError) as e:
         raise ValueError(f"{p!r} cannot be read as a .keras archive: {e}") from None
-    return _read_h5(io.BytesIO(data), p)
+    return _read_h5(io.BytesIO(data), p, max_bytes)
 
 
-def _read_npz(p: str) -> dict[str, np.ndarray]:
+def _read_npz(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
+    try:
+        with zipfile.ZipFile(p) as zf:
+            infos = zf.infolist()
+            bad = [i.filename for i in infos if not i.filename.endswith(".npy")]
+            if bad:
+                raise ValueError(f"{p!r} is not an .npz archive: it holds {bad[0]!r}, not .npy arrays"
+                                 + ("; it is a torch file (--format torch)" if any(n.endswith("data.pkl") for n in bad)
+                                    else ""))
+            declared = 0
+            for info in infos:
+                with zf.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+                    else:                                 # rare; fall back to the entry's declared size
+                        declared += info.file_size
+                        continue
+                    if dtype.hasobject:
+                        raise ValueError(f"{p!r}: array {info.filename[:-4]!r} holds Python objects; "
+                                         "report reads numeric arrays only")
+                    declared += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            _over(p, declared, max_bytes)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise ValueError(f"{p!r} cannot be read as an .npz archive: {e}") from None
     try:
         with np.load(p, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
@@ -233,18 +399,23 @@ def _read_npz(p: str) -> dict[str, np.ndarray]:
         raise ValueError(f"{p!r} cannot be read as an .npz archive: {e}") from None
 
 
-def read_tensors(path: str | os.PathLike, fmt: str | None = None) -> tuple[str, dict[str, np.ndarray]]:
+def read_tensors(path: str | os.PathLike, fmt: str | None = None,
+                 max_bytes: int | None = DEFAULT_MAX_BYTES) -> tuple[str, dict[str, np.ndarray]]:
     """Read every numeric tensor of a weights file without executing code from it.
 
     Args:
         path: file or directory (see the module docstring for the formats).
-        fmt: a key of :data:`FORMATS`; detected from the content when None.
+        fmt: a key of :data:`FORMATS`; detected from the content when None. A
+            ``fmt`` that contradicts what the content clearly is (``npz`` for a
+            torch file) is a ``ValueError`` naming both.
+        max_bytes: refuse a file declaring more tensor bytes than this (None: no cap).
 
     Returns:
         ``(format, {name: array})`` with arrays in the file's own layout.
 
     Raises:
-        ValueError: missing, unreadable or unknown file, or a file without tensors.
+        ValueError: missing, unreadable, non-regular, unknown, incomplete or
+            too large a file, or a file without tensors.
 
     Example:
         >>> import numpy as np, tempfile, os
@@ -253,28 +424,59 @@ def read_tensors(path: str | os.PathLike, fmt: str | None = None) -> tuple[str, 
         'npz'
     """
     p = os.fspath(path)
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+        raise ValueError(f"max_bytes must be a positive integer or None, got {max_bytes!r}")
     if fmt is None:
         fmt = detect_format(p)
     elif fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
-    if fmt == "torch":
-        tensors = _read_torch(p)
-    elif fmt == "tf-checkpoint":
-        tensors = _read_tf_checkpoint(p)
-    elif fmt == "savedmodel":
-        prefix = os.path.join(p, "variables", "variables")
-        if os.path.exists(prefix + ".index"):
-            tensors = _read_tf_checkpoint(prefix, "SavedModel variables checkpoint")
-        else:                     # a frozen graph: the weights are constants of saved_model.pb
-            tensors = _read_graph_constants(os.path.join(p, "saved_model.pb"), saved_model=True)
-    elif fmt == "graphdef":
-        tensors = _read_graph_constants(p, saved_model=False)
-    elif fmt == "keras":
-        tensors = _read_keras(p)
-    elif fmt == "hdf5":
-        tensors = _read_h5(p, p)
     else:
-        tensors = _read_npz(p)
+        try:
+            detected = detect_format(p)
+        except ValueError:
+            detected = None                        # unknown content: let the chosen reader say what is wrong
+        if detected is not None and detected != fmt:
+            raise ValueError(f"--format {fmt} does not match {p!r}, which is a {detected} file; "
+                             f"drop --format or pass --format {detected}")
+    if os.path.exists(p):
+        check_regular(p)
+    if fmt == "torch":
+        tensors = _read_torch(p, max_bytes)
+    elif fmt == "tf-checkpoint":
+        if os.path.isdir(p):
+            tensors = _read_tf_checkpoint(_latest_checkpoint(p), max_bytes)
+        else:
+            tensors = _read_tf_checkpoint(p, max_bytes)
+    elif fmt == "savedmodel":
+        tensors = _read_saved_model(p, max_bytes)
+    elif fmt == "graphdef":
+        tensors = _read_graph_constants(p, False, max_bytes)
+    elif fmt == "keras":
+        tensors = _read_keras(p, max_bytes)
+    elif fmt == "hdf5":
+        check_regular(p)
+        tensors = _read_h5(p, p, max_bytes)
+    else:
+        tensors = _read_npz(p, max_bytes)
     if not tensors:
         raise ValueError(f"{p!r} ({fmt}) holds no numeric tensors")
     return fmt, tensors
+
+
+def _latest_checkpoint(d: str) -> str:
+    """The checkpoint prefix a directory points to (its ``checkpoint`` file, else its only ``*.index``)."""
+    state = os.path.join(d, "checkpoint")
+    if os.path.isfile(state):
+        try:
+            text = open(state, encoding="utf-8", errors="replace").read(1 << 16)
+        except OSError as e:
+            raise ValueError(f"{d!r}: its 'checkpoint' file cannot be read: {e.strerror}") from None
+        m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', text, flags=re.M)
+        if m:
+            prefix = m.group(1)
+            return prefix if os.path.isabs(prefix) else os.path.join(d, prefix)
+    indexes = sorted(f for f in os.listdir(d) if f.endswith(".index"))
+    if len(indexes) == 1:
+        return os.path.join(d, indexes[0][: -len(".index")])
+    raise ValueError(f"{d!r} is a checkpoint directory without a usable 'checkpoint' file and with "
+                     f"{len(indexes)} *.index files; pass the checkpoint prefix")

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from sparsify.layout import tf_to_canonical, to_2d
-from sparsify.patterns import PatternNInM, PatternNxM, get_pattern
-from .readers import FORMATS, read_tensors
+from sparsify.patterns import get_pattern
+from .readers import DEFAULT_MAX_BYTES, FORMATS, read_tensors
 
 __all__ = [
     "TensorStats", "SparsityReport", "guess_tf_kind", "is_optimizer_state", "pattern_conformity", "tensor_stats",
@@ -90,26 +90,8 @@ def pattern_conformity(w: np.ndarray, pattern: Any) -> dict[str, Any]:
     reason = pat.fits(w2.shape)
     if reason is not None:
         return {"fits": False, "conforms": None, "units": 0, "violations": 0, "reason": reason}
-    nonzero = w2 != 0
-    if isinstance(pat, PatternNInM):
-        zeros_per_group = (~pat.groups(nonzero)).sum(axis=-1)
-        units = int(zeros_per_group.size)
-        violations = int((zeros_per_group < pat.N).sum())
-    elif isinstance(pat, PatternNxM):
-        touched = pat.unit_pre_pruned(nonzero)            # blocks holding at least one zero
-        units = int(touched.size)
-        violations = int((touched & ~_all_zero(pat, nonzero)).sum())   # ... but not entirely zero
-    else:  # a registered pattern we do not know: report fit only
-        return {"fits": True, "conforms": None, "units": 0, "violations": 0,
-                "reason": f"no conformity rule for pattern family {type(pat).__name__}"}
+    units, violations = pat.conformity(w2 != 0)       # every family states its own zero structure
     return {"fits": True, "conforms": violations == 0, "units": units, "violations": violations, "reason": None}
-
-
-def _all_zero(pat: PatternNxM, nonzero2d: np.ndarray) -> np.ndarray:
-    """Blocks (unit shape) whose elements are all zero."""
-    # unit_pre_pruned(m) marks blocks where m has a False; with m = ~nonzero it marks
-    # blocks holding a non-zero, so its negation is "entirely zero".
-    return ~pat.unit_pre_pruned(~nonzero2d)
 
 
 @dataclass
@@ -175,15 +157,18 @@ class SparsityReport:
                "total": self.totals(), "weights_total": self.totals(weights_only=True)}
         if self.pattern is not None:
             checked = [t for t in self.tensors if t.pattern is not None and t.pattern["fits"]]
-            out["pattern_conforms"] = bool(checked) and all(t.pattern["conforms"] for t in checked)
+            out["pattern_checked"] = len(checked)
+            # None when the pattern fits no weight: nothing was checked, so nothing conforms or violates
+            out["pattern_conforms"] = all(t.pattern["conforms"] for t in checked) if checked else None
         return out
 
 
 def build_report(path: str | os.PathLike, pattern: str | None = None, include_optimizer: bool = False,
-                 fmt: str | None = None) -> SparsityReport:
+                 fmt: str | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES) -> SparsityReport:
     """Read ``path`` and compute its :class:`SparsityReport`.
 
-    Optimizer state (slots, step counters) is left out unless ``include_optimizer``.
+    Optimizer state (slots, step counters) is left out unless ``include_optimizer``;
+    ``max_bytes`` caps what is loaded (see :func:`~sparsify.cli.report.readers.read_tensors`).
 
     Example:
         >>> import numpy as np, tempfile, os
@@ -194,7 +179,7 @@ def build_report(path: str | os.PathLike, pattern: str | None = None, include_op
     """
     if pattern is not None:
         get_pattern(pattern)          # validate before reading anything
-    fmt, tensors = read_tensors(path, fmt)
+    fmt, tensors = read_tensors(path, fmt, max_bytes)
     layout = FORMATS[fmt]
     rep = SparsityReport(path=os.fspath(path), format=fmt, pattern=pattern)
     for name, value in tensors.items():

@@ -18,7 +18,7 @@ from sparsify.cli.command import build_config, build_parser, main
 from sparsify.cli.demo import FRAMEWORKS
 from sparsify.cli.report import FORMATS
 from sparsify.config import SCHEDULE_TYPES
-from sparsify.patterns import registered_patterns
+from sparsify.patterns import pattern_examples, pattern_summaries
 
 SPARSIFY = str(Path(sys.executable).with_name("sparsify"))
 
@@ -179,7 +179,8 @@ def test_help_lists_the_core_names(capsys):
         assert e.value.code == 0
     text = " ".join(capsys.readouterr().out.split())          # argparse wraps lines
     # pattern families and schedule kinds come from the core's registries, not a hand-written list
-    assert text.count(f"registered family ({', '.join(registered_patterns())})") == 2
+    assert text.count(f"e.g. {', '.join(pattern_examples())}.") == 2
+    assert all(text.count(summary) == 2 for summary in pattern_summaries().values())
     assert f"Schedule kinds (sparsity_decay_type): {', '.join(SCHEDULE_TYPES)}." in text
     # the application's vocabulary is the config's: start_step, end_step, pruning_frequency
     assert "from start_step to end_step, a mask update every pruning_frequency steps" in text
@@ -211,4 +212,66 @@ def test_command_and_help_load_no_framework():
 
 def test_python_dash_m_sparsify_help():
     res = subprocess.run([sys.executable, "-m", "sparsify", "--help"], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and res.stdout.startswith("usage: sparsify [-h] [--version] {demo,report,schedule}")
+    assert res.returncode == 0 and res.stdout.startswith("usage: sparsify [-h] [--version] {demo,report,export,schedule}")
+
+
+# ----- issue 15: bounded work, honest messages, atomic outputs ---------------------------------------
+def test_schedule_steps_are_bounded(capsys):
+    rc = main(["schedule", "--steps", "100000000000"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and err == ["sparsify schedule: error: --steps must be in [1, 10000000] (one value per step is "
+                               "computed), got 100000000000"]
+    rc = main(["schedule", "--set", "end_step=100000000000"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "end_step 100000000000 is too far to tabulate step by step" in err and "internal" not in err
+
+
+def test_schedule_plot_says_the_file_it_wrote(tmp_path, capsys):
+    assert main(["schedule", "--set", "end_step=10", "--plot", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"plot written to {tmp_path / 'schedule.png'}"
+    assert (tmp_path / "schedule.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["schedule", "--set", "end_step=10", "--plot", str(tmp_path / "curve")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"plot written to {tmp_path / 'curve.png'}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.png", "schedule.png"]
+    rc = main(["schedule", "--plot", str(tmp_path / "s.xyz")])
+    assert rc == 1 and "cannot write .xyz images" in capsys.readouterr().err
+
+
+def test_output_files_are_written_atomically(tmp_path, capsys, torch_file):
+    out = tmp_path / "report.json"
+    assert main(["report", str(torch_file), "--json", "--output", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    assert json.loads(out.read_text())["format"] == "torch"
+    assert main(["schedule", "--set", "end_step=4", "--json", "-o", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["steps"][-1] == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "report.json", "s.json"]    # no temp files
+    rc = main(["report", str(torch_file), "--output", str(tmp_path / "no" / "r.txt")])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"directory {str(tmp_path / 'no')!r} does not exist" in err and "internal" not in err
+
+
+def test_yaml_bombs_and_bad_files_through_the_command(tmp_path, capsys):
+    bomb = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)) + "op_names: *i\n"
+    cases = {
+        "bomb.yaml": (bomb.encode(), "aliases expand to more than 10000 nodes"),
+        "dup.yaml": (b"pattern: 4x1\npattern: 2:4\n", "duplicate key 'pattern' on line 2 (first on line 1)"),
+        "deep.yaml": (b"op_names: " + b"[" * 3000 + b"]" * 3000, "nesting deeper than 64 levels"),
+        "bin.yaml": (b"\x89PNG\r\n\x1a\n\x00\x00", "is a binary file"),
+        "latin1.yaml": ("pattern: caf\xe9".encode("latin-1"), "is not UTF-8 text"),
+    }
+    for name, (data, needle) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        for cmd in (["schedule", "--config"], ["demo", "--framework", "torch", "--config"]):
+            rc = main([*cmd, str(tmp_path / name)])
+            err = capsys.readouterr().err.strip().splitlines()
+            assert rc == 1 and len(err) == 1 and needle in err[0] and name in err[0], (name, err)
+            assert len(err[0]) < 600 and "internal error" not in err[0]
+    rc = main(["schedule", "--set", "op_names=" + bomb.replace("\n", "\n")])
+    assert rc == 1 and "internal error" not in capsys.readouterr().err
+
+
+def test_long_values_are_never_printed_whole(capsys):
+    rc = main(["schedule", "--set", "pattern=" + "x" * 100000])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err) < 1200 and "characters)" in err

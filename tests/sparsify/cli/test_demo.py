@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from sparsify.cli import main
-from sparsify.cli.demo import FRAMEWORKS, default_config, format_result, run_demo
+from sparsify.cli.atomic import MANIFEST, verify_run
+from sparsify.cli.demo import FRAMEWORKS, default_config, format_result, removes_rows, run_demo
+from sparsify.cli.demo.common import DemoProgress
 
 SPARSIFY = str(Path(sys.executable).with_name("sparsify"))
 STEPS = "40"
@@ -67,6 +69,10 @@ def test_demo_each_framework(framework, tmp_path):
     assert "target_sparsity: 0.9" in (out / "config.yaml").read_text()
     for png in ("schedule.png", "layer_sparsity.png", "mask_fc1.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    # one committed run: the manifest lists every file with its content, nothing else was left behind
+    manifest = verify_run(out)
+    assert manifest["framework"] == framework and "summary.json" in manifest["files"]
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
     model = {"tf-graph": out / "checkpoint" / "model.ckpt", "keras": out / "model.keras",
              "torch": out / "model.pt"}[framework]
     rep = run_cli("report", str(model), "--json")
@@ -126,4 +132,118 @@ def test_demo_says_when_end_step_comes_after_training():
     # the target is the schedule read at the last update point passed (step 20)
     assert res.target == cfg.schedule().sparsity(20) and res.total_exact
     assert "end_step 100 comes after the last training step (20); the target shown is the schedule's " \
-           "sparsity at step 20" in format_result(res).splitlines()
+           "sparsity at step 20 (--fit-schedule fits a config's schedule into --steps)" in format_result(res).splitlines()
+
+
+def _run_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_yaml_and_command_line_mean_the_same(tmp_path, capsys):
+    # --pattern 2:4 and a YAML `pattern: 2:4` both default the target to the pattern's maximum (50%)
+    cfg = tmp_path / "nm.yaml"
+    cfg.write_text("pattern: 2:4\n")
+    rc, yaml_out, err = _run_in_process(capsys, "demo", "--framework", "torch", "--steps", "30", "--config", str(cfg),
+                                        "--fit-schedule", "--no-progress")
+    assert rc == 0, err
+    rc, cli_out, err = _run_in_process(capsys, "demo", "--framework", "torch", "--steps", "30", "--pattern", "2:4",
+                                       "--no-progress")
+    assert rc == 0, err
+    assert table(yaml_out)["fc1"] == table(cli_out)["fc1"] == ["128x64", "50.00%", "50.00%", "4096", "/", "8192", "yes"]
+    # the YAML's schedule (PruningConfig's default end_step 1000) was fitted into --steps only because asked, and said so
+    assert "schedule fitted into --steps 30: start_step 0 -> 0, end_step 1000 -> 20, pruning_frequency 100 -> 2" \
+        in yaml_out.splitlines()
+    rc, out, err = _run_in_process(capsys, "demo", "--framework", "torch", "--steps", "30", "--config", str(cfg),
+                                   "--no-progress")
+    assert rc == 0 and "end_step 1000 comes after the last training step (30)" in out
+    assert "fitted" not in out
+
+
+def _row_pattern() -> str:
+    """The registered channel pattern that removes whole rows (output channels), whatever it is called."""
+    names = [p for p in ("channelx1", "1xchannel") if removes_rows(p, (10, 64))]
+    assert len(names) == 1, names
+    return names[0]
+
+
+def test_row_patterns_leave_the_classifier_alone(capsys):
+    pattern = _row_pattern()
+    rc, out, err = _run_in_process(capsys, "demo", "--framework", "torch", "--steps", "60", "--pattern", pattern,
+                                   "--sparsity", "0.5", "--no-progress")
+    assert rc == 0, err
+    rows = table(out)
+    assert rows["out"] == ["10x64", "-", "0.00%", "640", "/", "640", "-"]
+    assert f"out: dense: {pattern} prunes whole output rows, and each of the 10 rows of the classifier is a class; " \
+           "left dense (--prune-classifier prunes it too)" in out
+    assert rows["fc1"][1:3] == ["50.00%", "50.00%"] and rows["fc2"][1:3] == ["50.00%", "50.00%"]
+    acc = re.search(r"pruned ([\d.]+)%", out)
+    assert float(acc.group(1)) > 60.0, out
+    # asked for: the classifier's rows go too (half of the classes), and the demo says what it cost
+    rc, out, err = _run_in_process(capsys, "demo", "--framework", "torch", "--steps", "60", "--pattern", pattern,
+                                   "--sparsity", "0.5", "--prune-classifier", "--no-progress")
+    assert rc == 0 and table(out)["out"][1:3] == ["50.00%", "50.00%"]
+
+
+def test_bad_demo_input_exits_with_one_line(tmp_path, capsys):
+    for args, rc_want, needle in [
+        (("demo", "--pattern", "3x1", "--framework", "torch"), 1,
+         "pattern '3x1' fits none of the demo's layers (fc1 128x64, fc2 64x128, out 10x64; 2-D views out x in): "
+         "nothing would be pruned"),
+        (("demo", "--seed", "-1"), 2, "argument --seed: must be an integer in [0, 4294967295], got -1"),
+        (("demo", "--seed", "4294967296"), 2, "must be an integer in [0, 4294967295]"),
+    ]:
+        res = run_cli(*args, "--no-progress")
+        err = res.stderr.strip().splitlines()
+        assert res.returncode == rc_want and len(err) == 1 and needle in err[0], (args, res.stderr)
+        assert "internal error" not in res.stderr
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 4294967295\], got -1"):
+        run_demo("torch", steps=5, seed=-1, progress=False)
+
+
+def test_out_never_replaces_what_sparsify_did_not_write(tmp_path, capsys):
+    out = tmp_path / "D"
+    (out / "saved_model").mkdir(parents=True)
+    (out / "saved_model" / "mine.txt").write_text("precious")
+    (out / "notes.txt").write_text("mine too")
+    res = run_cli("demo", "--framework", "tf-graph", "--steps", "5", "--out", str(out), "--no-progress")
+    assert res.returncode == 1 and "already holds saved_model" in res.stderr and "internal error" not in res.stderr
+    assert (out / "saved_model" / "mine.txt").read_text() == "precious"
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "saved_model"]
+    # a torch run does not touch saved_model/: it writes beside it; the user's notes stay
+    rc, _, err = _run_in_process(capsys, "demo", "--framework", "torch", "--steps", "5", "--out", str(out),
+                                 "--no-progress")
+    assert rc == 0, err
+    assert (out / "saved_model" / "mine.txt").read_text() == "precious" and (out / "notes.txt").exists()
+    first = verify_run(out)
+    # a second run replaces the first run's files (listed in its manifest), and only those
+    rc, _, err = _run_in_process(capsys, "demo", "--framework", "torch", "--steps", "6", "--out", str(out),
+                                 "--pattern", "2:4", "--no-progress")
+    assert rc == 0, err
+    second = verify_run(out)
+    assert second["pattern"] == "2:4" and first["pattern"] == "1x1" and set(second["files"]) == set(first["files"])
+    assert (out / "notes.txt").read_text() == "mine too" and (out / MANIFEST).exists()
+
+
+def test_progress_rate_leaves_out_the_first_step_of_each_phase():
+    import io
+
+    clock = iter([0.0,            # created
+                  0.0, 3.0,       # dense: first step (tracing) takes 3 s
+                  3.01, 3.02,     # then 10 ms a step
+                  3.02, 6.0,      # pruning: its first step traces again
+                  6.02]).__next__
+    buf = io.StringIO()
+    p = DemoProgress(6, enabled=True, file=buf, clock=clock)
+    p.phase("dense")
+    p.step()
+    assert p.rate_text() == ""                      # nothing timed yet: no made-up rate
+    p.step()
+    p.step()
+    assert p.rate_text() == "10.0 ms/step, ETA 0:00"
+    p.phase("pruning", 0.0)
+    p.step(0.5)
+    p.step(0.5)
+    assert p.rate_text() == "20.0 ms/step, ETA 0:00"
+    p.close()

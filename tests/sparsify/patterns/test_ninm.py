@@ -105,3 +105,121 @@ def test_conformity_counts_groups_with_fewer_than_n_zeros():
     assert get_pattern("2:4").conformity(mask) == (4, 0)
     assert get_pattern("2:4").conformity(np.ones((2, 8), dtype=bool)) == (4, 4)    # dense groups violate
     assert get_pattern("1:4").conformity(mask) == (4, 0)
+
+
+# ----- the fast kernel against the rules written plainly (rules_reference) ---------------------------------------
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+from rules_reference import masks_global, masks_local, n_in_m_groups, shrunk_kernels  # noqa: E402
+
+NAMES = ["2:4", "1:4", "3:4", "1:2", "4:8", "2:8", "7:8", "1:3", "2:6", "5:7", "3:5", "2:16", "3:12"]
+
+
+def scores_for(rng, shape, dtype, values):
+    if values == "ties":
+        v = rng.integers(-2, 3, size=shape)
+    else:
+        v = rng.standard_normal(shape) * 4
+    v = v.astype(dtype)
+    if values in ("inf", "neginf") and v.dtype.kind == "f":
+        v.reshape(-1)[rng.random(v.size) < 0.15] = np.inf if values == "inf" else -np.inf
+    return v
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(NAMES), st.integers(1, 5), st.integers(1, 30), st.sampled_from(["local", "global"]),
+       st.sampled_from([np.float32, np.float64, np.float16, np.int32]), st.sampled_from(["ties", "random", "inf", "neginf"]),
+       st.floats(0, 1), st.sampled_from([None, "random", "earlier"]), st.sampled_from([8, 24, 64]), st.integers(0, 2 ** 32 - 1))
+def test_property_n_in_m_masks_follow_the_rules(name, rows, groups, scope, dtype, values, frac, pre, chunk, seed):
+    """Every M, ties, infinities, previous masks, several chunks and sampled brackets: the masks of the rules."""
+    rng = np.random.default_rng(seed)
+    p0 = get_pattern(name)
+    if p0.M > 8 and p0.N > 2 and values == "random":
+        values = "ties"                                   # M > 8 adds pairwise: only exact sums compare to the rule
+    shapes = {"fc": (rows, groups * p0.M), "conv": (2, p0.M, 2, 1), "flat": (groups * p0.M,)}
+    scores = {n: scores_for(rng, s, dtype, values) for n, s in shapes.items()}
+    ratio = frac * p0.max_ratio
+    pre_masks = None
+    if pre == "random":
+        pre_masks = {n: rng.random(s) < 0.7 for n, s in shapes.items()}
+    elif pre == "earlier":
+        pre_masks = get_pattern(name).get_masks({n: rng.random(s) for n, s in shapes.items()}, ratio * rng.random())
+    with shrunk_kernels(chunk=chunk):
+        p = get_pattern({"pattern": name, "pruning_scope": scope, "max_sparsity_ratio_per_layer": 0.9})
+        got = p.get_masks(scores, ratio, pre_masks)
+    want = (masks_global if scope == "global" else masks_local)(p, scores, ratio, pre_masks)
+    for n in shapes:
+        np.testing.assert_array_equal(got[n], want[n], err_msg=n)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from([n for n in NAMES if int(n.split(":")[1]) <= 8]), st.integers(1, 4), st.integers(1, 40),
+       st.sampled_from([np.float32, np.float64, np.float16, np.int64, np.uint8]), st.sampled_from(["ties", "random", "inf", "neginf"]),
+       st.sampled_from([8, 40, 4096]), st.integers(0, 2 ** 32 - 1))
+def test_property_smallest_in_group_bits(name, rows, groups, dtype, values, chunk, seed):
+    """The N lowest and the float64 group sums are those of the definition, bit for bit (-0.0 included)."""
+    rng = np.random.default_rng(seed)
+    p = PatternNInM(name)
+    s = scores_for(rng, (rows, groups * p.M), dtype, values if dtype != np.uint8 else "ties")
+    if s.dtype.kind == "f":
+        s[rng.random(s.shape) < 0.1] = -0.0
+    with shrunk_kernels(chunk=chunk):
+        small, sums = PatternNInM(name).smallest_in_group(s)
+    want_small, want_sums = n_in_m_groups(p, s)
+    np.testing.assert_array_equal(small, want_small)
+    assert sums.dtype == np.float64 and sums.shape == (rows, groups)
+    assert sums.reshape(-1).view(np.uint64).tolist() == want_sums.view(np.uint64).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["2:4", "1:3", "4:8", "2:16"]), st.integers(0, 2 ** 32 - 1), st.booleans(), st.sampled_from([8, 64]))
+def test_property_nan_raises_and_infinities_of_both_signs(name, seed, with_pre, chunk):
+    """NaN anywhere raises naming the layer; +inf and -inf among a group's N lowest raise, elsewhere they are legal."""
+    rng = np.random.default_rng(seed)
+    p0 = get_pattern(name)
+    s = rng.random((6, 4 * p0.M))
+    pre = {"fc": rng.random(s.shape) < 0.8} if with_pre else None
+    bad = s.copy()
+    bad[rng.integers(0, 6), rng.integers(0, 4 * p0.M)] = np.nan
+    mixed = s.copy()
+    mixed.reshape(-1)[rng.random(s.size) < 0.1] = np.inf
+    mixed.reshape(-1)[rng.random(s.size) < 0.1] = -np.inf
+    with shrunk_kernels(chunk=chunk):
+        for scope in ("local", "global"):
+            p = get_pattern({"pattern": name, "pruning_scope": scope})
+            for ratio in (0.0, p.max_ratio / 2, p.max_ratio):
+                with pytest.raises(ValueError, match="layer 'fc'.*NaN"):
+                    p.get_masks({"fc": bad}, ratio, pre)
+            if not with_pre:
+                _, sums = n_in_m_groups(p0, mixed)
+                ratio = p.max_ratio / 2
+                if np.isnan(sums).any():
+                    with pytest.raises(ValueError, match=r"layer 'fc': a unit of pattern .* holds both \+inf and -inf"):
+                        p.get_masks({"fc": mixed}, ratio)
+                else:
+                    np.testing.assert_array_equal(p.get_masks({"fc": mixed}, ratio)["fc"],
+                                                  masks_local(p, {"fc": mixed}, ratio)["fc"])
+
+
+def test_group_words_match_the_generic_path():
+    """unit_pre_pruned and expand_keep on word views (M = 2, 4, 8) agree with the per-group reductions."""
+    rng = np.random.default_rng(3)
+    for name in ("1:2", "2:4", "3:8"):
+        p = PatternNInM(name)
+        pre = rng.random((5, 8 * p.M)) < 0.9
+        assert (p.unit_pre_pruned(pre) == ~pre.reshape(5, 8, p.M).all(axis=-1)).all()
+        assert (p.unit_pre_pruned(np.asfortranarray(pre)) == ~pre.reshape(5, 8, p.M).all(axis=-1)).all()
+        small, _ = p.smallest_in_group(rng.random(pre.shape))
+        unit_keep = rng.random(40) < 0.5
+        want = ~small.reshape(40, p.M)
+        want[unit_keep] = True
+        assert (p.expand_keep(unit_keep, pre, small) == want.reshape(pre.shape)).all()
+
+
+def test_full_ratio_skips_the_group_sums():
+    """At r = N/M every group is pruned N:M: the masks need no group scores (layer_units returns None)."""
+    p = get_pattern("2:4")
+    s = np.random.default_rng(0).random((8, 16))
+    sums, small = p.layer_units("fc", s, need_scores=False, check_nan=False)
+    assert sums is None and (small.reshape(-1, 4).sum(axis=1) == 2).all()
+    np.testing.assert_array_equal(p.get_mask_single(s, 0.5), ~small)

@@ -155,3 +155,65 @@ def test_nan_inside_an_already_pruned_unit_still_raises(name):
     big[3, 1] = np.nan                                  # the weight was pruned before, its score is NaN now
     with pytest.raises(ValueError, match="layer 'fc'.*NaN"):
         get_pattern(name).get_masks({"fc": big}, 0.4, {"fc": pre})
+
+
+# ----- every NxM family against the rules written plainly (rules_reference), with the kernels' large-input paths ------
+from rules_reference import masks_global, masks_local, shrunk_kernels  # noqa: E402
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["1x1", "4x1", "1x4", "2x2", "channelx1", "1xchannel"]), st.sampled_from(["local", "global"]),
+       st.sampled_from([np.float32, np.float64, np.int32]), st.sampled_from(["ties", "random", "inf", "neginf"]),
+       st.floats(0, 0.97), st.sampled_from([None, "random", "earlier"]), st.floats(0.3, 0.98), st.floats(0, 0.3),
+       st.sampled_from([8, 64]), st.integers(0, 2 ** 32 - 1))
+def test_property_block_masks_follow_the_rules(name, scope, dtype, values, ratio, pre, cap, floor, chunk, seed):
+    """Conv layers (ties in 2-D order), caps and floors, previous masks, several chunks: the masks of the rules."""
+    rng = np.random.default_rng(seed)
+    shapes = {"conv": (4, 3, 2, 2), "fc": (8, 12), "dw": (8, 1, 3, 4), "bias_like": (12,)}
+    scores = {}
+    for n, s in shapes.items():
+        v = rng.integers(0, 3, size=s) if values == "ties" else rng.standard_normal(s) * rng.choice([0.1, 1, 10])
+        v = v.astype(dtype)
+        if values in ("inf", "neginf") and v.dtype.kind == "f":
+            v[rng.random(s) < 0.2] = np.inf if values == "inf" else -np.inf
+        scores[n] = v
+    cfg = {"pattern": name, "pruning_scope": scope, "max_sparsity_ratio_per_layer": cap,
+           "min_sparsity_ratio_per_layer": min(floor, cap), "skip_incompatible_layers": True}
+    pre_masks = None
+    if pre == "random":
+        pre_masks = {n: rng.random(s) < 0.8 for n, s in shapes.items()}
+    elif pre == "earlier":
+        pre_masks = get_pattern(cfg).get_masks({n: rng.random(s) for n, s in shapes.items()}, ratio * rng.random())
+    with shrunk_kernels(chunk=chunk):
+        p = get_pattern(cfg)
+        got = p.get_masks(scores, ratio, pre_masks)
+    fitting = {n: v for n, v in scores.items() if p.fits((v.shape[0], v.size // v.shape[0]) if v.ndim > 1 else (1, v.size)) is None}
+    want = (masks_global if scope == "global" else masks_local)(p, fitting, ratio, pre_masks)
+    for n in fitting:
+        np.testing.assert_array_equal(got[n], want[n], err_msg=n)
+
+
+def test_unstructured_conv_ties_follow_the_2d_view():
+    """1x1 works on the canonical layout (no copy) but equal scores go in the 2-D view's order (input channel fastest)."""
+    w = np.zeros((1, 2, 1, 2))                           # (out, in, kh, kw): 2-D view order in0kw0, in1kw0, in0kw1, in1kw1
+    for scope in ("local", "global"):
+        m = get_pattern({"pattern": "1x1", "pruning_scope": scope}).get_masks({"c": w}, 0.5)["c"]
+        assert m[0, :, 0, 0].tolist() == [False, False] and m[0, :, 0, 1].tolist() == [True, True]
+    with shrunk_kernels():
+        big = np.zeros((3, 4, 5, 6))
+        m = get_pattern("1x1").get_mask_single(big, 0.3)
+    flat2d = m.transpose(0, 2, 3, 1).reshape(-1)
+    assert not flat2d[:108].any() and flat2d[108:].all()  # the first 30% in 2-D order are pruned
+
+
+def test_global_nan_error_order_is_kept():
+    """Elements of every layer are looked at first (a NaN score), then units holding +inf and -inf."""
+    mixed = np.array([[np.inf, -np.inf, 1.0, 2.0]])
+    nan = np.array([[np.nan, 1.0, 1.0, 2.0]])
+    p = get_pattern({"pattern": "1x2", "pruning_scope": "global"})
+    with pytest.raises(ValueError, match="layer 'b'.*NaN"):
+        p.get_masks({"a": mixed, "b": nan}, 0.5)
+    with pytest.raises(ValueError, match=r"layer 'a'.*holds both \+inf and -inf"):
+        p.get_masks({"a": mixed, "b": np.ones((1, 4))}, 0.5)
+    pre = {"a": np.array([[False, True, True, True]])}     # the unit with both infinities was pruned before: legal
+    assert p.get_masks({"a": mixed, "b": np.ones((1, 4))}, 0.5, pre)["a"].tolist() == [[False, False, True, True]]

@@ -1,0 +1,415 @@
+"""Atomic outputs: a file is either the old one or the complete new one, never half written.
+
+Everything the command writes goes through this module:
+
+* :func:`atomic_file` / :func:`write_bytes` / :func:`write_text`: write into a
+  temporary file beside the target, flush and ``fsync`` it, then
+  ``os.replace`` it over the target. A failure (disk full, an interrupt)
+  removes the temporary file and leaves the target as it was.
+* :func:`atomic_path`: the same for tools that want a path to write to
+  (matplotlib, ``torch.save``, TensorFlow savers): they write a temporary
+  path with the same suffix, which is renamed into place when they are done.
+* :class:`RunDirectory`: the outputs of one run (a model, its config, plots,
+  a summary) committed together. They are written into a staging directory
+  inside the output directory while the run works; the commit moves them into
+  place with SIGINT/SIGTERM held back, and writes the manifest
+  (:data:`MANIFEST`, names, sizes and SHA-256 of every file) last. An
+  interrupted run leaves the previous run as it was; :func:`verify_run` says
+  whether a directory holds one complete run. A file or directory the new run
+  would replace is only replaced if the previous run's manifest lists it with
+  the same content: what sparsify did not write is never deleted.
+
+Example:
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> write_text(os.path.join(d, "a.txt"), "hello")
+    >>> open(os.path.join(d, "a.txt")).read(), sorted(os.listdir(d))
+    ('hello', ['a.txt'])
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any, Iterable, Iterator
+
+__all__ = ["MANIFEST", "OutputError", "atomic_file", "atomic_path", "write_bytes", "write_text",
+           "signals_deferred", "RunDirectory", "verify_run", "file_digest"]
+
+#: Name of the manifest a committed run directory holds (written last).
+MANIFEST = "sparsify-run.json"
+_STAGING_PREFIX = ".sparsify-staging-"
+_STAGING_MARK = ".sparsify-staging"
+
+
+class OutputError(OSError):
+    """An output could not be written; the message names it and says what was left unchanged."""
+
+
+def _tmp_name(target: Path, suffix: str | None = None) -> Path:
+    suffix = target.suffix if suffix is None else suffix
+    return target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+
+
+def _fail(path: str | os.PathLike, e: BaseException, existed: bool) -> OutputError:
+    what = e.strerror if isinstance(e, OSError) and e.strerror else " ".join(str(e).split()) or type(e).__name__
+    keep = "the existing file is unchanged" if existed else "nothing was written"
+    code = e.errno if isinstance(e, OSError) and e.errno else errno.EIO
+    return OutputError(code, f"could not write {os.fspath(path)!r}: {what} ({keep})")
+
+
+def _remove(p: Path) -> None:
+    with contextlib.suppress(OSError):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def _check_parent(target: Path) -> None:
+    parent = target.parent
+    if not parent.is_dir():
+        raise OutputError(errno.ENOENT, f"cannot write {os.fspath(target)!r}: directory {os.fspath(parent)!r} "
+                                        "does not exist")
+    if target.is_dir() and not target.is_symlink():
+        raise OutputError(errno.EISDIR, f"cannot write {os.fspath(target)!r}: it is a directory")
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb", encoding: str | None = None) -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path``; on success it replaces ``path`` atomically.
+
+    Raises:
+        OutputError: the directory is missing, or writing failed (e.g. disk full);
+            the temporary file is removed and ``path`` is unchanged.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.bin")
+        >>> with atomic_file(p) as fh:
+        ...     _ = fh.write(b"data")
+        >>> open(p, "rb").read()
+        b'data'
+    """
+    if mode not in ("wb", "w"):
+        raise ValueError(f"mode must be 'wb' or 'w', got {mode!r}")
+    target = Path(path)
+    _check_parent(target)
+    existed = target.exists()
+    tmp = _tmp_name(target, "")
+    try:
+        fh = open(tmp, mode, encoding=encoding if "b" not in mode else None)
+    except OSError as e:
+        raise _fail(target, e, existed) from None
+    try:
+        with fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as e:
+        _remove(tmp)
+        raise _fail(target, e, existed) from None
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Atomically write ``data`` to ``path`` (see :func:`atomic_file`)."""
+    with atomic_file(path, "wb") as fh:
+        fh.write(data)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Atomically write UTF-8 ``text`` to ``path`` (see :func:`atomic_file`)."""
+    with atomic_file(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """A temporary path beside ``path`` for a tool to write (a file or a directory); renamed into place after.
+
+    The temporary name keeps the target's suffix (matplotlib and Keras choose
+    the format by it) unless ``suffix`` is given. If the block raises, what the
+    tool wrote is removed and ``path`` is unchanged. An existing *directory*
+    at ``path`` is never replaced (``OutputError``).
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "plot.png")
+        >>> with atomic_path(p) as tmp:
+        ...     _ = open(tmp, "wb").write(b"png")
+        >>> os.path.exists(p), tmp.suffix
+        (True, '.png')
+    """
+    target = Path(path)
+    _check_parent(target)
+    existed = target.exists()
+    tmp = _tmp_name(target, suffix)
+    try:
+        yield tmp
+        if not tmp.exists():
+            raise OutputError(errno.ENOENT, f"nothing was written to {os.fspath(target)!r}")
+        if tmp.is_file():
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OutputError:
+        _remove(tmp)
+        raise
+    except OSError as e:
+        _remove(tmp)
+        raise _fail(target, e, existed) from None
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def signals_deferred(signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Hold SIGINT/SIGTERM back inside the block; a signal that came meanwhile is re-raised right after.
+
+    Only the main thread can install signal handlers; elsewhere the block runs
+    as is.
+
+    Example:
+        >>> import signal
+        >>> with signals_deferred():
+        ...     pass
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    saved = {}
+    for s in signals:
+        saved[s] = signal.getsignal(s)
+        signal.signal(s, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+        for s in dict.fromkeys(got):
+            signal.raise_signal(s)
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """SHA-256 (hex) of a file's content."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _tree_entries(root: Path, rel: str) -> dict[str, dict[str, Any]]:
+    """``{relative file path: {"size", "sha256"}}`` of a file or every file under a directory."""
+    p = root / rel
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+    return {f.relative_to(root).as_posix(): {"size": f.stat().st_size, "sha256": file_digest(f)} for f in files}
+
+
+def _top(rel: str) -> str:
+    return rel.split("/", 1)[0]
+
+
+def _read_manifest(out: Path) -> dict[str, Any] | None:
+    p = out / MANIFEST
+    if not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+        return None
+    return data
+
+
+def verify_run(out: str | os.PathLike) -> dict[str, Any]:
+    """Check that ``out`` holds one complete run: its manifest, every file it lists with that content.
+
+    Returns:
+        The manifest.
+
+    Raises:
+        ValueError: no manifest (no run committed, or one interrupted), or a
+            listed file missing or changed, naming it.
+    """
+    root = Path(out)
+    man = _read_manifest(root)
+    if man is None:
+        raise ValueError(f"{os.fspath(out)!r} holds no complete run (no readable {MANIFEST})")
+    for rel, meta in man["files"].items():
+        f = root / rel
+        if not f.is_file():
+            raise ValueError(f"{os.fspath(out)!r}: {rel} is listed in {MANIFEST} but missing")
+        if f.stat().st_size != meta.get("size") or file_digest(f) != meta.get("sha256"):
+            raise ValueError(f"{os.fspath(out)!r}: {rel} differs from what {MANIFEST} lists")
+    return man
+
+
+class RunDirectory:
+    """The outputs of one run, staged in ``out`` and committed together.
+
+    Usage::
+
+        run = RunDirectory(out, planned=["model.pt", "config.yaml"])   # checks before any work
+        with run:                       # creates the staging directory; removed on any error
+            torch.save(sd, run.stage / "model.pt")
+            ...
+            run.commit({"command": "demo"})   # moves everything into out, manifest last
+
+    Args:
+        out: the output directory (created if missing).
+        planned: top-level names the run will write; checked up front so a run
+            never starts work it could not commit.
+
+    Raises:
+        ValueError: ``out`` is a file, or a planned name exists in ``out`` and
+            was not written by a previous run (not in its manifest, or changed
+            since): it is left alone and the run refused.
+
+    Example:
+        >>> import tempfile, os
+        >>> d = os.path.join(tempfile.mkdtemp(), "run")
+        >>> with RunDirectory(d, planned=["a.txt"]) as run:
+        ...     write_text(run.stage / "a.txt", "1")
+        ...     _ = run.commit({"command": "doc"})
+        >>> sorted(os.listdir(d)), verify_run(d)["command"]
+        (['a.txt', 'sparsify-run.json'], 'doc')
+    """
+
+    def __init__(self, out: str | os.PathLike, planned: Iterable[str] = ()) -> None:
+        self.out = Path(out)
+        if self.out.exists() and not self.out.is_dir():
+            raise ValueError(f"out {os.fspath(out)!r} exists and is not a directory")
+        self.previous = _read_manifest(self.out) if self.out.is_dir() else None
+        self.stage: Path = self.out / f"{_STAGING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        self._check_names(planned)
+        self.committed = False
+        self._created = False
+
+    # ----- ownership ------------------------------------------------------------------------------
+    def _owned_tops(self) -> set[str]:
+        """Top-level names the previous run wrote and that still hold exactly what it wrote."""
+        if self.previous is None:
+            return set()
+        by_top: dict[str, dict[str, Any]] = {}
+        for rel, meta in self.previous["files"].items():
+            by_top.setdefault(_top(rel), {})[rel] = meta
+        owned = set()
+        for top, listed in by_top.items():
+            p = self.out / top
+            if not p.exists():
+                continue
+            try:
+                now = _tree_entries(self.out, top)
+            except OSError:
+                continue
+            if now == listed:
+                owned.add(top)
+        return owned
+
+    def _check_names(self, names: Iterable[str]) -> None:
+        names = [n for n in names if n != MANIFEST]
+        existing = [n for n in names if (self.out / n).exists() or (self.out / n).is_symlink()]
+        if not existing:
+            return
+        owned = self._owned_tops()
+        foreign = [n for n in existing if n not in owned]
+        if foreign:
+            why = "no previous run's manifest lists it" if self.previous is None else \
+                "it was not written by the previous run, or changed since"
+            raise ValueError(f"out {os.fspath(self.out)!r} already holds {', '.join(foreign)} and {why}; "
+                             "sparsify replaces only what it wrote: choose another --out or move it away")
+
+    # ----- staging --------------------------------------------------------------------------------
+    def __enter__(self) -> "RunDirectory":
+        self._created = not self.out.exists()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._clean_stale_stages()
+        self.stage.mkdir()
+        (self.stage / _STAGING_MARK).write_text(str(os.getpid()), encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _remove(self.stage)
+        if self._created and not self.committed:       # an output directory this run made and never filled
+            with contextlib.suppress(OSError):
+                self.out.rmdir()
+
+    def _clean_stale_stages(self) -> None:
+        """Remove staging directories of runs that died (SIGKILL); only ones marked as ours, of dead processes."""
+        for p in self.out.glob(f"{_STAGING_PREFIX}*"):
+            mark = p / _STAGING_MARK
+            try:
+                pid = int(mark.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if pid == os.getpid():
+                continue
+            try:
+                os.kill(pid, 0)
+                continue                       # still running
+            except ProcessLookupError:
+                _remove(p)
+            except OSError:
+                continue
+
+    def staged_names(self) -> list[str]:
+        """Top-level names written into the stage so far."""
+        return sorted(p.name for p in self.stage.iterdir() if p.name != _STAGING_MARK)
+
+    def final_path(self, staged: str | os.PathLike) -> Path:
+        """Where a path inside the stage ends up after the commit."""
+        return self.out / Path(staged).relative_to(self.stage)
+
+    # ----- commit ---------------------------------------------------------------------------------
+    def commit(self, info: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Move the staged outputs into ``out`` (signals held back), then write the manifest.
+
+        Outputs of the previous run that this run does not write again are
+        removed (they are listed in its manifest with the same content);
+        anything else in ``out`` is left alone.
+
+        Returns:
+            The manifest written.
+        """
+        names = self.staged_names()
+        self._check_names(names)                      # again: something may have appeared meanwhile
+        files: dict[str, Any] = {}
+        for n in names:
+            entries = _tree_entries(self.stage, n)
+            files.update(entries)
+        manifest = {"format": "sparsify.run", "version": 1, **(info or {}),
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files}
+        owned = self._owned_tops()
+        trash = self.stage / ".replaced"
+        with signals_deferred():
+            trash.mkdir()
+            old_manifest = self.out / MANIFEST
+            if old_manifest.exists():
+                os.replace(old_manifest, trash / MANIFEST)      # from here on: not a complete run until the end
+            stale = sorted(owned - set(names))
+            for n in names + stale:
+                if (self.out / n).exists() and n in owned:
+                    os.replace(self.out / n, trash / n)
+            for n in names:
+                os.replace(self.stage / n, self.out / n)
+            with atomic_file(self.out / MANIFEST, "w", encoding="utf-8") as fh:
+                json.dump(manifest, fh, indent=2)
+            self.committed = True
+        _remove(self.stage)
+        return manifest

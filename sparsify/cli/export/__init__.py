@@ -1,0 +1,213 @@
+"""``sparsify export``: a smaller artifact of a pruned model, and what it saves.
+
+From any file ``sparsify report`` reads:
+
+* a **TFLite flatbuffer** with TensorFlow's sparsity optimisation
+  (``tf.lite.Optimize.EXPERIMENTAL_SPARSITY``) for a Keras ``.keras`` model or
+  a SavedModel (:mod:`.tflite`); its outputs are checked against the pruned
+  model's on random inputs;
+* a **compressed torch state_dict** (packed bitmask + values, or CSR; see
+  :mod:`sparsify.sparse_format`) for every other file: ``torch.load(...,
+  weights_only=True)`` reads it and
+  :func:`sparsify_torch.export.load_compressed_state_dict` gives back the
+  exact dense ``state_dict``, which is checked after writing. For 2-D weights
+  that look 2:4 the export also says whether they meet what
+  ``torch.sparse.to_sparse_semi_structured`` accepts (checked without a GPU).
+
+Both print the dense and the sparse artifact's bytes on disk and gzipped,
+side by side. The artifact is written atomically (a temporary file beside it,
+then renamed) and an existing file is only replaced with ``overwrite=True``.
+
+Example:
+    >>> import numpy as np, tempfile, os
+    >>> d = tempfile.mkdtemp(); src = os.path.join(d, "w.npz")
+    >>> w = np.random.default_rng(0).normal(size=(64, 64)).astype(np.float32)
+    >>> np.savez(src, w=np.where(np.abs(w) > 1.6, w, 0))      # about 90% zeros
+    >>> res = export_model(src)
+    >>> res.out.endswith("w.sparse.pt"), res.dense_bytes > 2 * res.sparse_bytes
+    (True, True)
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sparsify import sparse_format
+
+from ..atomic import OutputError, atomic_file
+from ..frameworks import import_torch
+from ..report.readers import DEFAULT_MAX_BYTES, detect_format, format_bytes, read_tensors
+
+__all__ = ["TARGETS", "ExportResult", "export_model", "default_output", "format_export", "gzip_size"]
+
+#: What ``--to`` accepts.
+TARGETS = ("tflite", "torch")
+_MODEL_FORMATS = ("keras", "savedmodel")
+
+
+def gzip_size(data: bytes) -> int:
+    """Bytes of ``data`` gzipped at level 9 (how a download or an app bundle would ship it).
+
+    Example:
+        >>> gzip_size(bytes(10000)) < 100
+        True
+    """
+    return len(gzip.compress(data, compresslevel=9, mtime=0))
+
+
+@dataclass
+class ExportResult:
+    """What an export wrote and measured."""
+
+    source: str
+    source_format: str
+    out: str
+    target: str
+    dense_bytes: int
+    dense_gzip: int
+    sparse_bytes: int
+    sparse_gzip: int
+    check: str
+    encodings: dict[str, int] = field(default_factory=dict)
+    semi_structured: dict[str, str | None] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-serialisable dict."""
+        return asdict(self)
+
+
+def default_output(path: str | os.PathLike, target: str) -> str:
+    """Where the artifact goes when no ``out`` is given: beside the source.
+
+    Example:
+        >>> default_output("runs/model.pt", "torch"), default_output("runs/saved_model/", "tflite")
+        ('runs/model.sparse.pt', 'runs/saved_model.tflite')
+    """
+    p = os.fspath(path).rstrip("/\\") or os.fspath(path)
+    stem, ext = os.path.splitext(p)
+    if os.path.isdir(p) or ext in (".index",) or not ext:
+        stem = p
+    return stem + (".tflite" if target == "tflite" else ".sparse.pt")
+
+
+def _looks_2_4(t: Any) -> bool:
+    """A 2-D weight pruned 2:4 (every group of 4 has at most 2 non-zeros, about half of it zero)."""
+    if t.shape[1] % 4 or not t.numel():
+        return False
+    zero = float((t == 0).float().mean())
+    return 0.45 <= zero <= 0.55 and bool(((t.reshape(t.shape[0], -1, 4) != 0).sum(-1) <= 2).all())
+
+
+def _torch_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, encoding: str,
+                  semi_structured: bool | None) -> ExportResult:
+    torch = import_torch()
+    from sparsify_torch.export import compressed_document, load_compressed_state_dict, semi_structured_report
+
+    state = {n: torch.from_numpy(np.asarray(a, order="C")) for n, a in tensors.items()}
+    dense_buf = io.BytesIO()
+    torch.save(state, dense_buf)
+    doc = compressed_document(state, encoding)
+    buf = io.BytesIO()
+    torch.save(doc, buf)
+    sparse = buf.getvalue()
+    with atomic_file(out) as fh:
+        fh.write(sparse)
+    back = load_compressed_state_dict(out)           # the round trip, from the file as written
+    bad = [n for n, a in tensors.items() if not np.array_equal(back[n].numpy(), a, equal_nan=a.dtype.kind == "f")]
+    if bad or set(back) != set(tensors):
+        raise OutputError(5, f"{out!r}: the compressed state_dict does not give back {bad[:3] or 'the same names'}")
+    kinds = [e["encoding"] for e in doc["tensors"].values()]
+    encodings = {k: kinds.count(k) for k in ("bitmask", "csr", "dense") if kinds.count(k)}
+    semi = None
+    two_d = {n: t for n, t in state.items() if t.dim() == 2 and t.is_floating_point()}
+    if semi_structured or (semi_structured is None and any(_looks_2_4(t) for t in two_d.values())):
+        semi = semi_structured_report(two_d, dtype=torch.float16)
+    return ExportResult(src, fmt, out, "torch", len(dense_buf.getvalue()), gzip_size(dense_buf.getvalue()),
+                        len(sparse), gzip_size(sparse),
+                        f"torch.load(weights_only=True) + load_compressed_state_dict give back all {len(tensors)} "
+                        "tensors exactly", encodings, semi)
+
+
+def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, to: str | None = None,
+                 encoding: str = "bitmask", fmt: str | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES,
+                 overwrite: bool = False, semi_structured: bool | None = None) -> ExportResult:
+    """Write the compressed artifact of ``path`` and measure dense vs sparse sizes.
+
+    Args:
+        path: any file ``sparsify report`` reads.
+        out: the artifact's path (default :func:`default_output`).
+        to: ``"tflite"`` (a ``.keras`` model or SavedModel) or ``"torch"``
+            (any file); default: tflite for models, torch otherwise.
+        encoding: for ``"torch"``: ``"bitmask"`` or ``"csr"``.
+        fmt: the source's format (detected when None).
+        max_bytes: cap on the tensor bytes read from ``path``.
+        overwrite: replace an existing ``out``.
+        semi_structured: for ``"torch"``: check the 2-D weights against
+            ``torch.sparse.to_sparse_semi_structured`` (None: when they look 2:4).
+
+    Raises:
+        ValueError: bad arguments, an unreadable source, a TFLite export of a
+            weights-only file, an existing ``out`` without ``overwrite``.
+        OutputError: the artifact could not be written (nothing is left behind).
+    """
+    if to is not None and to not in TARGETS:
+        raise ValueError(f"to must be one of {TARGETS} or None, got {to!r}")
+    if encoding not in sparse_format.ENCODINGS:
+        raise ValueError(f"encoding must be one of {sparse_format.ENCODINGS}, got {encoding!r}")
+    src = os.fspath(path)
+    fmt = fmt or detect_format(src)
+    target = to or ("tflite" if fmt in _MODEL_FORMATS else "torch")
+    if target == "tflite" and fmt not in _MODEL_FORMATS:
+        raise ValueError(f"--to tflite needs a model (a .keras file or a SavedModel directory), but {src!r} is a "
+                         f"{fmt} file holding weights only; use --to torch")
+    dest = os.fspath(out) if out is not None else default_output(src, target)
+    if os.path.isdir(dest):
+        raise ValueError(f"out {dest!r} is a directory; pass a file path")
+    if os.path.exists(dest) and not overwrite:
+        raise ValueError(f"out {dest!r} already exists; pass --overwrite to replace it")
+    if target == "tflite":
+        from .tflite import export_tflite
+
+        return export_tflite(src, fmt, dest, max_bytes)
+    fmt, tensors = read_tensors(src, fmt, max_bytes)
+    return _torch_export(src, fmt, tensors, dest, encoding, semi_structured)
+
+
+def format_export(res: ExportResult) -> str:
+    """The table ``sparsify export`` prints.
+
+    Example:
+        >>> r = ExportResult("m.pt", "torch", "m.sparse.pt", "torch", 40000, 37000, 6000, 5500, "ok")
+        >>> print(format_export(r))
+        sparsify export: m.pt (torch) -> m.sparse.pt (compressed torch state_dict)
+                         on disk         gzip
+        dense           39.1 KiB     36.1 KiB
+        sparse           5.9 KiB      5.4 KiB
+        dense/sparse       6.67x        6.73x
+        check: ok
+    """
+    kind = "TFLite flatbuffer, sparsity optimisation" if res.target == "tflite" else "compressed torch state_dict"
+    rows = [("", "on disk", "gzip"),
+            ("dense", format_bytes(res.dense_bytes), format_bytes(res.dense_gzip)),
+            ("sparse", format_bytes(res.sparse_bytes), format_bytes(res.sparse_gzip)),
+            ("dense/sparse", f"{res.dense_bytes / max(res.sparse_bytes, 1):.2f}x",
+             f"{res.dense_gzip / max(res.sparse_gzip, 1):.2f}x")]
+    lines = [f"sparsify export: {res.source} ({res.source_format}) -> {res.out} ({kind})"]
+    for r in rows:
+        lines.append(f"{r[0]:<12}  {r[1]:>10}   {r[2]:>10}".rstrip())
+    if res.encodings:
+        lines.append("tensors: " + ", ".join(f"{n} {k}" for k, n in res.encodings.items()))
+    lines.append(f"check: {res.check}")
+    if res.semi_structured is not None:
+        ok = [n for n, why in res.semi_structured.items() if why is None]
+        lines.append(f"2:4 semi-structured (torch.sparse.to_sparse_semi_structured, float16): {len(ok)} of "
+                     f"{len(res.semi_structured)} 2-D weights qualify")
+        lines += [f"  {n}: {why}" for n, why in res.semi_structured.items() if why is not None]
+    lines += res.notes
+    return "\n".join(lines)

@@ -1,0 +1,653 @@
+"""Exact masks for weights sharded by rows across ranks, without gathering the weights.
+
+Each rank holds a contiguous range of rows (dim 0, the output channels) of
+every weight, as FSDP / ZeRO shard parameters, and calls
+:func:`sharded_masks` with its own rows. The result on every rank is exactly
+its rows of what :meth:`sparsify.Pattern.get_masks` returns for the full
+tensors, bit for bit: same counts, same thresholds, same tie breaks (lower
+flat index of the 2-D view first, then layer order in global scope), same
+per-layer min/max clamps (DESIGN rule 9), same monotone previous masks.
+
+How: units (elements, ``NxM`` blocks, ``N:M`` groups) never cross a shard
+boundary, so every rank scores its own units with the pattern's own methods.
+The k-th lowest unit over all shards is then found with collectives on small
+data only: a sample of the candidates is gathered to bracket the k-th value,
+the counts below / inside the bracket are exchanged, the bracket shrinks
+until its candidates are few enough to gather, and ties at the k-th value
+are split by exchanging per-shard tie counts. The bytes moved depend on the
+sample sizes, not on the size of the weights.
+
+A block that would cross a shard boundary (``"4x1"`` on shards of 6 rows,
+``"channelx1"`` on more than one non-empty shard) is a ``ValueError`` naming
+the layer and the shard sizes. An error on one rank (a NaN score) is raised
+on every rank, so no rank is left waiting in a collective.
+
+Example:
+    >>> import numpy as np
+    >>> from sparsify.patterns import get_pattern
+    >>> from sparsify.distributed import ThreadGroup
+    >>> w = np.array([[5.0, 1.0], [2.0, 8.0], [3.0, 4.0], [7.0, 6.0]])
+    >>> def rank(c):                      # rank c.rank holds rows [2 * rank, 2 * rank + 2)
+    ...     shard = RowShard.chunk(w.shape, c.rank, c.world_size)
+    ...     return sharded_masks(get_pattern("1x1"), {"w": w[shard.start:shard.stop]}, {"w": shard}, 0.5, c)["w"]
+    >>> np.concatenate(ThreadGroup(2).run(rank)).astype(int).tolist()
+    [[1, 0], [0, 1], [0, 0], [1, 1]]
+    >>> get_pattern("1x1").get_masks({"w": w}, 0.5)["w"].astype(int).tolist()
+    [[1, 0], [0, 1], [0, 0], [1, 1]]
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..layout import view_shape
+from ..patterns.base import Pattern
+from ..selection import NaNScoreError, check_finite
+from .collective import Collective
+
+__all__ = ["RowShard", "sharded_masks"]
+
+_CHUNK = 1 << 20              # units compared per step in full passes (bounds the temporaries)
+_MIN_SAMPLE = 256             # samples per selection round (grows with the problem, see _budget)
+_MAX_SAMPLE = 8192
+
+
+@dataclass(frozen=True)
+class RowShard:
+    """Rows ``[start, stop)`` of dim 0 of a weight whose full canonical shape is ``shape``.
+
+    Example:
+        >>> RowShard.chunk((5, 4), 3, 4)            # torch.chunk / FSDP2 rows of rank 3 of 4
+        RowShard(shape=(5, 4), start=5, stop=5)
+        >>> RowShard.chunk((5, 4), 1, 4).local_shape
+        (2, 4)
+    """
+
+    shape: tuple[int, ...]
+    start: int
+    stop: int
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.shape)
+        if not shape or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
+                                for d in shape):
+            raise ValueError(f"shape must be a non-empty tuple of non-negative ints, got {self.shape!r}")
+        for what, v in (("start", self.start), ("stop", self.stop)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{what} must be an integer, got {v!r}")
+        if not 0 <= self.start <= self.stop <= shape[0]:
+            raise ValueError(f"rows [start, stop) must satisfy 0 <= start <= stop <= shape[0] = {shape[0]}, "
+                             f"got [{self.start}, {self.stop})")
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        object.__setattr__(self, "start", int(self.start))
+        object.__setattr__(self, "stop", int(self.stop))
+
+    @property
+    def rows(self) -> int:
+        """Number of rows held."""
+        return self.stop - self.start
+
+    @property
+    def local_shape(self) -> tuple[int, ...]:
+        """Shape of the rows held: ``(rows, *shape[1:])``."""
+        return (self.rows, *self.shape[1:])
+
+    @classmethod
+    def whole(cls, shape: Sequence[int]) -> "RowShard":
+        """All rows of ``shape``."""
+        shape = tuple(shape)
+        return cls(shape, 0, int(shape[0]) if shape else 0)
+
+    @classmethod
+    def chunk(cls, shape: Sequence[int], index: int, count: int) -> "RowShard":
+        """Rows of part ``index`` of ``count`` as ``torch.chunk`` (and FSDP2's ``Shard(0)``) split them:
+        ``ceil(rows / count)`` rows per part, the last parts shorter or empty."""
+        shape = tuple(shape)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"count must be a positive integer, got {count!r}")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+            raise ValueError(f"index must be an integer in [0, {count}), got {index!r}")
+        rows = int(shape[0]) if shape else 0
+        size = -(-rows // count)
+        start = min(index * size, rows)
+        return cls(shape, start, min(start + size, rows))
+
+
+# ----------------------------------------------------------------------------------------------
+# per-layer bookkeeping
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class _Layer:
+    name: str
+    pos: int
+    shard: RowShard
+    score: np.ndarray                       # this rank's rows (canonical layout)
+    pre: np.ndarray | None
+    skip: bool = False                      # left dense (skip_incompatible_layers)
+    block_rows: int = 1
+    units_per_row_block: int = 0            # units in one block-row of the 2-D view
+    prepared: tuple | None = None           # Pattern.prepare_units of the local rows
+    units: np.ndarray | None = None         # flat local unit scores (set on every rank once selection starts)
+    starts: list[int] = field(default_factory=list)   # per rank: first row
+    stops: list[int] = field(default_factory=list)
+    n_total: int = 0
+
+    def unit_range(self, rank: int) -> tuple[int, int]:
+        """(global index of the first unit, number of units) of ``rank``'s rows."""
+        return (self.starts[rank] // self.block_rows * self.units_per_row_block,
+                (self.stops[rank] - self.starts[rank]) // self.block_rows * self.units_per_row_block)
+
+
+def _digest(items: Any) -> int:
+    raw = hashlib.sha256(json.dumps(items, sort_keys=True, default=str).encode()).digest()
+    return int(np.frombuffer(raw[:8], dtype="<i8")[0])
+
+
+def _block_rows(pattern: Pattern, name: str, shape2d: tuple[int, int]) -> tuple[int, int]:
+    """Rows and columns of one unit of ``pattern`` on a 2-D view of ``shape2d`` (whole axes resolved)."""
+    try:
+        block = pattern.get_block_size_dict({name: np.broadcast_to(np.zeros((), np.float32), shape2d)})[name]
+    except NotImplementedError:
+        raise ValueError(f"pattern {pattern.pattern!r} (family {pattern.family!r}) does not say its block size "
+                         "(get_block_size_dict), so it cannot be selected over shards") from None
+    return int(block[0]), int(block[1])
+
+
+def _crossing_error(pattern: Pattern, layer: _Layer, shape2d: tuple[int, int]) -> str | None:
+    br = layer.block_rows
+    sizes = [b - a for a, b in zip(layer.starts, layer.stops)]
+    if len(layer.shard.shape) == 1 and sum(1 for s in sizes if s) > 1:
+        return (f"layer {layer.name!r} is 1-D: its 2-D view is one row, which cannot be split across shards "
+                f"(rows per rank: {sizes})")
+    bounds = sorted({a for a, b in zip(layer.starts, layer.stops) if b > a} |
+                    {b for a, b in zip(layer.starts, layer.stops) if b > a})
+    if br > 1 and any(x % br for x in bounds):
+        return (f"layer {layer.name!r}: pattern {pattern.pattern!r} makes blocks of {br} rows of the 2-D view "
+                f"{shape2d}, but the weight is sharded into rows per rank {sizes}, so a block would cross a shard "
+                f"boundary; shard the rows in multiples of {br} (e.g. a number of ranks that divides "
+                f"{shape2d[0] // br}), use a pattern whose blocks fit in a shard, or exclude the layer "
+                "(excluded_op_names)")
+    return None
+
+
+def _tiling_error(layer: _Layer) -> str | None:
+    spans = sorted((a, b) for a, b in zip(layer.starts, layer.stops) if b > a)
+    at = 0
+    for a, b in spans:
+        if a != at:
+            break
+        at = b
+    else:
+        if at == layer.shard.shape[0]:
+            return None
+    shown = [[a, b] for a, b in zip(layer.starts, layer.stops)]
+    return (f"layer {layer.name!r}: the ranks' rows {shown} (per rank, [start, stop)) do not tile its "
+            f"{layer.shard.shape[0]} rows exactly once")
+
+
+# ----------------------------------------------------------------------------------------------
+# errors raised on every rank
+# ----------------------------------------------------------------------------------------------
+def _raise_agreed(collective: Collective, flags: list[np.ndarray], local_msg: str | None,
+                  global_errors: list[tuple[tuple[int, int], str]]) -> None:
+    """Raise the first error (by key, then rank) on every rank; ``flags[r] = [has, key0, key1]``."""
+    reported = [(tuple(int(x) for x in f[1:3]), r) for r, f in enumerate(flags) if f[0]]
+    # a rank's own error (bad input) before a layout error of the same layer
+    candidates = [(k, len(flags), m) for k, m in global_errors] + [(k, r, None) for k, r in reported]
+    if not candidates:
+        return
+    key, rank, msg = min(candidates, key=lambda c: (c[0], c[1]))
+    if rank < len(flags):                # a rank's own error: every rank fetches its message
+        text = (local_msg or "").encode()
+        parts = collective.allgather(np.frombuffer(text, dtype=np.uint8))
+        msg = bytes(parts[rank].astype(np.uint8)).decode(errors="replace")
+        if rank != collective.rank:
+            msg = f"{msg} (raised on rank {rank})"
+    raise ValueError(msg)
+
+
+# ----------------------------------------------------------------------------------------------
+# exact k-th selection over pieces held by different ranks
+# ----------------------------------------------------------------------------------------------
+def _budget(n: int, sample_size: int | None) -> tuple[int, int]:
+    """(samples per round, candidates gathered at once) for a selection over ``n`` units."""
+    m = int(min(_MAX_SAMPLE, max(_MIN_SAMPLE, n // 2048))) if sample_size is None else sample_size
+    return m, 4 * m
+
+
+def _chunks(n: int):
+    for start in range(0, n, _CHUNK):
+        yield start, min(n, start + _CHUNK)
+
+
+def _values(units: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
+    return units if idx is None else units[idx]
+
+
+def _part_counts(units: np.ndarray, idx: np.ndarray | None, p1: Any, p2: Any) -> tuple[int, int]:
+    """(#(x < p1), #(p1 <= x <= p2)) over the candidates."""
+    if idx is not None:
+        v = units[idx]
+        a = int(np.count_nonzero(v < p1))
+        return a, int(np.count_nonzero(v <= p2)) - a
+    a = le = 0
+    for s, e in _chunks(units.size):
+        c = units[s:e]
+        a += int(np.count_nonzero(c < p1))
+        le += int(np.count_nonzero(c <= p2))
+    return a, le - a
+
+
+def _part_select(units: np.ndarray, idx: np.ndarray | None, p1: Any, p2: Any, part: int) -> np.ndarray:
+    """Indices (into ``units``) of the candidates in part 0 (x < p1), 1 (p1 <= x <= p2) or 2 (x > p2)."""
+    def pick(v: np.ndarray) -> np.ndarray:
+        if part == 0:
+            return v < p1
+        if part == 2:
+            return v > p2
+        return (v >= p1) & (v <= p2)
+    if idx is not None:
+        return idx[pick(units[idx])]
+    found = [np.flatnonzero(pick(units[s:e])) + s for s, e in _chunks(units.size)]
+    return np.concatenate(found) if found else np.empty(0, dtype=np.intp)
+
+
+def _below_equal(units: np.ndarray, v: Any) -> tuple[int, int]:
+    lt = eq = 0
+    for s, e in _chunks(units.size):
+        c = units[s:e]
+        lt += int(np.count_nonzero(c < v))
+        eq += int(np.count_nonzero(c == v))
+    return lt, eq
+
+
+@dataclass
+class _Problem:
+    """Prune the ``k`` lowest units of ``members`` (global order: member order, then unit index)."""
+
+    members: list[_Layer]
+    k: int
+    world: int
+    sample_size: int | None = None
+    n: int = 0
+    mode: str = "search"                 # "search", "none" (k = 0), "all" (k = n), "cut" (value found)
+    value: Any = None                    # the k-th lowest unit score once found
+    below: int = 0                       # units ranked below the current candidates, over all ranks
+    cand: np.ndarray | None = None       # (members, ranks) candidate counts
+    idx: list[np.ndarray | None] = field(default_factory=list)   # local candidates per member (None: all)
+    exact_split: bool = False
+    sample: int = 0
+    gather: int = 0
+    allow: np.ndarray | None = None      # (members, ranks) ties at the value pruned
+    pruned: np.ndarray | None = None     # (members,) units pruned per member, over all ranks
+
+    def __post_init__(self) -> None:
+        self.cand = np.array([[m.unit_range(r)[1] for r in range(self.world)] for m in self.members],
+                             dtype=np.int64).reshape(len(self.members), self.world)
+        self.n = int(self.cand.sum())
+        self.idx = [None] * len(self.members)
+        self.sample, self.gather = _budget(self.n, self.sample_size)
+        if self.k <= 0:
+            self.mode = "none"
+            self.pruned = np.zeros(len(self.members), dtype=np.int64)
+        elif self.k >= self.n:
+            self.mode = "all"
+            self.pruned = self.cand.sum(axis=1)
+
+    def counts(self, gathering: bool) -> np.ndarray:
+        """(members, ranks) values each rank sends this round."""
+        if gathering:
+            return self.cand
+        total = int(self.cand.sum())
+        want = -(-self.sample * self.cand // total)          # ceil, proportional to the candidates
+        return np.minimum(want, self.cand)
+
+    def keep(self, j: int, rank: int) -> np.ndarray:
+        """Flat keep mask of member ``j``'s local units."""
+        units = self.members[j].units
+        if self.mode == "none":
+            return np.ones(units.size, dtype=bool)
+        if self.mode == "all":
+            return np.zeros(units.size, dtype=bool)
+        keep = np.empty(units.size, dtype=bool)
+        for s, e in _chunks(units.size):
+            np.greater_equal(units[s:e], self.value, out=keep[s:e])
+        remaining = int(self.allow[j, rank])             # ties pruned here: the first ones in index order
+        for s, e in _chunks(units.size):
+            if not remaining:
+                break
+            i = np.flatnonzero(units[s:e] == self.value)[:remaining]
+            keep[i + s] = False
+            remaining -= i.size
+        return keep
+
+
+def _select(collective: Collective, problems: list[_Problem]) -> None:
+    """Find the cut of every problem; afterwards each has ``mode``, ``value``, ``allow`` and ``pruned``."""
+    rank, world = collective.rank, collective.world_size
+    while True:
+        active = [p for p in problems if p.mode == "search"]
+        if not active:
+            break
+        # 1) every rank sends a sample of its candidates, or all of them once they are few
+        plan = []
+        payload = []
+        for p in active:
+            gathering = int(p.cand.sum()) <= p.gather
+            sizes = p.counts(gathering)
+            plan.append((p, gathering, sizes))
+            for j, m in enumerate(p.members):
+                s, c = int(sizes[j, rank]), int(p.cand[j, rank])
+                src = p.idx[j]
+                if s == c:
+                    vals = _values(m.units, src)
+                else:                                       # evenly strided over the candidates
+                    pos = (np.arange(s, dtype=np.int64) * c) // s
+                    vals = m.units[pos] if src is None else m.units[src[pos]]
+                payload.append(np.ascontiguousarray(vals).view(np.uint8).reshape(-1))
+        parts = collective.allgather(np.concatenate(payload) if payload else np.empty(0, np.uint8))
+        offsets = [0] * world
+        splits = []
+        for p, gathering, sizes in plan:
+            vals = []
+            for r in range(world):
+                for j, m in enumerate(p.members):
+                    nbytes = int(sizes[j, r]) * m.units.dtype.itemsize
+                    vals.append(parts[r][offsets[r]:offsets[r] + nbytes].view(m.units.dtype))
+                    offsets[r] += nbytes
+            ordered = np.sort(np.concatenate(vals))
+            want = p.k - p.below                               # 1-based rank among the candidates
+            if gathering:
+                p.value, p.mode = ordered[want - 1], "cut"
+                continue
+            total = int(p.cand.sum())
+            q, size = want / total, ordered.size
+            if p.exact_split:
+                p1 = p2 = ordered[min(size - 1, max(0, int(q * size)))]
+            else:
+                margin = 6.0 * math.sqrt(max(q * (1 - q), 1.0 / size) / size) + 2.0 / size
+                p1 = ordered[min(size - 1, max(0, int(math.floor((q - margin) * size))))]
+                p2 = ordered[min(size - 1, max(0, int(math.ceil((q + margin) * size))))]
+            splits.append((p, p1, p2))
+        if not splits:
+            continue
+        # 2) counts on either side of the two pivots, then every rank keeps the same part
+        local = np.array([c for p, p1, p2 in splits for j, m in enumerate(p.members)
+                          for c in _part_counts(m.units, p.idx[j], p1, p2)], dtype=np.int64)
+        counts = np.stack(collective.allgather(local))          # (ranks, 2 * members over problems)
+        col = 0
+        for p, p1, p2 in splits:
+            nm = len(p.members)
+            a = counts[:, col:col + 2 * nm:2].T                # (members, ranks)
+            b = counts[:, col + 1:col + 2 * nm:2].T
+            col += 2 * nm
+            want, total = p.k - p.below, int(p.cand.sum())
+            A, B = int(a.sum()), int(b.sum())
+            if want <= A:
+                part, new = 0, a
+            elif want <= A + B:
+                if p1 == p2:
+                    p.value, p.mode = p1, "cut"
+                    continue
+                part, new = 1, b
+                p.below += A
+            else:
+                part, new = 2, p.cand - a - b
+                p.below += A + B
+            p.exact_split = 2 * int(new.sum()) > total         # under half gone (ties): split at one value next
+            p.cand = np.ascontiguousarray(new, dtype=np.int64)
+            p.idx = [_part_select(m.units, p.idx[j], p1, p2, part) for j, m in enumerate(p.members)]
+    # 3) ties at each value: exchange per-piece counts, prune the first ones in global order
+    found = [p for p in problems if p.mode == "cut"]
+    if not found:
+        return
+    local = np.array([c for p in found for m in p.members for c in _below_equal(m.units, p.value)],
+                     dtype=np.int64)
+    counts = np.stack(collective.allgather(local))
+    col = 0
+    for p in found:
+        nm = len(p.members)
+        lt = counts[:, col:col + 2 * nm:2].T
+        eq = counts[:, col + 1:col + 2 * nm:2].T
+        col += 2 * nm
+        need = p.k - int(lt.sum())
+        p.allow = np.zeros_like(lt)
+        for j, m in enumerate(p.members):
+            for r in sorted(range(world), key=lambda r: m.unit_range(r)[0]):
+                t = min(int(eq[j, r]), need)
+                p.allow[j, r] = t
+                need -= t
+        if need:                                              # pragma: no cover - counts are exact
+            raise RuntimeError("sharded selection: tie counts do not add up")
+        p.pruned = lt.sum(axis=1) + p.allow.sum(axis=1)
+        p.idx = [None] * nm
+
+
+# ----------------------------------------------------------------------------------------------
+# the public entry point
+# ----------------------------------------------------------------------------------------------
+def sharded_masks(pattern: Pattern, scores: Mapping[str, np.ndarray], shards: Mapping[str, RowShard],
+                  target_sparsity_ratio: float, collective: Collective,
+                  pre_masks: Mapping[str, np.ndarray] | None = None,
+                  max_sparsity_ratio_per_layer: float | None = None, *,
+                  sample_size: int | None = None) -> dict[str, np.ndarray]:
+    """This rank's rows of ``pattern.get_masks`` over the full weights, bit for bit.
+
+    Every rank calls it with the same layers in the same order (the order breaks
+    cross-layer ties in global scope, as in the single-process core).
+
+    Args:
+        pattern: the pattern (its scope, clamps and block reduction apply).
+        scores: this rank's rows of each layer's element scores, canonical layout,
+            shape ``shards[name].local_shape`` (possibly zero rows).
+        shards: which rows each score holds (:class:`RowShard`); together, the
+            ranks' shards of a layer must tile its rows exactly once.
+        target_sparsity_ratio: as in :meth:`sparsify.Pattern.get_masks`.
+        collective: the process group (:class:`~sparsify.distributed.Collective`).
+        pre_masks: this rank's rows of the previous masks (monotone pruning).
+        max_sparsity_ratio_per_layer: overrides the pattern's setting.
+        sample_size: candidates sampled per selection round (default: the layer's units / 2048,
+            within [256, 8192]); candidates are gathered once at most 4x this many remain.
+            Smaller moves fewer bytes per round and needs more rounds; the masks are the same.
+
+    Returns:
+        Boolean masks (True = kept) of this rank's rows, keyed like ``scores``.
+
+    Raises:
+        ValueError: on every rank, naming the layer: a block that would cross a
+            shard boundary (with the shard sizes), shards that do not tile the
+            rows, a pattern that does not fit, NaN scores, inputs of the wrong shape.
+    """
+    ratio = pattern.check_ratio(target_sparsity_ratio)
+    if sample_size is not None and (isinstance(sample_size, bool) or not isinstance(sample_size, int)
+                                    or sample_size < 1):
+        raise ValueError(f"sample_size must be a positive integer or None, got {sample_size!r}")
+    max_ratio = pattern.max_sparsity_ratio_per_layer if max_sparsity_ratio_per_layer is None \
+        else float(max_sparsity_ratio_per_layer)
+    rank, world = int(collective.rank), int(collective.world_size)
+    glob = pattern.is_global
+    missing = [n for n in scores if n not in shards]
+    if missing:
+        raise ValueError(f"shards lacks the layers {missing}; give a RowShard per layer")
+
+    def key(phase: int, pos: int) -> tuple[int, int]:     # the error the single-process core raises first
+        return (phase, pos) if glob else (pos, phase)
+
+    # ----- local checks and unit scores (errors are raised after the handshake, on every rank)
+    layers: list[_Layer] = []
+    local_error: tuple[tuple[int, int], str] | None = None
+    for pos, (name, score) in enumerate(scores.items()):
+        shard = shards[name]
+        if not isinstance(shard, RowShard):
+            raise TypeError(f"shards[{name!r}] must be a RowShard, got {type(shard).__name__}")
+        score = np.asarray(score)
+        pre = None if pre_masks is None else pre_masks.get(name)
+        layer = _Layer(name, pos, shard, score, None if pre is None else np.asarray(pre))
+        layers.append(layer)
+        if local_error is not None:
+            continue
+        if score.shape != shard.local_shape:
+            local_error = (key(0, pos), f"scores[{name!r}] has shape {score.shape}, but rows "
+                                        f"[{shard.start}, {shard.stop}) of shape {shard.shape} have shape "
+                                        f"{shard.local_shape}")
+        elif layer.pre is not None and layer.pre.shape != shard.local_shape:
+            local_error = (key(0, pos), f"pre_masks[{name!r}] has shape {layer.pre.shape}, but the local rows "
+                                        f"have shape {shard.local_shape}")
+    shapes2d: dict[str, tuple[int, int]] = {}
+    global_errors: list[tuple[tuple[int, int], str]] = []
+    for layer in layers:
+        shape2d = view_shape(layer.shard.shape)
+        shapes2d[layer.name] = shape2d
+        reason = pattern.fits(shape2d)
+        if reason is not None:
+            if pattern.skip_incompatible_layers:
+                layer.skip = True
+                continue
+            global_errors.append((key(0, layer.pos), f"layer {layer.name!r} with 2-D view {shape2d} does not fit "
+                                  f"pattern {pattern.pattern!r}: {reason} (set skip_incompatible_layers=True to "
+                                  "leave such layers dense)"))
+            continue
+        br, bc = _block_rows(pattern, layer.name, shape2d)
+        layer.block_rows = br
+        layer.units_per_row_block = shape2d[1] // bc
+        layer.n_total = shape2d[0] // br * layer.units_per_row_block
+    # ----- handshake: everyone's rows, and whether anyone failed locally
+    digest = _digest([[l.name, list(l.shard.shape), l.score.dtype.str] for l in layers]
+                     + [pattern.pattern, glob, repr(ratio), repr(max_ratio), world])
+    prepare_ok = local_error is None and not global_errors
+    if prepare_ok:                                            # local unit scores before the handshake
+        local_error = _prepare_all(pattern, layers, glob, key)
+    hand = np.array([0, 0, 0, digest] + [x for l in layers for x in
+                                         (l.shard.start, l.shard.stop, 0 if l.units is None else ord(l.units.dtype.char))],
+                    dtype=np.int64)
+    if local_error is not None:
+        hand[0:3] = (1, *local_error[0])
+    gathered = collective.allgather(hand)
+    if len({int(g[3]) for g in gathered}) != 1 or len({g.size for g in gathered}) != 1:
+        raise ValueError("the ranks called sharded_masks with different layers, shapes, dtypes or settings; "
+                         "every rank must pass the same layers in the same order")
+    for layer in layers:
+        layer.starts = [int(g[4 + 3 * layer.pos]) for g in gathered]
+        layer.stops = [int(g[5 + 3 * layer.pos]) for g in gathered]
+        if layer.skip:
+            continue
+        if layer.units is None:                               # no local units: decode the others' with theirs
+            codes = [int(g[6 + 3 * layer.pos]) for g in gathered if int(g[6 + 3 * layer.pos])]
+            layer.units = np.empty(0, dtype=np.dtype(chr(codes[0])) if codes else np.float64)
+        msg = _tiling_error(layer) or _crossing_error(pattern, layer, shapes2d[layer.name])
+        if msg is not None:
+            global_errors.append((key(0, layer.pos), msg))
+    _raise_agreed(collective, [g[:3] for g in gathered], None if local_error is None else local_error[1],
+                  global_errors)
+    if not prepare_ok:                                        # pragma: no cover - an error was raised above
+        raise RuntimeError("sharded selection: unreachable")
+    # ----- how many units each layer prunes, then the exact cuts
+    live = [l for l in layers if not l.skip and l.n_total]
+    keeps: dict[str, np.ndarray] = {}
+    if live:
+        keeps = (_global_keeps if glob else _local_keeps)(pattern, live, ratio, max_ratio, collective, sample_size)
+    out = {}
+    for layer in layers:
+        if layer.skip:
+            out[layer.name] = np.ones(layer.score.shape, dtype=bool) if layer.pre is None \
+                else np.asarray(layer.pre, dtype=bool).copy()
+            continue
+        if layer.prepared is None:                            # no local units (no rows, or an empty weight)
+            out[layer.name] = np.ones(layer.score.shape, dtype=bool)
+            continue
+        units_shape = layer.prepared[1].shape
+        out[layer.name] = pattern.finish_units(layer.score, layer.prepared, keeps[layer.name].reshape(units_shape))
+    return out
+
+
+def _prepare_all(pattern: Pattern, layers: list[_Layer], glob: bool, key) -> tuple[tuple[int, int], str] | None:
+    """Local unit scores of every layer; the first error (in the core's order) as ``(key, message)``."""
+    first = None
+    for layer in layers:
+        if layer.skip:
+            continue
+        if layer.n_total == 0 or layer.shard.rows == 0:
+            continue                             # no local units (dtype taken from the handshake)
+        if layer.shard.start % layer.block_rows or layer.shard.stop % layer.block_rows:
+            continue                             # crosses a block: reported after the handshake
+        try:
+            prepared = pattern.prepare_units(layer.name, layer.score, layer.pre, check_nan=glob)
+        except ValueError as e:
+            err = (key(1, layer.pos), str(e))
+            first = err if first is None or err[0] < first[0] else first
+            if not glob:
+                return first
+            continue
+        if prepared is None:                     # pragma: no cover - the full shape fits, so the rows do
+            raise RuntimeError(f"layer {layer.name!r}: rows do not fit the pattern")
+        layer.prepared = prepared
+        layer.units = prepared[1].reshape(-1)
+        try:
+            check_finite(layer.units, layer.name)
+        except NaNScoreError as e:
+            err = (key(2, layer.pos), str(pattern.unit_nan_error(layer.name, prepared[0], e)))
+            first = err if first is None or err[0] < first[0] else first
+            if not glob:
+                return first
+    return first
+
+
+def _local_keeps(pattern: Pattern, layers: list[_Layer], ratio: float, max_ratio: float,
+                 collective: Collective, sample_size: int | None) -> dict[str, np.ndarray]:
+    world = collective.world_size
+    problems = []
+    for layer in layers:
+        lo, hi = pattern.unit_limits(layer.n_total, max_ratio)
+        k = min(max(pattern.units_for_ratio(ratio, layer.n_total), lo), hi)
+        problems.append(_Problem([layer], k, world, sample_size))
+    _select(collective, problems)
+    return {p.members[0].name: p.keep(0, collective.rank) for p in problems}
+
+
+def _global_keeps(pattern: Pattern, layers: list[_Layer], ratio: float, max_ratio: float,
+                  collective: Collective, sample_size: int | None) -> dict[str, np.ndarray]:
+    """Mirror of :func:`sparsify.patterns.allocation.allocate_pruned_units` with sharded cuts."""
+    world, rank = collective.world_size, collective.rank
+    limits = {l.name: pattern.unit_limits(l.n_total, max_ratio) for l in layers}
+    total = pattern.units_for_ratio(ratio, sum(l.n_total for l in layers))
+    total = min(max(total, sum(lo for lo, _ in limits.values())), sum(hi for _, hi in limits.values()))
+    fixed: dict[str, int] = {}
+    cut: _Problem | None = None
+    own: dict[str, int] = {}
+    for _ in range(len(layers) + 1):
+        free = [l for l in layers if l.name not in fixed]
+        budget = total - sum(fixed.values())
+        if not free:
+            own = dict(fixed)
+            break
+        problem = _Problem(free, min(max(budget, 0), sum(l.n_total for l in free)), world, sample_size)
+        _select(collective, [problem])
+        counts = {l.name: int(c) for l, c in zip(free, problem.pruned)}
+        clipped = {n: min(max(c, limits[n][0]), limits[n][1]) for n, c in counts.items()}
+        excess = sum(clipped.values()) - budget
+        if excess == 0:
+            cut = problem
+            own = {**fixed, **{n: c for n, c in clipped.items() if c != counts[n]}}
+            break
+        for n in counts:
+            if excess > 0 and counts[n] < limits[n][0]:
+                fixed[n] = limits[n][0]
+            elif excess < 0 and counts[n] > limits[n][1]:
+                fixed[n] = limits[n][1]
+    else:                                                     # pragma: no cover - as in the core
+        raise RuntimeError("global allocation did not converge")
+    keeps: dict[str, np.ndarray] = {}
+    if cut is not None:
+        for j, l in enumerate(cut.members):
+            if l.name not in own:
+                keeps[l.name] = cut.keep(j, rank)
+    by_name = {l.name: l for l in layers}
+    problems = [_Problem([by_name[n]], k, world, sample_size) for n, k in own.items()]
+    _select(collective, problems)
+    keeps.update({p.members[0].name: p.keep(0, rank) for p in problems})
+    return keeps

@@ -1,0 +1,427 @@
+"""Pruning FSDP2 models (``torch.distributed.fsdp.fully_shard``): masks sharded like the weights.
+
+After ``fully_shard`` every parameter is a DTensor sharded along dim 0: each
+rank holds a range of rows. ``sparsify_torch.prune`` notices this and returns
+a :class:`ShardedPruner`, which never gathers a weight, a score or a mask:
+
+* **masks** are this rank's rows only (a boolean tensor per weight, beside the
+  local shard); :meth:`ShardedPruner.masks` returns them as DTensors placed
+  like the weights;
+* **selection** is the core's :class:`sparsify.distributed.ShardedPruningProtocol`:
+  each rank scores its own rows and the exact k-th unit (and its tie break) is
+  found with small collectives (:class:`TorchCollective`), so the masks are
+  bit for bit those of the single-process core on the full weights;
+* **zeros**: FSDP2 owns the parameters (all-gather before forward,
+  reduce-scatter after backward), so no parametrization is registered.
+  Instead, pruned gradient entries are zeroed on the sharded gradient as soon
+  as FSDP2 has reduced it (a post-accumulate-grad hook on the sharded
+  parameter, which FSDP2 calls), and :meth:`ShardedPruner.step`, called right
+  after ``optimizer.step()``, multiplies every local shard by its mask. The
+  masked weights are therefore exactly zero on every shard after every step
+  (also for optimizers whose momentum or weight decay would move them), and
+  the next forward pass all-gathers the zeros;
+* **checkpoints**: :meth:`ShardedPruner.state_dict` holds DTensor masks (and
+  ``snip_momentum`` scores), so ``torch.distributed.checkpoint`` saves and
+  loads it, resharding when the number of ranks changes.
+
+Call ``prune`` after ``fully_shard`` (on the whole model, so every pruned
+weight is sharded) and ``pruner.step()`` after every ``optimizer.step()``;
+every rank must call both (they are collective).
+
+Example:
+    >>> is_sharded(torch.zeros(2))
+    False
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import DTensor, Shard
+
+from sparsify import PruningConfig, PruningEngine, criteria
+from sparsify.distributed import RowShard, ShardedPruningProtocol
+from sparsify.protocol import MaskUpdate
+
+from .layers import PrunableWeight
+from .tensorboard import SparsityWriter
+
+__all__ = ["TorchCollective", "ShardedPruner", "prune_sharded", "is_sharded"]
+
+_STATE_KEYS = ("step", "done_step", "released", "names", "masks", "scores", "config")
+
+
+def is_sharded(tensor: Any) -> bool:
+    """True for a DTensor (a parameter sharded by FSDP2 or ``distribute_tensor``)."""
+    return isinstance(tensor, DTensor)
+
+
+class TorchCollective:
+    """:class:`sparsify.distributed.Collective` over a ``torch.distributed`` process group.
+
+    ``allgather`` first gathers the lengths (one int64 per rank), then the
+    arrays padded to the longest; ``allreduce_sum`` is one ``all_reduce``.
+    Tensors live on ``device`` (the CPU for gloo, the current GPU for NCCL).
+
+    Args:
+        group: the process group (None: the default group).
+        device: where the communication tensors live (default: CPU, or the
+            current CUDA device when the group's backend is NCCL).
+    """
+
+    def __init__(self, group: Any = None, device: torch.device | str | None = None) -> None:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("TorchCollective needs torch.distributed to be initialized "
+                               "(torch.distributed.init_process_group)")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        if device is None:
+            nccl = "nccl" in str(dist.get_backend(group)).lower()
+            device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        self.device = torch.device(device)
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
+    def allgather(self, array: np.ndarray) -> list[np.ndarray]:
+        a = np.ascontiguousarray(np.asarray(array).reshape(-1))
+        sizes = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world_size)]
+        dist.all_gather(sizes, self._tensor(np.array([a.size], dtype=np.int64)), group=self.group)
+        lengths = [int(s.item()) for s in sizes]
+        longest = max(lengths)
+        padded = np.zeros(longest, dtype=a.dtype)
+        padded[:a.size] = a
+        out = [torch.empty(longest, dtype=torch.from_numpy(padded).dtype, device=self.device)
+               for _ in range(self.world_size)]
+        if longest:
+            dist.all_gather(out, self._tensor(padded), group=self.group)
+        return [t[:n].cpu().numpy() for t, n in zip(out, lengths)]
+
+    def allreduce_sum(self, array: np.ndarray) -> np.ndarray:
+        a = np.asarray(array)
+        t = self._tensor(a.copy())
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
+        return t.cpu().numpy().astype(a.dtype, copy=False)
+
+
+def _row_shard(name: str, param: DTensor) -> RowShard:
+    """The rows of ``param`` this rank holds, checking that it is sharded along dim 0 like FSDP2 does."""
+    mesh = param.device_mesh
+    if mesh.ndim != 1 or tuple(param.placements) != (Shard(0),):
+        raise ValueError(f"weight {name!r} is a DTensor placed {tuple(param.placements)} on a {mesh.ndim}-D mesh; "
+                         "sparsify_torch prunes DTensors sharded along dim 0 on a 1-D mesh (FSDP2's fully_shard "
+                         "default), exclude it with excluded_op_names")
+    shard = RowShard.chunk(tuple(param.shape), mesh.get_local_rank(), mesh.size())
+    local = tuple(param.to_local().shape)
+    if local != shard.local_shape:
+        raise ValueError(f"weight {name!r}: this rank holds a local shard of shape {local}, but dim-0 sharding "
+                         f"over {mesh.size()} ranks gives {shard.local_shape}; only torch.chunk-style row shards "
+                         "are supported")
+    return shard
+
+
+class ShardedPruner:
+    """Follows the schedule of one config on a model whose pruned weights are FSDP2 shards.
+
+    Build it with :func:`sparsify_torch.prune` after ``fully_shard``. Same use
+    as :class:`sparsify_torch.Pruner`: :meth:`step` once per optimizer step
+    (on every rank), :meth:`state_dict` / :meth:`load_state_dict`,
+    :meth:`sparsity`. Every method that changes masks is collective.
+
+    Attributes:
+        protocol: the core :class:`sparsify.distributed.ShardedPruningProtocol`.
+        config: its validated :class:`sparsify.PruningConfig`.
+        names: pruned weight names, in model order.
+        collective: the :class:`TorchCollective` over the weights' device mesh.
+    """
+
+    def __init__(self, model: nn.Module, protocol: ShardedPruningProtocol, layers: list[PrunableWeight],
+                 params: Mapping[str, DTensor], collective: TorchCollective, log_dir: Any = None) -> None:
+        self.model = model
+        self.protocol = protocol
+        self.config = protocol.config
+        self.names: list[str] = list(protocol.names)
+        self.collective = collective
+        self._layers = {w.name: w for w in layers}
+        self._params = dict(params)
+        self._mask: dict[str, torch.Tensor] = {
+            n: torch.ones(protocol.local_shapes[n], dtype=torch.bool, device=self._params[n].device)
+            for n in self.names}
+        self._step = 0
+        self._removed = False
+        # TensorBoard on rank 0 only: the figures are over all ranks (counts summed at each update)
+        self._writer = SparsityWriter(log_dir) if log_dir is not None and collective.rank == 0 else None
+        self._scores: dict[str, torch.Tensor] = {}
+        self._pending: dict[str, torch.Tensor] = {}
+        self._hooks = [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
+        if not protocol.engine.needs_gradients:
+            self._maybe_update()          # an update point at step 0 applies right away
+
+    @property
+    def engine(self) -> PruningEngine:
+        """The core :class:`sparsify.PruningEngine` (schedule, pattern, criterion)."""
+        return self.protocol.engine
+
+    @property
+    def step_count(self) -> int:
+        """Number of optimizer steps counted so far."""
+        return self._step
+
+    @property
+    def done_step(self) -> int:
+        """Step of the last mask update (-1 if none yet)."""
+        return self.protocol.done_step
+
+    def _local(self, name: str) -> torch.Tensor:
+        return self._params[name].to_local()
+
+    def _dtensor(self, name: str, local: torch.Tensor) -> DTensor:
+        p = self._params[name]
+        return DTensor.from_local(local, p.device_mesh, p.placements, run_check=False, shape=p.shape,
+                                  stride=_contiguous_stride(tuple(p.shape)))
+
+    def masks(self) -> dict[str, DTensor]:
+        """Current masks (bool, True = kept) as DTensors sharded like the weights, keyed by name."""
+        return {n: self._dtensor(n, self._mask[n].clone()) for n in self.names}
+
+    def local_masks(self) -> dict[str, torch.Tensor]:
+        """This rank's rows of the masks (bool tensors, shapes of the local shards)."""
+        return {n: m.clone() for n, m in self._mask.items()}
+
+    def sparsity(self) -> dict[str, float]:
+        """Fraction of pruned weights per layer, over the full weights."""
+        return self.protocol.layer_sparsity()
+
+    def total_sparsity(self) -> float:
+        """Fraction of pruned weights over all pruned layers, over the full weights."""
+        return self.protocol.total_sparsity()
+
+    # ----- gradients ---------------------------------------------------------------------------
+    def _grad_hook(self, name: str):
+        def hook(param: torch.Tensor) -> None:
+            if self._removed or param.grad is None:
+                return
+            with torch.no_grad():
+                g = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
+                g.mul_(self._mask[name])                     # pruned entries get no gradient
+                if self.engine.needs_gradients:
+                    w = self._local(name).detach()
+                    if self.config.criterion == "snip":
+                        self._pending[name] = criteria.snip(w, g)
+                    else:
+                        self._pending[name] = criteria.snip_momentum(self._scores.get(name), w, g,
+                                                                     self.config.criterion_momentum)
+        return hook
+
+    # ----- schedule ----------------------------------------------------------------------------
+    def _weights(self) -> dict[str, np.ndarray]:
+        out = {}
+        for n, pw in self._layers.items():
+            w = self._local(n).detach()
+            if not self.config.monotone:
+                w = w * self._mask[n]
+            out[n] = pw.to_canonical(w)
+        return out
+
+    def _gradient_scores(self) -> dict[str, np.ndarray]:
+        if not self._scores:
+            raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
+                               "prune(): call loss.backward() before pruner.step()")
+        return {n: self._layers[n].to_canonical(self._scores[n] if n in self._scores
+                                                else torch.zeros_like(self._local(n))) for n in self.names}
+
+    @torch.no_grad()
+    def _apply_masks(self) -> None:
+        for n in self.names:
+            self._local(n).mul_(self._mask[n])
+
+    @torch.no_grad()
+    def _write(self, update: MaskUpdate) -> None:
+        for n, pw in self._layers.items():
+            local = self._local(n)
+            local.mul_(pw.from_canonical(update.zero[n]).to(local.device))
+            self._mask[n].copy_(pw.from_canonical(update.masks[n]).to(local.device))
+
+    def _maybe_update(self) -> None:
+        if not self.protocol.due(self._step):
+            return
+        scores = self._gradient_scores if self.engine.needs_gradients else None
+        update = self.protocol.advance(self._step, weights=self._weights, scores=scores)
+        if update is not None:
+            self._write(update)
+            if self._writer is not None:
+                self._writer.write(self.protocol.figures(), self._step)
+
+    def _check_alive(self, what: str) -> None:
+        if self._removed:
+            raise RuntimeError(f"ShardedPruner.{what}() called after remove(); this pruner no longer controls "
+                               "the model")
+
+    def step(self, num_steps: int = 1) -> None:
+        """Zero the pruned weights of every local shard, count ``num_steps`` optimizer steps and
+        update the masks if an update point was reached. Call it on every rank, right after
+        ``optimizer.step()``."""
+        self._check_alive("step")
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+            raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
+        self._apply_masks()
+        self._scores.update(self._pending)
+        self._pending.clear()
+        self._step += num_steps
+        self._maybe_update()
+
+    # ----- state -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Step counters, config, DTensor masks (and ``snip_momentum`` scores), for
+        ``torch.distributed.checkpoint``.
+
+        ``masks`` and ``scores`` are DTensors placed like the weights, so
+        ``torch.distributed.checkpoint.load`` reshards them for another number
+        of ranks. With a gradient criterion ``scores`` has an entry per pruned
+        weight (zeros until the first gradient) and ``scored`` names those that hold scores.
+        """
+        core = self.protocol.state_dict()
+        state = {k: v for k, v in core.items() if k not in ("masks", "shards")}
+        state["masks"] = self.masks()
+        scores = {}
+        if self.engine.needs_gradients:
+            for n in self.names:
+                local = self._scores[n].detach().clone() if n in self._scores else torch.zeros_like(self._local(n))
+                scores[n] = self._dtensor(n, local.to(torch.float32))
+        state["scores"] = scores
+        state["scored"] = sorted(self._scores)
+        state["step"] = self._step
+        return state
+
+    def _local_rows(self, what: str, name: str, value: Any) -> torch.Tensor:
+        """This rank's rows of a DTensor placed like the weight, or of a full tensor."""
+        p = self._params[name]
+        if isinstance(value, DTensor):
+            if tuple(value.shape) != tuple(p.shape) or tuple(value.placements) != tuple(p.placements) \
+                    or value.device_mesh.size() != p.device_mesh.size():
+                raise ValueError(f"state[{what!r}][{name!r}] is a DTensor of shape {tuple(value.shape)} placed "
+                                 f"{tuple(value.placements)}; the weight is {tuple(p.shape)} placed "
+                                 f"{tuple(p.placements)} on {p.device_mesh.size()} ranks (load the checkpoint with "
+                                 "torch.distributed.checkpoint into this pruner's state_dict())")
+            return value.to_local()
+        if isinstance(value, torch.Tensor) and tuple(value.shape) == tuple(p.shape):
+            shard = self.protocol.shards[name]            # a full tensor (e.g. a single-process state)
+            return value[shard.start:shard.stop]
+        raise ValueError(f"state[{what!r}][{name!r}] must be a DTensor placed like the weight or a full tensor of "
+                         f"shape {tuple(p.shape)}, got {type(value).__name__}")
+
+    @torch.no_grad()
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (collective; everything is checked before anything changes).
+
+        Masks may be DTensors placed like the weights (what
+        ``torch.distributed.checkpoint`` loads into this pruner's ``state_dict()``)
+        or full tensors (a single-process ``Pruner.state_dict()``).
+        """
+        self._check_alive("load_state_dict")
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be a dict from ShardedPruner.state_dict(), got {type(state).__name__}")
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"state is missing keys {missing}; expected a dict from state_dict()")
+        step, done = state["step"], state["done_step"]
+        for key, v in (("step", step), ("done_step", done)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"state[{key!r}] must be an integer, got {v!r}")
+        if not 0 <= step < 2 ** 63 or not -1 <= done <= step:
+            raise ValueError(f"state['step'] must be >= 0 and state['done_step'] in [-1, step]; got "
+                             f"step={step}, done_step={done}")
+        masks, scores = state["masks"], state["scores"]
+        if not isinstance(masks, Mapping) or set(masks) != set(self.names):
+            raise ValueError(f"state['masks'] must hold a mask per pruned weight {self.names}")
+        local_masks = {n: self._local_rows("masks", n, masks[n]) for n in self.names}
+        if not isinstance(scores, Mapping):
+            raise ValueError("state['scores'] must be a dict of tensors keyed by weight name")
+        scored = state.get("scored", sorted(scores))
+        local_scores = {}
+        for n in scored:
+            if n not in self._layers or n not in scores:
+                raise ValueError(f"state['scores'] lacks the scores of {n!r} named in state['scored']")
+            s = self._local_rows("scores", n, scores[n])
+            if not s.is_floating_point() or not bool(torch.isfinite(s).all()):
+                raise ValueError(f"state['scores'][{n!r}] is not a finite float tensor")
+            local_scores[n] = s.detach().clone().to(self._local(n).device)
+        core = {k: v for k, v in state.items() if k not in ("masks", "scores", "scored", "step")}
+        core["masks"] = {n: self._layers[n].to_canonical(m.cpu()) for n, m in local_masks.items()}
+        self.protocol.load_state_dict(core)              # checks the rest; raises before any change
+        for n in self.names:
+            self._mask[n].copy_(self._layers[n].from_canonical(self.protocol.masks[n]).to(self._mask[n].device))
+        self._apply_masks()
+        self._scores = local_scores
+        self._pending.clear()
+        self._step = step
+
+    def remove(self) -> nn.Module:
+        """Stop pruning: drop the gradient hooks (the pruned weights stay zero). Returns the model."""
+        self._check_alive("remove")
+        self._apply_masks()
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        if self._writer is not None:
+            self._writer.close()
+        self._removed = True
+        return self.model
+
+    def __repr__(self) -> str:
+        return (f"ShardedPruner(step={self._step}, pattern={self.config.pattern!r}, "
+                f"scope={self.config.pruning_scope!r}, layers={len(self.names)}, rank={self.collective.rank}/"
+                f"{self.collective.world_size}, sparsity={self.total_sparsity():.3f})")
+
+
+def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
+    stride, acc = [], 1
+    for d in reversed(shape):
+        stride.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(stride))
+
+
+def prune_sharded(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str,
+                  candidates: list[PrunableWeight], params: Mapping[str, Any], *,
+                  sample_size: int | None = None, log_dir: Any = None) -> ShardedPruner:
+    """The FSDP2 path of :func:`sparsify_torch.prune` (called by it when weights are DTensors).
+
+    ``params[name]`` is the parameter of each candidate. Everything is checked
+    before anything changes.
+    """
+    config = PruningConfig.coerce(config)
+    engine = PruningEngine(config)
+    shapes = {w.name: w.shape for w in candidates}
+    chosen = engine.select_layers(list(shapes), shapes)
+    by_name = {w.name: w for w in candidates}
+    layers = [by_name[n] for n in chosen]
+    plain = [w.name for w in layers if not is_sharded(params[w.name])]
+    if plain:
+        raise ValueError(f"weights {plain} are plain tensors while other weights of the model are FSDP2 shards "
+                         "(DTensors); apply fully_shard to the whole model (the root too) before prune(), or exclude "
+                         "them with excluded_op_names")
+    for w in layers:
+        if w.rows is not None or w.conv_transpose_groups:
+            kind = "the fused in_proj_weight of MultiheadAttention" if w.rows is not None else "a transposed conv"
+            raise ValueError(f"weight {w.name!r} is {kind}: its rows in the core's layout are not its rows on the "
+                             "shards, so it cannot be pruned sharded; exclude it with excluded_op_names (for "
+                             "attention, separate q/k/v projections work)")
+        p = params[w.name]
+        if not p.is_floating_point():
+            raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
+    mesh = params[layers[0].name].device_mesh
+    other = [w.name for w in layers if params[w.name].device_mesh != mesh]
+    if other:
+        raise ValueError(f"weights {other} are sharded over another device mesh than {layers[0].name!r} "
+                         f"({mesh}); sparsify_torch prunes weights sharded over one mesh")
+    shards = {w.name: _row_shard(w.name, params[w.name]) for w in layers}
+    collective = TorchCollective(mesh.get_group(), device="cpu" if mesh.device_type == "cpu" else None)
+    protocol = ShardedPruningProtocol(config, {w.name: w.shape for w in candidates if w.name in shards}, shards,
+                                      collective, sample_size=sample_size)
+    return ShardedPruner(model, protocol, layers, {w.name: params[w.name] for w in layers}, collective, log_dir)
+

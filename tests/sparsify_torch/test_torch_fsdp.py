@@ -1,0 +1,387 @@
+"""FSDP2 (fully_shard, gloo, 1/2/4 CPU processes): sharded masks, bit-identical to the single-process core.
+
+Each rank holds only its rows of every weight and mask. The tests gather full tensors
+(``DTensor.full_tensor()``) only to compare them with the single-process ``Pruner``.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from sparsify import PruningEngine, exact_prune_count
+from sparsify_torch import prune
+
+CONFIGS = {
+    "local_1x1": {"target_sparsity": 0.8, "start_step": 0, "end_step": 4, "pruning_frequency": 1,
+                  "init_sparsity": 0.3},
+    "global_2in4_clamped": {"target_sparsity": 0.5, "pattern": "2:4", "pruning_scope": "global", "start_step": 1,
+                            "end_step": 5, "pruning_frequency": 2, "max_sparsity_ratio_per_layer": 0.45,
+                            "skip_incompatible_layers": True},
+    "global_2x1_min": {"target_sparsity": 0.7, "pattern": "2x1", "pruning_scope": "global", "start_step": 0,
+                       "end_step": 4, "pruning_frequency": 2, "min_sparsity_ratio_per_layer": 0.2,
+                       "excluded_op_names": ["fc2"]},
+    "rows_release": {"target_sparsity": 0.5, "pattern": "1xchannel", "start_step": 0, "end_step": 3,
+                     "pruning_frequency": 1, "monotone": False, "leave_enabled": False},
+}
+STEPS = 6
+
+
+class Net(nn.Module):
+    """2-D views conv (8, 18), fc1 (32, 32), fc2 (30, 32) (uneven on 4 ranks: 8, 8, 8, 6), head (8, 30)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 8, 3)
+        self.fc1 = nn.Linear(32, 32)
+        self.fc2 = nn.Linear(32, 30)
+        self.head = nn.Linear(30, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv(x.view(-1, 2, 4, 4)))            # (n, 8, 2, 2)
+        x = torch.relu(self.fc1(x.flatten(1)))
+        return self.head(torch.relu(self.fc2(x)))
+
+
+NAMES = ["conv.weight", "fc1.weight", "fc2.weight", "head.weight"]
+
+
+def full_weights(step: int) -> dict[str, torch.Tensor]:
+    """The weights every run sets before ``pruner.step()`` at ``step`` (0: before ``prune``)."""
+    shapes = {"conv.weight": (8, 2, 3, 3), "fc1.weight": (32, 32), "fc2.weight": (30, 32), "head.weight": (8, 30)}
+    out = {}
+    for i, (n, s) in enumerate(shapes.items()):
+        g = torch.Generator().manual_seed(1000 * step + i)
+        w = torch.randn(s, generator=g)
+        if step % 2:
+            w = torch.round(w * 4) / 4                              # many ties on odd steps
+        out[n] = w
+    return out
+
+
+def shard_model(model: nn.Module) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+    for m in (model.conv, model.fc1, model.fc2, model.head):
+        fully_shard(m)
+    fully_shard(model)
+    return model
+
+
+@torch.no_grad()
+def set_weights(model: nn.Module, full: dict[str, torch.Tensor]) -> None:
+    from torch.distributed.tensor import DTensor
+    params = dict(model.named_parameters())
+    for n, w in full.items():
+        key = n if n in params else n.replace(".weight", ".parametrizations.weight.original")
+        p = params[key]
+        if isinstance(p, DTensor):
+            local = p.to_local()
+            rows = local.shape[0]
+            start = min(p.device_mesh.get_local_rank() * -(-w.shape[0] // p.device_mesh.size()), w.shape[0])
+            local.copy_(w[start:start + rows])
+        else:
+            p.copy_(w)
+
+
+# ----------------------------------------------------------------------------------------------
+# process plumbing
+# ----------------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, world: int, port: int, name: str, out_dir: str, args: tuple) -> None:
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        result = globals()[name](rank, world, *args)
+        torch.save(result, os.path.join(out_dir, f"{name}-{world}-rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn, world: int, tmp_path, *args, timeout: float = 240) -> list:
+    ctx = mp.spawn(_entry, args=(world, _free_port(), fn.__name__, str(tmp_path), args), nprocs=world, join=False)
+    deadline = time.time() + timeout
+    while not ctx.join(timeout=1):
+        assert time.time() < deadline, f"{fn.__name__} on {world} ranks did not finish in {timeout} s"
+    return [torch.load(tmp_path / f"{fn.__name__}-{world}-rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+# ----------------------------------------------------------------------------------------------
+# workers
+# ----------------------------------------------------------------------------------------------
+def schedule_run(rank: int, world: int) -> dict:
+    """Every config: set the same weights at every step, record the full masks and weights."""
+    out = {}
+    for key, cfg in CONFIGS.items():
+        torch.manual_seed(0)
+        model = shard_model(Net())
+        set_weights(model, full_weights(0))
+        pruner = prune(model, cfg)
+        local = {n: tuple(m.shape) for n, m in pruner.local_masks().items()}
+        history = []
+        for step in range(1, STEPS + 1):
+            set_weights(model, full_weights(step))
+            pruner.step()
+            history.append({"masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()},
+                            "weights": {n: p.full_tensor().detach().numpy().copy()
+                                        for n, p in model.named_parameters() if n in pruner.names},
+                            "sparsity": pruner.sparsity()})
+        out[key] = {"history": history, "local": local, "type": type(pruner).__name__}
+    return out
+
+
+def errors_run(rank: int, world: int) -> dict:
+    cfg = {"target_sparsity": 0.5, "start_step": 0, "end_step": 0}
+    out = {}
+    attempts = {
+        "crossing": lambda: prune(shard_model(Net()), {**cfg, "pattern": "4x1", "op_names": ["conv"]}),
+        "group": lambda: prune(shard_model(Net()), cfg, process_group=dist.group.WORLD),
+        "mixed": lambda: prune(_partly_sharded(), cfg),
+    }
+    for key, attempt in attempts.items():
+        try:
+            attempt()
+            out[key] = "no error"
+        except ValueError as e:
+            out[key] = str(e)
+    return out
+
+
+def _partly_sharded() -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+    model = Net()
+    fully_shard(model.fc1)                     # the root and the other layers stay plain
+    return model
+
+
+def train_run(rank: int, world: int, ckpt: str, mode: str) -> dict:
+    """Train with SGD (momentum, weight decay); ``mode``: "full" saves at step 6 and runs to 10,
+    "resume" loads step 6 and runs to 10, "reshard" loads step 6 and updates the masks without training."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    cfg = {"target_sparsity": 0.8, "start_step": 0, "end_step": 8, "pruning_frequency": 2, "init_sparsity": 0.2}
+    torch.manual_seed(0)
+    model = shard_model(Net())
+    set_weights(model, full_weights(0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+    pruner = prune(model, cfg)
+    grads_zero = []
+    for n, p in model.named_parameters():
+        if n in pruner.names:
+            p.register_post_accumulate_grad_hook(
+                lambda p, n=n: grads_zero.append(bool((p.grad.to_local()[~pruner.local_masks()[n]] == 0).all())))
+
+    def state():
+        m, o = get_state_dict(model, opt)
+        return {"model": m, "optim": o, "pruner": pruner.state_dict()}
+
+    first = 1
+    if mode != "full":
+        sd = state()
+        dcp.load(sd, checkpoint_id=ckpt)
+        set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+        pruner.load_state_dict(sd["pruner"])
+        first = 7
+    loaded = {"masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()},
+              "weights": {n: p.full_tensor().detach().numpy().copy() for n, p in model.named_parameters()
+                          if n in pruner.names}, "step": pruner.step_count, "done": pruner.done_step}
+    if mode == "reshard":
+        pruner.step(2)                                  # the update at step 8, on the loaded weights
+        return {"loaded": loaded, "after": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()},
+                "sparsity": pruner.sparsity()}
+    g = torch.Generator().manual_seed(123)
+    data = [(torch.randn(16, 32, generator=g), torch.randint(0, 8, (16,), generator=g)) for _ in range(11)]
+    zero_after_step = []
+    saved = None
+    for step in range(first, 11):
+        x, y = data[step]
+        part = slice(rank * 16 // world, (rank + 1) * 16 // world)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x[part]), y[part]).backward()
+        opt.step()
+        pruner.step()
+        zero_after_step.append(all(bool((p.to_local()[~pruner.local_masks()[n]] == 0).all())
+                                   for n, p in model.named_parameters() if n in pruner.names))
+        if mode == "full" and step == 6:
+            dcp.save(state(), checkpoint_id=ckpt)
+            saved = {"masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()},
+                     "weights": {n: p.full_tensor().detach().numpy().copy() for n, p in model.named_parameters()
+                                 if n in pruner.names}}
+    return {"saved": saved, "loaded": loaded, "zero_after_step": zero_after_step, "grads_zero": grads_zero,
+            "masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()},
+            "weights": {n: p.full_tensor().detach().numpy().copy() for n, p in model.named_parameters()},
+            "sparsity": pruner.sparsity(), "local": {n: tuple(m.shape) for n, m in pruner.local_masks().items()}}
+
+
+def momentum_run(rank: int, world: int, ckpt: str, mode: str) -> dict:
+    """snip_momentum: masks equal the core's on the full (reduced-gradient) scores; scores reshard on load."""
+    import torch.distributed.checkpoint as dcp
+
+    cfg = {"target_sparsity": 0.5, "criterion": "snip_momentum", "start_step": 1, "end_step": 3,
+           "pruning_frequency": 1, "pattern": "2:4", "skip_incompatible_layers": True}
+    torch.manual_seed(0)
+    model = shard_model(Net())
+    set_weights(model, full_weights(0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    pruner = prune(model, cfg)
+    if mode == "load":
+        sd = {"pruner": pruner.state_dict()}
+        dcp.load(sd, checkpoint_id=ckpt)
+        pruner.load_state_dict(sd["pruner"])
+        return {"scores": {n: s.full_tensor().numpy().copy() for n, s in pruner.state_dict()["scores"].items()},
+                "masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}}
+    g = torch.Generator().manual_seed(7)
+    checks = []
+    for step in range(1, 4):
+        x, y = torch.randn(8, 32, generator=g), torch.randint(0, 8, (8,), generator=g)
+        before = {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x[rank::world]), y[rank::world]).backward()
+        opt.step()
+        pruner.step()
+        scores = {n: s.full_tensor().numpy().copy() for n, s in pruner.state_dict()["scores"].items()}
+        want = PruningEngine(cfg).compute_masks(scores, step, pre_masks=before, scores=scores)
+        checks.append(all(np.array_equal(pruner.masks()[n].full_tensor().numpy(), want[n]) for n in want))
+    dcp.save({"pruner": pruner.state_dict()}, checkpoint_id=ckpt)
+    return {"checks": checks, "scores": {n: s.full_tensor().numpy().copy()
+                                         for n, s in pruner.state_dict()["scores"].items()},
+            "masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}}
+
+
+# ----------------------------------------------------------------------------------------------
+# single-process reference
+# ----------------------------------------------------------------------------------------------
+def single_process_history(cfg: dict) -> list[dict]:
+    torch.manual_seed(0)
+    model = Net()
+    set_weights(model, full_weights(0))
+    pruner = prune(model, cfg)
+    history = []
+    for step in range(1, STEPS + 1):
+        set_weights(model, full_weights(step))
+        with torch.no_grad():           # as FSDP pruning does: pruned weights are zero after every step
+            for n, m in pruner.masks().items():
+                model.get_submodule(n.rsplit(".", 1)[0]).parametrizations.weight.original.mul_(m)
+        pruner.step()
+        history.append({"masks": {n: m.numpy().copy() for n, m in pruner.masks().items()},
+                        "weights": {n: getattr(model.get_submodule(n.rsplit(".", 1)[0]), "weight").detach().numpy()
+                                    for n in pruner.names},
+                        "sparsity": pruner.sparsity()})
+    return history
+
+
+def _check_against_single(results: list[dict], world: int) -> None:
+    for key, cfg in CONFIGS.items():
+        want = single_process_history(cfg)
+        for rank, res in enumerate(results):
+            got = res["schedule"][key]
+            assert got["type"] == "ShardedPruner"
+            for step, (g, w) in enumerate(zip(got["history"], want), start=1):
+                assert g["sparsity"] == w["sparsity"], (key, step)
+                for n in w["masks"]:
+                    assert np.array_equal(g["masks"][n], w["masks"][n]), (key, world, rank, step, n)
+                    assert np.array_equal(g["weights"][n], w["weights"][n]), (key, world, rank, step, n)
+            for n, shape in got["local"].items():     # each rank holds only its rows of every mask
+                rows = -(-want[0]["masks"][n].shape[0] // world)
+                assert shape[0] == max(0, min(rows, want[0]["masks"][n].shape[0] - rank * rows)), (n, shape)
+
+
+def suite(rank: int, world: int, ckpt: str) -> dict:
+    """Everything one process group runs (few process starts: each costs seconds of imports)."""
+    out = {"schedule": schedule_run(rank, world)}
+    if world == 2:
+        out["train_full"] = train_run(rank, world, ckpt + "/train", "full")
+        out["train_resume"] = train_run(rank, world, ckpt + "/train", "resume")
+        out["reshard"] = train_run(rank, world, ckpt + "/train", "reshard")
+        out["momentum"] = momentum_run(rank, world, ckpt + "/momentum", "train")
+    elif world == 4:
+        out["errors"] = errors_run(rank, world)
+        out["reshard"] = train_run(rank, world, ckpt + "/train", "reshard")
+        out["momentum"] = momentum_run(rank, world, ckpt + "/momentum", "load")
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Results per world size, spawned on first use (4 ranks load the checkpoints 2 ranks saved)."""
+    tmp = tmp_path_factory.mktemp("fsdp")
+    cache: dict[int, list[dict]] = {}
+
+    def get(world: int) -> list[dict]:
+        if world == 4:
+            get(2)
+        if world not in cache:
+            cache[world] = spawn(suite, world, tmp, str(tmp / "ckpt"))
+        return cache[world]
+    return get
+
+
+def test_fsdp_one_and_two_ranks_give_the_single_process_masks_bit_for_bit(runs):
+    _check_against_single(runs(1), 1)
+    _check_against_single(runs(2), 2)
+
+
+def test_fsdp_four_ranks_uneven_shards_give_the_single_process_masks(runs):
+    _check_against_single(runs(4), 4)
+    for res in runs(4):                                 # every rank raises the same clear errors
+        m = res["errors"]["crossing"]
+        assert "layer 'conv.weight'" in m and "blocks of 4 rows" in m and "[2, 2, 2, 2]" in m, m
+        assert "process_group is for DistributedDataParallel" in res["errors"]["group"]
+        assert "are plain tensors while other weights of the model are FSDP2 shards" in res["errors"]["mixed"]
+
+
+def test_fsdp_training_keeps_zeros_and_resumes_exactly_also_on_four_ranks(runs):
+    full = [r["train_full"] for r in runs(2)]
+    for res in full:
+        assert all(res["zero_after_step"]) and len(res["zero_after_step"]) == 10
+        assert res["grads_zero"] and all(res["grads_zero"])
+        assert res["sparsity"] == {n: exact_prune_count(0.8, s) / s
+                                   for n, s in (("conv.weight", 144), ("fc1.weight", 1024), ("fc2.weight", 960),
+                                                ("head.weight", 240))}
+    assert full[0]["local"] == {"conv.weight": (4, 2, 3, 3), "fc1.weight": (16, 32), "fc2.weight": (15, 32),
+                                "head.weight": (4, 30)}
+    for a, b in zip(full, [r["train_resume"] for r in runs(2)]):
+        for n in a["saved"]["masks"]:
+            assert np.array_equal(b["loaded"]["masks"][n], a["saved"]["masks"][n])
+            assert np.array_equal(b["loaded"]["weights"][n], a["saved"]["weights"][n])
+            assert np.array_equal(b["masks"][n], a["masks"][n])
+        for n in a["weights"]:
+            assert np.array_equal(b["weights"][n], a["weights"][n]), n          # the resumed run is exact
+        assert all(b["zero_after_step"])
+    cfg = {"target_sparsity": 0.8, "start_step": 0, "end_step": 8, "pruning_frequency": 2, "init_sparsity": 0.2}
+    saved = full[0]["saved"]
+    want = PruningEngine(cfg).compute_masks(saved["weights"], 8, pre_masks=saved["masks"])
+    for res in [r["reshard"] for r in runs(4) + runs(2)]:
+        assert res["loaded"]["step"] == 6 and res["loaded"]["done"] == 6
+        for n in saved["masks"]:
+            assert np.array_equal(res["loaded"]["masks"][n], saved["masks"][n])
+            assert np.array_equal(res["loaded"]["weights"][n], saved["weights"][n])
+            assert np.array_equal(res["after"][n], want[n]), n
+
+
+def test_fsdp_snip_momentum_scores_are_exact_and_reshard(runs):
+    trained = [r["momentum"] for r in runs(2)]
+    assert all(all(r["checks"]) and len(r["checks"]) == 3 for r in trained)
+    for res in [r["momentum"] for r in runs(4)]:
+        for n in trained[0]["scores"]:
+            assert np.array_equal(res["scores"][n], trained[0]["scores"][n])
+            assert np.array_equal(res["masks"][n], trained[0]["masks"][n])
+
+
+def test_plain_models_keep_the_single_process_pruner():
+    assert type(prune(Net(), CONFIGS["local_1x1"])).__name__ == "Pruner"
