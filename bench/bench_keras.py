@@ -38,7 +38,9 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,6 +109,7 @@ def ensure_tfmot() -> str:
     except ImportError:
         pass
     target = tempfile.mkdtemp(prefix="sparsify-bench-tfmot-")
+    atexit.register(shutil.rmtree, target, ignore_errors=True)
     cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
            "--target", target, "tensorflow-model-optimization", "dm-tree"]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -175,6 +178,36 @@ def finish(kind: str, K, model, arch: str, test):
     ks = [np.array(model.get_layer(n).get_weights()[0]) for n in kernel_names(arch)]
     sp = float(sum((k == 0).sum() for k in ks) / sum(k.size for k in ks))
     return float(acc), sp, ks
+
+
+def count_differences(arch: str, freq: int, target: float) -> list[str]:
+    """Update steps where tfmot's pruned count differs from the exact rule (``sparsify.exact_prune_count``).
+
+    tfmot's sparsity comes from its own ``PolynomialDecay`` (float32) and its kept count is
+    ``max(round(n * (1 - sparsity)), 1)`` in float32 (``pruning_impl._update_mask``); ours is
+    ``min(floor(s * n + 0.5), n - 1)`` with the core's float64 schedule value.
+    """
+    import tensorflow_model_optimization as tfmot
+    import tf_keras
+
+    import sparsify
+
+    sched = tfmot.sparsity.keras.PolynomialDecay(0.0, target, begin_step=START + 1, end_step=END + 1, power=3,
+                                                 frequency=freq)
+    ours = sparsify.GradualSchedule(0.0, target, START, END, freq)
+    sizes = {n: int(np.prod(w.shape)) for n, w in
+             ((layer.name, layer.kernel) for layer in build(arch, tf_keras, 0).layers if hasattr(layer, "kernel"))}
+    out = []
+    for step in range(START, END + 1):
+        due, s32 = sched(np.int64(step + 1))
+        if not bool(due):
+            continue
+        for name, n in sizes.items():
+            theirs = n - max(int(np.round(np.float32(n) * (np.float32(1) - np.float32(s32)))), 1)
+            exact = sparsify.exact_prune_count(ours.sparsity(step), n)
+            if theirs != exact:
+                out.append(f"step {step}, {name}: tfmot prunes {theirs}, the exact rule {exact} of {n}")
+    return out
 
 
 def run_seed(arch: str, seed: int, cases, train, test, tfmot_note: str):
@@ -257,6 +290,14 @@ def main(argv=None) -> str:
                 f"{k[0]}/{k[1]}/{k[2]} {1e3 * r['wall']:.2f}ms acc {r['acc']:.3f}" for k, r in res.items()),
                 flush=True)
         sections.append(table(arch, results, cases, args.seeds))
+        if not tfmot_note:
+            for f in FREQS:
+                diffs = count_differences(arch, f, MODELS[arch]["target"])
+                same = [r.get("same_as_tfmot") for r in results.get(("ours", f, "tf-keras", tf_keras), [])]
+                if diffs or not all(same):
+                    sections[-1] += (f"\n\npruning_frequency {f}: kernels identical to tfmot's on {sum(same)} of "
+                                     f"{len(same)} seeds. Update steps where tfmot's pruned count (float32 schedule "
+                                     f"and rounding) differs from the exact count: {'; '.join(diffs) or 'none'}.")
     elapsed = time.perf_counter() - t0
     body = "\n\n".join(sections)
     body += (f"\n\nSchedule: cubic (gradual) from 0 at step {START} to the target at step {END}, every "

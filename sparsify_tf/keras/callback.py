@@ -124,6 +124,8 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._est: int | None = None  # expected optimizer.iterations at the next batch start
         self._spe = 1
         self._apply_cache: tuple | None = None
+        self._seen_fingerprint: np.ndarray | None = None   # the state as last read or written (see _sync_from_state)
+        self._seen_state: tuple[int, list[np.ndarray]] | None = None
         self._autotune = False
         self._writer: Any = None
 
@@ -244,6 +246,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._bound = weakref.ref(model)
         self._model = model
         self._refresh = True
+        self._seen_fingerprint = self._seen_state = None     # a new protocol: restore it from the state
 
     # ----- training hooks --------------------------------------------------------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -272,11 +275,23 @@ class PruningCallback(_keras3.callbacks.Callback):
                              "pruning run")
 
     def _sync_from_state(self) -> None:
-        """Restore the protocol from the (possibly just restored) state variables."""
+        """Restore the protocol from the (possibly just restored) state variables.
+
+        The variables are read and compared with what this callback last wrote or restored; the
+        protocol is restored (and the config fingerprint checked) only when they differ, so a
+        ``fit`` called once per epoch does not redo the conversion each time.
+        """
         st = self._state
-        self._check_fingerprint(st, f"the pruning state of model {self.model.name!r} was")
-        self.protocol.restore(int(st.last_step.numpy()),
-                              {pw.path: pw.to_canonical(m.numpy()) for pw, m in zip(st.pweights, st.masks)})
+        fp = st.fingerprint.numpy()
+        if self._seen_fingerprint is None or not np.array_equal(fp, self._seen_fingerprint):
+            self._check_fingerprint(st, f"the pruning state of model {self.model.name!r} was")
+            self._seen_fingerprint = fp
+        done = int(st.last_step.numpy())
+        keep = [m.numpy() != 0 for m in st.masks]
+        seen = self._seen_state
+        if seen is None or seen[0] != done or not all(np.array_equal(a, b) for a, b in zip(keep, seen[1])):
+            self.protocol.restore(done, {pw.path: pw.to_canonical(k) for pw, k in zip(st.pweights, keep)})
+            self._seen_state = (done, keep)
         self._next = _as_bound(self.protocol.next_step())
         self._est = None
         self._refresh = False
@@ -408,7 +423,9 @@ class PruningCallback(_keras3.callbacks.Callback):
 
         if update.released:      # weights and slots keep the zeros of the last masks, then unmask
             apply(flat(update.zero), step)
-        apply(flat(update.masks), step)
+        keep = [pw.from_canonical(update.masks[pw.path]) for pw in pws]
+        apply(tf.constant(np.concatenate([k.ravel() for k in keep])), step)
+        self._seen_state = (update.step, keep)
 
 
 def _as_bound(next_step: int) -> float:
