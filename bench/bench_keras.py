@@ -341,7 +341,31 @@ def table(arch: str, results: dict, cases, seeds: int) -> str:
         rows.append(f"| {label} | {names[kind]} | {freq or '-'} | {1e3 * np.median([r['wall'] for r in rs]):.3f} | "
                     f"{np.median(rw):.3f}x ({rw.min():.2f}-{rw.max():.2f}) | {np.median(rc):.3f}x | "
                     f"{acc.mean():.4f} +- {acc.std():.4f} | {np.mean([r['sparsity'] for r in rs]):.4f} | {same_txt} |")
+    rows += ["", verdicts(results, cases)]
     return "\n".join(rows)
+
+
+def verdicts(results: dict, cases) -> str:
+    """The issue's targets, from the medians: <= 1.05x dense at frequency >= 10, never slower than tfmot."""
+    def ratio(key):
+        rs, dense = results.get(key), results.get(("dense", None, key[2], key[3]))
+        if not rs or not dense:
+            return None
+        return float(np.median(np.array([r["wall"] for r in rs]) / np.array([d["wall"] for d in dense])))
+
+    out = []
+    for label, K in dict.fromkeys((c[2], c[3]) for c in cases):
+        worst = [ratio(("ours", f, label, K)) for f in FREQS if f >= 10]
+        worst = [w for w in worst if w is not None]
+        if worst:
+            out.append(f"{label}: <= 1.05x dense at pruning_frequency >= 10: worst {max(worst):.3f}x "
+                       f"({'met' if max(worst) <= 1.05 else 'not met'})")
+        versus = [(f, ratio(("ours", f, label, K)), ratio(("tfmot", f, label, K))) for f in FREQS]
+        versus = [(f, a, b) for f, a, b in versus if a is not None and b is not None]
+        if versus:
+            out.append(f"{label}: not slower than tfmot: " + ", ".join(
+                f"frequency {f} {a:.3f}x vs {b:.3f}x ({'met' if a <= b else 'not met'})" for f, a, b in versus))
+    return "Targets (medians over seeds): " + "; ".join(out) + "."
 
 
 if __name__ == "__main__":
