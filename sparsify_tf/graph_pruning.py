@@ -65,21 +65,28 @@ import tensorflow as tf
 from sparsify.config import PruningConfig
 from sparsify.criteria import needs_gradients
 from sparsify.engine import PruningEngine
-from sparsify.layout import canonical_to_tf, tf_to_canonical
+from sparsify.layout import tf_to_canonical
 from sparsify.protocol import PruningProtocol
 
 from .graph_utils import (
     check_global_step, check_graph_editable, get_prunable_ops_and_inputs, get_tensor_var, global_step_tensor,
     in_variable_creation_order, v1_cond,
 )
-from .masking import PruningOpVars, bake_masks, mask_op_input, sparsity_summaries
+from .layout_ops import from_canonical, to_canonical
+from .masking import (
+    PruningOpVars, bake_masks, gradient_ops_of, mask_op_gradient, mask_op_input, sparsity_summaries,
+)
 from .optimizer_slots import find_optimizer_slots, unknown_apply_ops
 from .pruning_scope import PruningScope, check_ks_group
-from .schedule_ops import schedule_tensors, update_point_tensors
+from .schedule_ops import schedule_tensors
 
-__all__ = ["prune_graph", "GraphPruning"]
+__all__ = ["prune_graph", "GraphPruning", "MASKING_MODES"]
 
 tf1 = tf.compat.v1
+
+#: ``masking`` values of :func:`prune_graph`: where the zeros live between mask updates.
+MASKING_MODES = ("weights", "inputs")
+_NEVER = np.iinfo(np.int64).max     # "no update ever again" in the next-update-step variable
 
 _PRUNINGS: "weakref.WeakKeyDictionary[tf.Graph, dict[str, GraphPruning]]" = weakref.WeakKeyDictionary()
 
@@ -118,6 +125,11 @@ class GraphPruning:
         layer_sparsity: layer name -> float tensor, fraction of zeros of its mask.
         total_sparsity: float64 tensor, fraction of zeros over all masks.
         slots: layer name -> optimizer slot variables zeroed by ``update_op`` where the mask is 0.
+        masking: ``"weights"`` (ops read the weights, gradients masked) or ``"inputs"`` (ops read
+            ``mask * weight``), see :func:`prune_graph`.
+        next_update_step: int64 variable, the first step at which the protocol has something due
+            after ``last_update_step`` (int64 max: nothing ever again); ``update_ready`` is
+            ``global_step >= next_update_step``. Saved and restored with ``last_update_step``.
     """
 
     config: PruningConfig
@@ -138,6 +150,8 @@ class GraphPruning:
     layer_sparsity: dict[str, tf.Tensor]
     total_sparsity: tf.Tensor
     slots: dict[str, list[tf.Variable]] = field(default_factory=dict)
+    masking: str = "weights"
+    next_update_step: tf.Variable | None = None
     _build_update: Callable[..., tf.Operation] = field(repr=False, default=None)
     _updates: dict = field(repr=False, default_factory=dict)
 
@@ -158,9 +172,11 @@ class GraphPruning:
     def _current_slots(self) -> dict[str, list[tf.Variable]]:
         unknown = unknown_apply_ops(self.graph, self.masks)
         if unknown:
+            after = ("the forward pass still reads weight * mask" if self.masking == "inputs" else
+                     "and the forward pass reads the weights: use masking='inputs' to mask the forward pass")
             warnings.warn(f"optimizer apply ops {unknown} update pruned weights but their slot variables are "
                           "unknown to sparsify_tf; they are not zeroed, so pruned weights may drift from 0 "
-                          "between mask updates (the forward pass still reads weight * mask)", stacklevel=3)
+                          f"between mask updates ({after})", stacklevel=3)
         return self.optimizer_slots()
 
     def existing_update_op(self) -> tf.Operation | None:
@@ -236,26 +252,35 @@ class GraphPruning:
         return export_saved_model(sess, export_dir, inputs, outputs)
 
 
-def _core_update_fn(protocol: PruningProtocol, kinds: Mapping[str, str]) -> Callable:
-    """The ``numpy_function`` body: restore the protocol from the variables, advance it, return what to write."""
+def _core_update_fn(protocol: PruningProtocol) -> Callable:
+    """The ``numpy_function`` body: restore the protocol from the variables, advance it, return what to write.
+
+    Weights and masks arrive in the canonical layout (converted by graph ops); the new masks and the
+    masks of the zeros to write leave as canonical bool arrays, with the done and next due steps. The
+    protocol is restored from the graph's masks and done step only when they differ from what the last
+    call left (a restored checkpoint, another session), so an ordinary update converts nothing twice.
+    """
     names = list(protocol.names)
     n = len(names)
     lock = threading.Lock()
+    last: dict[str, Any] = {"done": None, "masks": None}
 
     def fn(step, done, *arrays):
         ws, ms = arrays[:n], arrays[n:]
         with lock:
-            protocol.restore(int(done), {k: tf_to_canonical(m, kinds[k]) != 0 for k, m in zip(names, ms)})
-            update = protocol.advance(int(step), lambda: {k: tf_to_canonical(w, kinds[k]) for k, w in zip(names, ws)})
-        if update is None:            # the guard and the protocol agree, so this is only a safety net
-            return [*ms, *(np.ones_like(w) for w in ws), np.int64(done)]
-        masks, zero = [], []
-        for k, w in zip(names, ws):
-            m = canonical_to_tf(update.masks[k], kinds[k], w.shape).astype(w.dtype)
-            masks.append(m)
-            zero.append(m if update.zero[k] is update.masks[k]
-                        else canonical_to_tf(update.zero[k], kinds[k], w.shape).astype(w.dtype))
-        return [*masks, *zero, np.int64(update.step)]
+            same = last["masks"] is not None and last["done"] == int(done) and \
+                all(np.array_equal(a, b) for a, b in zip(ms, last["masks"]))
+            if not same:
+                protocol.restore(int(done), dict(zip(names, ms)))
+            update = protocol.advance(int(step), lambda: dict(zip(names, ws)))
+            nxt = protocol.next_step()
+            if update is None:        # the guard and the protocol agree, so this is only a safety net
+                new, zero = list(ms), [np.ones_like(m) for m in ms]
+            else:
+                new = [np.asarray(update.masks[k], bool) for k in names]
+                zero = [np.asarray(update.zero[k], bool) for k in names]
+            last["done"], last["masks"] = protocol.done_step, [np.array(m) for m in new]
+        return [*new, *zero, np.int64(protocol.done_step), np.int64(_NEVER if nxt < 0 else nxt)]
 
     return fn
 
@@ -265,7 +290,8 @@ def _slots_key(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple:
 
 
 def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph | None = None,
-                global_step: tf.Variable | tf.Tensor | None = None, *, ks_group: str = "sparsify") -> GraphPruning:
+                global_step: tf.Variable | tf.Tensor | None = None, *, ks_group: str = "sparsify",
+                masking: str = "weights") -> GraphPruning:
     """Add scheduled pruning to every selected weight of a ``tf.compat.v1`` graph.
 
     Call it after building the model and before building the optimizer (so
@@ -285,14 +311,24 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         global_step: scalar integer variable/tensor (default: the graph's global
             step, created if missing).
         ks_group: name of the scopes and collections of this pruning.
+        masking: where the zeros live between mask updates. ``"weights"``
+            (default): the ops read the weights themselves; each mask update
+            writes the zeros into the weights (and optimizer slots) and the
+            gradients through the pruned ops are multiplied by the masks, so
+            pruned weights stay exactly zero at one elementwise pass per
+            step. ``"inputs"``: the seed design, the ops read ``mask * weight``
+            (the forward pass is masked whatever writes the weights, at two
+            passes per step). ``"weights"`` needs the gradients to be built
+            after ``prune_graph``.
 
     Returns:
         :class:`GraphPruning` with ``update_op``, ``masks``, ``sparsity`` and more.
 
     Raises:
         ValueError/TypeError: bad config, finalized graph, bad global step,
-            nothing selected, a weight that does not fit the pattern —
-            all before the graph is changed.
+            nothing selected, a weight that does not fit the pattern, an
+            unknown ``masking``, gradients already built for a pruned op with
+            ``masking="weights"`` — all before the graph is changed.
 
     Example:
             pruning = prune_graph(PruningConfig(target_sparsity=0.8, end_step=1000))
@@ -303,6 +339,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     if needs_gradients(cfg.criterion):
         raise ValueError(f"criterion {cfg.criterion!r} needs gradients, which graph-mode pruning does not "
                          "collect; use criterion='magnitude'")
+    if masking not in MASKING_MODES:
+        raise ValueError(f"masking must be one of {MASKING_MODES}, got {masking!r}")
     if graph is None:
         graph = tf1.get_default_graph()
     if not isinstance(graph, tf.Graph):
@@ -310,8 +348,9 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     ks_group = check_ks_group(ks_group)
     cached = _PRUNINGS.get(graph, {}).get(ks_group)
     if cached is not None:
-        if cached.config != cfg:
-            raise ValueError(f"ks_group {ks_group!r} of this graph was already pruned with another config; "
+        if cached.config != cfg or cached.masking != masking:
+            what = "config" if cached.config != cfg else f"masking ({cached.masking!r})"
+            raise ValueError(f"ks_group {ks_group!r} of this graph was already pruned with another {what}; "
                              "use a different ks_group")
         return cached
     check_graph_editable(graph)
@@ -339,6 +378,12 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     for n in names:
         get_tensor_var(graph, n)
     chosen = set(names)
+    if masking == "weights":
+        built = [op for p in candidates if p.var_name in chosen for op in gradient_ops_of(p.op, p.tensor)]
+        if built:
+            raise ValueError(f"masking='weights' masks the gradients of the pruned ops, but gradient ops reading "
+                             f"their weights exist already ({built[:3]}): call prune_graph before building the "
+                             "optimizer (recommended), or pass masking='inputs'")
     schedule = protocol.engine.schedule
 
     with graph.as_default():
@@ -347,6 +392,10 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         with tf1.variable_scope(PruningScope.general(ks_group)):
             done = tf1.get_variable("nm_last_update_step", [], tf.int64, initializer=tf1.constant_initializer(-1),
                                     trainable=False, use_resource=True)
+            # protocol.next_step() for that done step (written with it; int64 max: never): the per-step guard
+            first_due = protocol.next_step()
+            next_due = tf1.get_variable("nm_next_update_step", [], tf.int64, trainable=False, use_resource=True,
+                                        initializer=tf1.constant_initializer(_NEVER if first_due < 0 else first_due))
         with tf1.name_scope(PruningScope.general(ks_group, PruningScope.OPS_SCHEDULE, trailing_slash=True)):
             t = schedule_tensors(schedule, global_step_tensor(gs))
         with tf1.name_scope(PruningScope.general(ks_group, trailing_slash=True)):
@@ -357,47 +406,50 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         first: dict[str, PruningOpVars] = {}
         for p in candidates:
             if p.var_name in chosen:
-                ov = mask_op_input(p.op, p.tensor, ks_group)
+                ov = (mask_op_gradient if masking == "weights" else mask_op_input)(p.op, p.tensor, ks_group)
                 first.setdefault(p.var_name, ov)
                 op_vars.append(ov)
         masks = {n: first[n].mask for n in names}
         masked = {n: first[n].masked for n in names}
         weights = {n: get_tensor_var(graph, n) for n in names}
         layer_kinds = {n: kinds[n] for n in names}
-        np_fn = _core_update_fn(protocol, layer_kinds)
+        np_fn = _core_update_fn(protocol)
         scope = PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)
-        end_step = cfg.end_step
 
         def _build_update(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple[tf.Tensor, tf.Operation]:
             with tf1.name_scope(scope):
                 step = global_step_tensor(gs)
-                _, last = update_point_tensors(schedule, step)
-                done_now = done.read_value()
-                ready = tf.greater(last, done_now)
-                if not cfg.leave_enabled:      # the release: after end_step, once
-                    ready = tf.logical_or(ready, tf.logical_and(step > end_step, done_now <= end_step))
+                # one comparison per step: the protocol's next due step (update point or release) is kept
+                # in a variable next to the done step; the core re-checks when the branch runs
+                ready = tf.greater_equal(step, next_due.read_value())
 
                 def _update():
                     reads = [weights[n].read_value() for n in names]
-                    outs = tf.numpy_function(np_fn, [step, done_now, *reads, *(masks[n].read_value() for n in names)],
-                                             [r.dtype for r in reads] * 2 + [tf.int64], stateful=False,
+                    canon_w = [to_canonical(r, layer_kinds[n]) for n, r in zip(names, reads)]
+                    canon_m = [to_canonical(tf.not_equal(masks[n].read_value(), 0), layer_kinds[n]) for n in names]
+                    outs = tf.numpy_function(np_fn, [step, done.read_value(), *canon_w, *canon_m],
+                                             [tf.bool] * (2 * len(names)) + [tf.int64, tf.int64], stateful=False,
                                              name="nm_core_masks")
                     k = len(names)
                     assigns = []
                     for i, (n, r) in enumerate(zip(names, reads)):
-                        new, zero = outs[i], outs[k + i]
-                        new.set_shape(r.shape)
-                        zero.set_shape(r.shape)
-                        assigns.append(tf1.assign(masks[n], new, name=PruningScope.OP_MASK_ASSIGN))
-                        assigns.append(tf1.assign(weights[n], r * zero, name=PruningScope.OP_WEIGHT_UPDATE))
-                        keep = tf.cast(zero, tf.bool) if slots.get(n) else None
+                        outs[i].set_shape(canon_m[i].shape)
+                        outs[k + i].set_shape(canon_m[i].shape)
+                        keep = from_canonical(outs[i], layer_kinds[n], r.shape)
+                        keep_now = from_canonical(outs[k + i], layer_kinds[n], r.shape)
+                        assigns.append(tf1.assign(masks[n], tf.cast(keep, masks[n].dtype.base_dtype),
+                                                  name=PruningScope.OP_MASK_ASSIGN))
+                        # zeros where pruned now; the optimizer state of pruned entries too, so a zero
+                        # gradient keeps them at 0.0
+                        assigns.append(tf1.assign(weights[n], tf.where(keep_now, r, tf.zeros([], r.dtype)),
+                                                  name=PruningScope.OP_WEIGHT_UPDATE))
                         for slot in slots.get(n, ()):
-                            # optimizer state of pruned entries: zero, so a zero gradient keeps them at 0.0
                             value = slot.read_value()
-                            assigns.append(tf1.assign(slot, tf.where(keep, value, tf.zeros_like(value)),
+                            assigns.append(tf1.assign(slot, tf.where(keep_now, value, tf.zeros([], value.dtype)),
                                                       name="nm_slot_zero"))
-                    outs[-1].set_shape([])
-                    assigns.append(tf1.assign(done, outs[-1]))
+                    for out, var in ((outs[-2], done), (outs[-1], next_due)):
+                        out.set_shape([])
+                        assigns.append(tf1.assign(var, out))
                     return tf.group(*assigns)
 
                 def _noop():
@@ -418,7 +470,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
 
     pruning = GraphPruning(cfg, protocol, graph, ks_group, gs, update_op, update_ready, sparsity, schedule_sparsity,
                            done, masks, weights, masked, layer_kinds, op_vars, layer_sparsity, total,
-                           slots=initial_slots, _build_update=lambda slots: _build_update(slots)[1],
+                           slots=initial_slots, masking=masking, next_update_step=next_due,
+                           _build_update=lambda slots: _build_update(slots)[1],
                            _updates={_slots_key(initial_slots): update_op})
     _PRUNINGS.setdefault(graph, {})[ks_group] = pruning
     return pruning

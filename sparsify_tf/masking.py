@@ -3,7 +3,12 @@
 :func:`mask_op_input` gives a prunable op (MatMul, BatchMatMul*, Conv2D,
 Conv3D, DepthwiseConv2dNative, Conv2DBackpropInput) a mask variable (ones,
 non-trainable, shared by every op that reads the same weight in a group) and
-rewires the op to read ``mask * weight``. :class:`GraphMasks` remembers what
+rewires the op to read ``mask * weight`` (the seed design: two passes over
+the weight per training step, the product and its gradient).
+:func:`mask_op_gradient` is the lean alternative: the op reads the weight
+itself and only the gradient flowing back through the op is multiplied by
+the mask (one pass per step); the zeros must then be written into the weight
+at each mask update (as :func:`~sparsify_tf.prune_graph` does). :class:`GraphMasks` remembers what
 was added to a graph, so a second call returns the same handles and export
 (:mod:`sparsify_tf.export`) can put the original inputs back. Which values
 the masks get is decided elsewhere (the seed API, :func:`~sparsify_tf.prune_graph`).
@@ -40,11 +45,33 @@ from .graph_utils import (
 from .pruning_scope import PruningScope, check_ks_group
 
 __all__ = [
-    "PruningOpVars", "GraphMasks", "prunable_input", "mask_op_input", "pruned_inputs", "no_update_op",
-    "sparsity_summaries", "bake_masks",
+    "PruningOpVars", "GraphMasks", "prunable_input", "mask_op_input", "mask_op_gradient", "gradient_ops_of",
+    "pruned_inputs",
+    "no_update_op", "sparsity_summaries", "bake_masks", "MASKED_GRADIENT",
 ]
 
 tf1 = tf.compat.v1
+
+#: Gradient function name of the ``IdentityN([weight, mask])`` ops of :func:`mask_op_gradient`.
+MASKED_GRADIENT = "SparsifyMaskedGradient"
+
+
+def _masked_gradient(op: tf.Operation, *grads: Any) -> list[Any]:
+    """Gradient of ``IdentityN([weight, mask])``: the weight's gradient times the mask, none for the mask."""
+    grad, mask = grads[0], op.inputs[1]
+    if grad is None:
+        return [None, None]
+    if isinstance(grad, tf.IndexedSlices):
+        vals = grad.values
+        return [tf.IndexedSlices(vals * tf.cast(tf.gather(mask, grad.indices), vals.dtype), grad.indices,
+                                 grad.dense_shape), None]
+    return [grad * (mask if mask.dtype == grad.dtype else tf.cast(mask, grad.dtype)), None]
+
+
+try:
+    tf.RegisterGradient(MASKED_GRADIENT)(_masked_gradient)
+except KeyError:  # pragma: no cover - already registered (module reloaded)
+    pass
 
 PruningOpVars = namedtuple("PruningOpVars", ["op", "op_input", "update", "mask", "masked"])
 PruningOpVars.__doc__ = """Handles of one pruned op: the op, its original weight input tensor, the
@@ -115,6 +142,20 @@ def _is_resource(var: tf.Variable) -> bool:
     return var.op.type == "VarHandleOp"
 
 
+def _mask_variable(rec: GraphMasks, op: tf.Operation, p: PrunableInput, ks_group: str) -> tf.Variable:
+    """The mask of ``p``'s weight in ``ks_group``: created (ones) on first use, shared afterwards."""
+    mask = rec.masks.get((ks_group, p.var_name))
+    if mask is None:
+        var = get_tensor_var(op.graph, p.var_name)
+        with tf1.variable_scope(PruningScope.model(op, ks_group), reuse=tf1.AUTO_REUSE):
+            mask = tf1.get_variable(PruningScope.VAR_MASK, p.tensor.shape, initializer=tf1.ones_initializer(),
+                                    trainable=False, dtype=p.tensor.dtype.base_dtype,
+                                    use_resource=_is_resource(var))
+        tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.VAR_MASK), mask)
+        rec.masks[(ks_group, p.var_name)] = mask
+    return mask
+
+
 def _rewire(op: tf.Operation, p: PrunableInput, new: tf.Tensor) -> None:
     # Gradient ops built before pruning read the weight directly; point them at the masked weight too.
     grad_mark = f"{op.name}_grad/"
@@ -151,17 +192,9 @@ def mask_op_input(op: tf.Operation, op_input: tf.Tensor | None, ks_group: str, l
     check_graph_editable(graph)
     if not leave_enabled and is_after_end_step is None:
         raise ValueError("is_after_end_step must be given when leave_enabled is False")
-    var = get_tensor_var(graph, p.var_name)
     rec = GraphMasks.of(graph)
-    mask = rec.masks.get((ks_group, p.var_name))
     with graph.as_default():
-        if mask is None:
-            with tf1.variable_scope(PruningScope.model(op, ks_group), reuse=tf1.AUTO_REUSE):
-                mask = tf1.get_variable(PruningScope.VAR_MASK, p.tensor.shape, initializer=tf1.ones_initializer(),
-                                        trainable=False, dtype=p.tensor.dtype.base_dtype,
-                                        use_resource=_is_resource(var))
-            tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.VAR_MASK), mask)
-            rec.masks[(ks_group, p.var_name)] = mask
+        mask = _mask_variable(rec, op, p, ks_group)
         key = (ks_group, p.tensor.name)
         masked = rec.masked.get(key)
         if masked is None:
@@ -174,6 +207,83 @@ def mask_op_input(op: tf.Operation, op_input: tf.Tensor | None, ks_group: str, l
             with tf1.name_scope(PruningScope.model(op, ks_group, trailing_slash=True)):
                 feed = tf.where(is_after_end_step, p.tensor, masked, name="nm_masked_or_dense")
         _rewire(op, p, feed)
+    rec.rewires.append({"op": op.name, "index": p.index, "original": p.tensor.name, "var": p.var_name,
+                        "mask": mask.op.name, "kind": p.kind, "group": ks_group})
+    rec.inputs[(ks_group, op.name)] = p
+    return rec.record(ks_group, PruningOpVars(op, p.tensor, None, mask, masked))
+
+
+def gradient_ops_of(op: tf.Operation, op_input: tf.Tensor | None = None) -> list[str]:
+    """Names of gradient ops already built for ``op`` that read its weight input (``[]`` when none).
+
+    :func:`mask_op_gradient` cannot mask a gradient that already exists: build pruning before the optimizer.
+    """
+    p = prunable_input(op, op_input)
+    mark = f"{op.name}_grad/"
+    return [c.name for c in p.tensor.consumers() if c is not op and mark in c.name]
+
+
+def mask_op_gradient(op: tf.Operation, op_input: tf.Tensor | None, ks_group: str) -> PruningOpVars:
+    """Add a mask variable to ``op`` and mask the gradient ``op`` sends to its weight.
+
+    ``op`` reads ``IdentityN([weight, mask])[0]``, which is the weight itself
+    (no per-step product in the forward pass); the gradient of that identity
+    is the incoming gradient times the mask, so pruned entries get exactly
+    zero gradient through ``op`` and one elementwise pass per training step
+    remains. The zeros themselves must be written into the weight whenever
+    the mask changes (:func:`~sparsify_tf.prune_graph` does, and zeroes the
+    optimizer slots), so with an optimizer that does not move a zero weight
+    whose gradient and slots are zero (all ``tf.compat.v1.train`` ones),
+    pruned weights stay exactly zero. The mask is created and shared as in
+    :func:`mask_op_input`; a second call for the same op and group returns the
+    recorded handles.
+
+    Raises:
+        ValueError: ``op`` already has gradient ops reading its weight (build
+            pruning before the optimizer, or mask the input instead).
+
+    Example:
+        >>> import numpy as np, tensorflow as tf
+        >>> tf1 = tf.compat.v1
+        >>> g = tf.Graph()
+        >>> with g.as_default():
+        ...     x = tf.constant([[1.0, 1.0]])
+        ...     w = tf1.get_variable("w", initializer=np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+        ...     y = tf.matmul(x, w)
+        ...     op_vars = mask_op_gradient(y.op, None, "demo")
+        ...     zero_first = tf1.assign(op_vars.mask, [[0.0, 1.0], [1.0, 1.0]])
+        ...     grad = tf.gradients(tf.reduce_sum(y), w)[0]
+        >>> with tf1.Session(graph=g) as sess:
+        ...     sess.run(tf1.global_variables_initializer()); _ = sess.run(zero_first)
+        ...     sess.run(y).tolist(), sess.run(grad).tolist()
+        ([[4.0, 6.0]], [[0.0, 1.0], [1.0, 1.0]])
+    """
+    ks_group = check_ks_group(ks_group)
+    if isinstance(op, tf.Operation):
+        found = GraphMasks.of(op.graph).find(ks_group, op)
+        if found is not None:
+            return found
+    p = prunable_input(op, op_input)
+    graph = op.graph
+    check_graph_editable(graph)
+    existing = gradient_ops_of(op, p.tensor)
+    if existing:
+        raise ValueError(f"op {op.name!r} already has gradient ops reading its weight ({existing[:3]}), so its "
+                         "weight gradient cannot be masked any more: build the pruning before the optimizer, "
+                         "or mask the op input instead (masking='inputs')")
+    rec = GraphMasks.of(graph)
+    with graph.as_default():
+        mask = _mask_variable(rec, op, p, ks_group)
+        key = (ks_group, p.tensor.name)
+        masked = rec.masked.get(key)
+        if masked is None:
+            with tf1.name_scope(PruningScope.model(op, ks_group, trailing_slash=True)), \
+                    graph.gradient_override_map({"IdentityN": MASKED_GRADIENT}):
+                masked = tf.identity_n([p.tensor, mask.read_value() if _is_resource(mask) else mask],
+                                       name=PruningScope.OP_MASKED_GRAD)[0]
+            tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_MASKED_VAR), masked)
+            rec.masked[key] = masked
+        _rewire(op, p, masked)
     rec.rewires.append({"op": op.name, "index": p.index, "original": p.tensor.name, "var": p.var_name,
                         "mask": mask.op.name, "kind": p.kind, "group": ks_group})
     rec.inputs[(ks_group, op.name)] = p

@@ -59,6 +59,7 @@ class PruningScope:
     OP_SPARSITY = "nm_sparsity"
     OP_UPDATE_READY = "nm_update_ready"
     OP_MASKED_VAR = "nm_masked_var"
+    OP_MASKED_GRAD = "nm_masked_grad"     # IdentityN([weight, mask]) whose gradient is masked
     OP_MASK_ASSIGN = "nm_mask_assign"
     OP_PRUNE_VARS_ASSIGN = "nm_prune_vars_assign"
     OP_MASK_UPDATE_NO_OP = "nm_mask_update_no_op"

@@ -124,6 +124,8 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._est: int | None = None  # expected optimizer.iterations at the next batch start
         self._spe = 1
         self._apply_cache: tuple | None = None
+        self._seen_fingerprint: np.ndarray | None = None   # the state as last read or written (see _sync_from_state)
+        self._seen_state: tuple[int, list[np.ndarray]] | None = None
         self._autotune = False
         self._writer: Any = None
 
@@ -244,6 +246,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._bound = weakref.ref(model)
         self._model = model
         self._refresh = True
+        self._seen_fingerprint = self._seen_state = None     # a new protocol: restore it from the state
 
     # ----- training hooks --------------------------------------------------------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -272,11 +275,23 @@ class PruningCallback(_keras3.callbacks.Callback):
                              "pruning run")
 
     def _sync_from_state(self) -> None:
-        """Restore the protocol from the (possibly just restored) state variables."""
+        """Restore the protocol from the (possibly just restored) state variables.
+
+        The variables are read and compared with what this callback last wrote or restored; the
+        protocol is restored (and the config fingerprint checked) only when they differ, so a
+        ``fit`` called once per epoch does not redo the conversion each time.
+        """
         st = self._state
-        self._check_fingerprint(st, f"the pruning state of model {self.model.name!r} was")
-        self.protocol.restore(int(st.last_step.numpy()),
-                              {pw.path: pw.to_canonical(m.numpy()) for pw, m in zip(st.pweights, st.masks)})
+        fp = st.fingerprint.numpy()
+        if self._seen_fingerprint is None or not np.array_equal(fp, self._seen_fingerprint):
+            self._check_fingerprint(st, f"the pruning state of model {self.model.name!r} was")
+            self._seen_fingerprint = fp
+        done = int(st.last_step.numpy())
+        keep = [m.numpy() != 0 for m in st.masks]
+        seen = self._seen_state
+        if seen is None or seen[0] != done or not all(np.array_equal(a, b) for a, b in zip(keep, seen[1])):
+            self.protocol.restore(done, {pw.path: pw.to_canonical(k) for pw, k in zip(st.pweights, keep)})
+            self._seen_state = (done, keep)
         self._next = _as_bound(self.protocol.next_step())
         self._est = None
         self._refresh = False
@@ -322,10 +337,14 @@ class PruningCallback(_keras3.callbacks.Callback):
 
     # ----- the mask update ---------------------------------------------------------------------
     def _apply_fn(self) -> tuple[Any, Any]:
-        """Compiled ``read() -> weights`` and ``apply(new masks, step)`` for the mask update.
+        """``read() -> weights`` and ``apply(flat new masks, step)`` for the mask update, built once.
 
-        ``apply`` writes the masks and zeroes the pruned weights and their optimizer slots.
-        One graph call each instead of dozens of eager ops; rebuilt when the optimizer's
+        ``read`` returns the pruned weights as NumPy arrays (direct variable
+        reads; one compiled call for distributed variables). ``apply`` is one
+        compiled function (a concrete function: no retracing, no signature
+        matching per call) that writes the masks, given as one flat bool
+        tensor in the order of the pruned weights, and zeroes the pruned
+        weights and their optimizer slots. Rebuilt only when the optimizer's
         variables change (slots created, optimizer replaced).
         """
         st, opt = self._state, getattr(self.model, "optimizer", None)
@@ -348,28 +367,38 @@ class PruningCallback(_keras3.callbacks.Callback):
             pairs.append((w, m))
             pairs.extend((tf_variable(x), m) for x in ss)
         last = tf_variable(st.last_step)
+        sizes = [int(np.prod(pw.tf_shape)) for pw in st.pweights]
 
         @tf.function(autograph=False)
-        def apply(new_masks: list, step: tf.Tensor) -> None:
-            for m, new in zip(mvars, new_masks):     # bool masks: 4x less to convert than floats
-                m.assign(tf.cast(new, m.dtype))
+        def apply(flat: tf.Tensor, step: tf.Tensor) -> None:
+            for m, new, pw in zip(mvars, tf.split(flat, sizes), st.pweights):
+                m.assign(tf.cast(tf.reshape(new, pw.tf_shape), m.dtype))   # bool masks: 4x less to convert
             mask_all(pairs)
             last.assign(step)
 
+        apply_cf = apply.get_concrete_function(tf.TensorSpec([sum(sizes)], tf.bool), tf.TensorSpec([], tf.int64))
+
         @tf.function(autograph=False)
-        def read() -> list:
+        def read_all() -> list:
             return [tf.identity(w.read_value()) for w in wvars]
 
-        self._apply_cache = (cheap, key, read, apply)
-        return read, apply
+        if any(isinstance(w, tf.distribute.DistributedValues) for w in wvars):
+            def read() -> list[np.ndarray]:
+                return [v.numpy() for v in read_all()]
+        else:
+            def read() -> list[np.ndarray]:     # one ReadVariableOp each, run inline: cheaper than a call
+                return [w.numpy() for w in wvars]
+
+        self._apply_cache = (cheap, key, read, apply_cf)
+        return read, apply_cf
 
     def _update(self, step: int) -> None:
         pws = self._state.pweights
         with strategy_of(self.model).scope():
             read, apply = self._apply_fn()
 
-            def weights() -> dict[str, np.ndarray]:      # one graph call for all pruned weights
-                return {pw.path: pw.to_canonical(v.numpy()) for pw, v in zip(pws, read())}
+            def weights() -> dict[str, np.ndarray]:      # read only when an update is due
+                return {pw.path: pw.to_canonical(v) for pw, v in zip(pws, read())}
 
             update = self.protocol.advance(step, weights)
             if update is None:
@@ -388,9 +417,15 @@ class PruningCallback(_keras3.callbacks.Callback):
 
     def _write(self, update: MaskUpdate, apply: Any) -> None:
         pws, step = self._state.pweights, tf.constant(update.step, tf.int64)
+
+        def flat(masks: dict[str, np.ndarray]) -> tf.Tensor:
+            return tf.constant(np.concatenate([pw.from_canonical(masks[pw.path]).ravel() for pw in pws]))
+
         if update.released:      # weights and slots keep the zeros of the last masks, then unmask
-            apply([tf.constant(pw.from_canonical(update.zero[pw.path])) for pw in pws], step)
-        apply([tf.constant(pw.from_canonical(update.masks[pw.path])) for pw in pws], step)
+            apply(flat(update.zero), step)
+        keep = [pw.from_canonical(update.masks[pw.path]) for pw in pws]
+        apply(tf.constant(np.concatenate([k.ravel() for k in keep])), step)
+        self._seen_state = (update.step, keep)
 
 
 def _as_bound(next_step: int) -> float:

@@ -59,23 +59,95 @@ def test_mlp_training_exact_sparsity_masked_forward(resource):
     assert (mk["fc1/kernel"] == 0).sum() == expected_pruned(64 * 32, 0.8)
 
 
-def test_masked_forward_reads_mask_even_when_weight_is_dense():
-    """Write a dense weight behind the mask's back: the op still multiplies by the mask."""
+@pytest.mark.parametrize("masking", ["inputs", "weights"])
+def test_weight_overwritten_behind_the_masks_back(masking):
+    """Write a dense weight behind the mask's back: with masking='inputs' the op still multiplies by the mask;
+    with masking='weights' (the default) the op reads the weight itself, whose zeros only updates write."""
     g = tf.Graph()
     with g.as_default():
         m = build_mlp()
-        pr = sparsify_tf.prune_graph({"target_sparsity": 0.5, "start_step": 0, "end_step": 0, "op_names": ["fc2"]})
+        pr = sparsify_tf.prune_graph({"target_sparsity": 0.5, "start_step": 0, "end_step": 0, "op_names": ["fc2"]},
+                                     masking=masking)
         new = tf1.placeholder(tf.float32, [32, 10])
         overwrite = tf1.assign(m["w2"], new)
     with tf1.Session(graph=g) as sess:
         sess.run(tf1.global_variables_initializer())
         sess.run(pr.update_op)
+        zero_after_update = sess.run(m["w2"])[sess.run(pr.masks["fc2/kernel"]) == 0]
         sess.run(overwrite, {new: np.ones((32, 10), np.float32)})
         h = np.maximum(X[:4] @ sess.run(m["w1"]) + sess.run(m["b1"]), 0)
         out = sess.run(m["logits"], {m["x"]: X[:4]})
         mask = sess.run(pr.masks["fc2/kernel"])
-    assert pr.layer_names == ["fc2/kernel"] and (mask == 0).sum() == 160
-    np.testing.assert_allclose(out, h @ mask, rtol=1e-5)
+    assert pr.layer_names == ["fc2/kernel"] and (mask == 0).sum() == 160 and pr.masking == masking
+    assert np.all(zero_after_update == 0.0)             # both modes write the zeros into the weight
+    np.testing.assert_allclose(out, h @ (mask if masking == "inputs" else np.ones_like(mask)), rtol=1e-5)
+
+
+def test_masking_weights_reads_the_weight_and_masks_its_gradient():
+    """The default path adds no product to the forward pass: the op reads IdentityN(weight, mask), whose
+    gradient is the incoming gradient times the mask (exactly 0.0 where pruned)."""
+    g = tf.Graph()
+    with g.as_default():
+        m = build_mlp()
+        pr = sparsify_tf.prune_graph({"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+        grads = dict(zip(pr.layer_names, tf.gradients(m["loss"], [m["w1"], m["w2"]])))
+    for ov in pr.op_vars:
+        feed = ov.op.inputs[1]
+        assert feed.op.type == "IdentityN" and feed.op.inputs[0] is ov.op_input
+        assert feed.op.get_attr("_gradient_op_type") == b"SparsifyMaskedGradient"
+    forward = [op.type for op in g.get_operations() if "_nm_ks/" in op.name and "gradients" not in op.name]
+    assert "Mul" not in forward
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(pr.update_op)
+        bx, by = batch(0)
+        got, masks = sess.run(grads, {m["x"]: bx, m["y"]: by}), sess.run(pr.masks)
+        with g.as_default():
+            dense = sess.run(tf.gradients(m["loss"], [ov.masked for ov in pr.op_vars]), {m["x"]: bx, m["y"]: by})
+    for n, d in zip(pr.layer_names, dense):
+        assert np.all(got[n][masks[n] == 0] == 0.0) and np.any(d[masks[n] == 0] != 0.0), n
+        np.testing.assert_array_equal(got[n], d * masks[n])
+
+
+@pytest.mark.parametrize("masking", ["inputs", "weights"])
+def test_update_ready_is_one_comparison_with_the_next_due_step(masking):
+    """update_ready == (global_step >= next_update_step), next_update_step == protocol.next_step() after each
+    update (int64 max once nothing is due any more), and the guard agrees with the core at every step."""
+    cfg = sparsify.PruningConfig(target_sparsity=0.5, start_step=3, end_step=9, pruning_frequency=3,
+                                 leave_enabled=False)
+    g = tf.Graph()
+    with g.as_default():
+        build_mlp()
+        pr = sparsify_tf.prune_graph(cfg, masking=masking)
+        step_in = tf1.placeholder(tf.int64, [])
+        set_step = tf1.assign(pr.global_step, step_in)
+    core = sparsify.PruningProtocol(cfg, pr.protocol.shapes)
+    seen = []
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        for step in range(14):
+            sess.run(set_step, {step_in: step})
+            ready, nxt = sess.run([pr.update_ready, pr.next_update_step])
+            assert ready == core.due(step) == (step >= nxt), step
+            sess.run(pr.update_op)
+            if core.due(step):
+                core.advance(step, lambda: {n: tf_to_canonical(w, pr.kinds[n]) for n, w in sess.run(pr.weights).items()})
+                seen.append(step)
+            want = core.next_step()
+            assert sess.run(pr.next_update_step) == (np.iinfo(np.int64).max if want < 0 else want), step
+    assert seen == [3, 6, 9, 10]
+
+
+def test_masking_weights_refuses_gradients_built_before_pruning():
+    g = tf.Graph()
+    with g.as_default():
+        m = build_mlp()
+        tf1.train.GradientDescentOptimizer(0.1).minimize(m["loss"])
+        _unchanged(g, lambda: sparsify_tf.prune_graph({"target_sparsity": 0.5}), ValueError,
+                   r"masking='weights' masks the gradients.*gradient ops reading their weights exist already.*"
+                   r"masking='inputs'")
+        pr = sparsify_tf.prune_graph({"target_sparsity": 0.5}, masking="inputs")   # the seed design still works
+    assert pr.masking == "inputs" and {ov.masked.op.type for ov in pr.op_vars} == {"Mul"}
 
 
 # ----- parity with the core ---------------------------------------------------------------------
@@ -207,6 +279,8 @@ def test_prune_graph_is_idempotent():
         assert len(g.get_operations()) == n_ops and len(tf1.global_variables()) == n_vars
         with pytest.raises(ValueError, match="ks_group 'sparsify'.*another config"):
             sparsify_tf.prune_graph({"target_sparsity": 0.6, "end_step": 10})
+        with pytest.raises(ValueError, match=r"ks_group 'sparsify'.*another masking \('weights'\)"):
+            sparsify_tf.prune_graph(cfg, masking="inputs")
 
 
 # ----- bad input: clear errors, nothing changed ----------------------------------------------------
@@ -251,6 +325,8 @@ def test_bad_inputs_raise_before_changing_the_graph():
         _unchanged(g, lambda: sparsify_tf.prune_graph({"target_sparsity": 1.5}), ValueError,
                    r"target_sparsity must be in \[0, 1\), got 1.5")
         _unchanged(g, lambda: sparsify_tf.prune_graph({"criterion": "snip"}), ValueError, r"criterion 'snip'")
+        _unchanged(g, lambda: sparsify_tf.prune_graph({"target_sparsity": 0.5}, masking="both"), ValueError,
+                   r"masking must be one of \('weights', 'inputs'\), got 'both'")
         _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(
             g, gs, ["fc1/kernel"], 0, 10, 1, 0.0, 0.5, 3.0, True, "g", "7y"), ValueError, r"mask_creator: .*'7y'")
         _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(

@@ -48,6 +48,7 @@ def _assert_live_slots(masks, slot_vals, pr, slots):
             assert np.any(val[masks[n] != 0] != 0.0), s.op.name
 
 
+@pytest.mark.parametrize("masking", ["weights", "inputs"])
 @pytest.mark.parametrize("opt,builder,resource", [
     ("momentum", "mlp", True),
     ("adam", "mlp", False),
@@ -55,12 +56,13 @@ def _assert_live_slots(masks, slot_vals, pr, slots):
     ("momentum", "cnn", False),
     ("adagrad", "mlp", True),
 ], ids=["momentum-mlp-resource", "adam-mlp-ref", "rmsprop-mlp-resource", "momentum-cnn-ref", "adagrad-mlp-resource"])
-def test_wrap_train_op_keeps_pruned_weights_and_slots_zero(opt, builder, resource):
+def test_wrap_train_op_keeps_pruned_weights_and_slots_zero(opt, builder, resource, masking):
+    """After every training step, pruned weights and their slots are exactly 0.0, in both masking modes."""
     steps = 300 if builder == "mlp" else 220
     g = tf.Graph()
     with g.as_default():
         m = build_mlp(resource) if builder == "mlp" else build_cnn(resource)
-        pr = sparsify_tf.prune_graph(CFG)              # documented order: prune, then build the optimizer
+        pr = sparsify_tf.prune_graph(CFG, masking=masking)     # documented order: prune, then the optimizer
         train = OPTIMIZERS[opt]().minimize(m["loss"], global_step=pr.global_step)
         train = pr.wrap_train_op(train)
     assert pr.slots == {n: [] for n in pr.layer_names}      # no optimizer existed at prune time
@@ -81,13 +83,14 @@ def test_wrap_train_op_keeps_pruned_weights_and_slots_zero(opt, builder, resourc
         assert seen[n] == expected_pruned(masks[n].size, 0.8), n
 
 
-def test_hook_with_monitored_training_session_adam_cnn():
+@pytest.mark.parametrize("masking", ["weights", "inputs"])
+def test_hook_with_monitored_training_session_adam_cnn(masking):
     """The hook builds its update after the optimizer (in begin()), so Adam's m and v are zeroed too."""
     cfg = CFG.replace(end_step=120, pruning_frequency=40, pattern="4x1")
     g = tf.Graph()
     with g.as_default():
         m = build_cnn(resource=True)
-        pr = sparsify_tf.prune_graph(cfg)
+        pr = sparsify_tf.prune_graph(cfg, masking=masking)
         train = tf1.train.AdamOptimizer(1e-2).minimize(m["loss"], global_step=pr.global_step)
         hook = pr.hook()
         assert hook.update_op is pr.update_op

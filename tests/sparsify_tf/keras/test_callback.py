@@ -160,3 +160,25 @@ def test_leave_enabled_false_releases_masks_after_end(K, digits):
     model.fit(X[:192], y[:192], batch_size=32, epochs=1, verbose=0, callbacks=[cb])
     assert cb.sparsity["total"] == 0.0
     assert float((model.get_layer("fc1").kernel.numpy() == 0).mean()) < 0.5   # regrown
+
+
+def test_mask_update_built_once_and_step_read_only_when_an_update_may_be_due(K, digits):
+    """The update function is one concrete function for the whole run (no retracing: shapes never change;
+    built a second time only once, when the optimizer has created its slots after the update at step 0),
+    optimizer.iterations is read on the host only at epoch starts, at the due steps and at the end, and
+    the pruned weights and Adam's slots are exactly zero after every step."""
+    X, y = digits
+    model = compile_(mlp(K), K)
+    cb = PruningCallback({"target_sparsity": 0.6, "start_step": 0, "end_step": 30, "pruning_frequency": 10})
+    reads, applies, checked = [], [], []
+    step, write = cb._step, cb._write
+    cb._step = lambda: reads.append(step()) or reads[-1]
+    cb._write = lambda update, apply: applies.append((update.step, apply)) or write(update, apply)
+    model.fit(X[:1408], y[:1408], batch_size=64, epochs=2, verbose=0, shuffle=False,
+              callbacks=[cb, zero_checker(K, cb, model, checked)])
+    assert [s for s, _ in applies] == [0, 10, 20, 30]
+    assert applies[0][1] is not applies[1][1] and all(a is applies[1][1] for _, a in applies[1:])
+    assert isinstance(applies[1][1], tf.types.experimental.ConcreteFunction)
+    assert reads == [0, 10, 20, 22, 30, 44]          # 22: second epoch starts; 44: on_train_end
+    assert checked == list(range(1, 45))
+    assert cb.sparsity["total"] == pytest.approx(0.6, abs=1e-3)

@@ -188,3 +188,29 @@ def test_resume_with_another_config_is_refused_naming_the_keys(K, digits, tmp_pa
     strip_pruning(first)                               # what the message says to do: then a new run works
     first.fit(X, y, batch_size=32, epochs=1, verbose=0, callbacks=[again])
     assert again.sparsity["total"] > 0
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_masks_restored_between_fits_at_the_same_update_step_are_picked_up(flavor, digits):
+    """Each fit re-reads the state; it skips restoring the protocol only when the variables hold exactly what
+    the callback last wrote. Masks of another run restored at the same update step are picked up."""
+    K = kmod(flavor)
+    X, y = _data(digits)
+    cfg = {"target_sparsity": 0.5, "start_step": 0, "end_step": 16, "pruning_frequency": 4}   # 0, 4, ..., 16
+    other = PruningCallback(cfg)
+    model_b = _fresh(K, seed=3)
+    model_b.fit(X, y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[other])
+    cb = PruningCallback(cfg)
+    model = _fresh(K)
+    model.fit(X, y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[cb])
+    assert cb.last_update_step == other.last_update_step == 8          # on_train_end applies step 8
+    theirs = other.masks
+    assert any(not np.array_equal(theirs[p], m) for p, m in cb.masks.items())
+    for pw, mask in zip(cb._state.pweights, cb._state.masks):     # "load" run B's masks at the same step
+        mask.assign(theirs[pw.path].astype("float32"))
+    model.fit(X, y, batch_size=32, epochs=3, initial_epoch=1, verbose=0, shuffle=False, callbacks=[cb])
+    assert cb.last_update_step == 16
+    for pw, mask in zip(cb._state.pweights, cb._state.masks):
+        keep = mask.numpy() != 0
+        assert not np.any(keep & ~theirs[pw.path])                # monotone from run B's masks, not ours
+        assert cb.protocol.masks[pw.path].sum() == pw.to_canonical(keep).sum()
