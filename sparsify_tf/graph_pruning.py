@@ -64,17 +64,17 @@ import tensorflow as tf
 
 from sparsify.config import PruningConfig
 from sparsify.criteria import needs_gradients
-from sparsify.engine import PruningEngine
+from sparsify.engine import PruningEngine, select_names
 from sparsify.layout import tf_to_canonical
-from sparsify.protocol import PruningProtocol
+from sparsify.protocol import PruningProtocol, config_fingerprint, fingerprint_differences
 
 from .graph_utils import (
     check_global_step, check_graph_editable, get_prunable_ops_and_inputs, get_tensor_var, global_step_tensor,
-    in_variable_creation_order, v1_cond,
+    in_variable_creation_order, unmaskable_weight_uses, v1_cond,
 )
 from .layout_ops import from_canonical, to_canonical
 from .masking import (
-    PruningOpVars, bake_masks, gradient_ops_of, mask_op_gradient, mask_op_input, sparsity_summaries,
+    GraphMasks, PruningOpVars, bake_masks, gradient_ops_of, mask_op_gradient, mask_op_input, sparsity_summaries,
 )
 from .optimizer_slots import find_optimizer_slots, unknown_apply_ops
 from .pruning_scope import PruningScope, check_ks_group
@@ -130,6 +130,9 @@ class GraphPruning:
         next_update_step: int64 variable, the first step at which the protocol has something due
             after ``last_update_step`` (int64 max: nothing ever again); ``update_ready`` is
             ``global_step >= next_update_step``. Saved and restored with ``last_update_step``.
+        config_fingerprint: int64 variable, :func:`sparsify.config_fingerprint` of ``config``; saved
+            with the masks, so resuming a checkpoint of another config is refused naming the keys
+            that differ (:meth:`check_state`, and the update itself).
     """
 
     config: PruningConfig
@@ -152,6 +155,8 @@ class GraphPruning:
     slots: dict[str, list[tf.Variable]] = field(default_factory=dict)
     masking: str = "weights"
     next_update_step: tf.Variable | None = None
+    config_fingerprint: tf.Variable | None = None
+    _core: dict = field(repr=False, default_factory=dict)
     _build_update: Callable[..., tf.Operation] = field(repr=False, default=None)
     _updates: dict = field(repr=False, default_factory=dict)
 
@@ -225,6 +230,32 @@ class GraphPruning:
         from .pruning_hook import PruningHook
         return PruningHook(self, run_at_start=run_at_start)
 
+    def check_state(self, sess: tf1.Session) -> None:
+        """Refuse pruning variables saved with another config (call it after restoring a checkpoint).
+
+        :class:`~sparsify_tf.PruningHook` calls it when the session is created; the
+        update op refuses the same state too, with a longer TF error.
+
+        Raises:
+            ValueError: naming the config keys that differ from the saved ones.
+        """
+        diff = fingerprint_differences(self.config, sess.run(self.config_fingerprint))
+        if diff:
+            raise ValueError(_config_mismatch(self.ks_group, diff))
+
+    def run_update(self, sess: tf1.Session, fetch: Any = None) -> Any:
+        """``sess.run(fetch or update_op)``; an update refused by the core (NaN weights, another config)
+        raises the core's short ``ValueError`` naming the layer or keys instead of TF's long error.
+        The session stays usable: a refused update writes nothing."""
+        self._core.pop("error", None)
+        try:
+            return sess.run(self.update_op if fetch is None else fetch)
+        except tf.errors.OpError:
+            err = self._core.pop("error", None)
+            if err is None:
+                raise
+            raise err from None
+
     def summaries(self) -> list[tf.Tensor]:
         """TensorBoard scalars: one per pruned op with its sparsity."""
         return sparsity_summaries(self.op_vars)
@@ -252,27 +283,49 @@ class GraphPruning:
         return export_saved_model(sess, export_dir, inputs, outputs)
 
 
-def _core_update_fn(protocol: PruningProtocol) -> Callable:
+def _config_mismatch(ks_group: str, keys: Sequence[str]) -> str:
+    return (f"the pruning state of ks_group {ks_group!r} was saved with a different pruning config (keys that "
+            f"differ: {', '.join(keys)}); resume with the config it was saved with, or start a new run")
+
+
+def _core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict) -> Callable:
     """The ``numpy_function`` body: restore the protocol from the variables, advance it, return what to write.
 
     Weights and masks arrive in the canonical layout (converted by graph ops); the new masks and the
     masks of the zeros to write leave as canonical bool arrays, with the done and next due steps. The
     protocol is restored from the graph's masks and done step only when they differ from what the last
     call left (a restored checkpoint, another session), so an ordinary update converts nothing twice.
+    State saved with another config (the fingerprint) and errors of the core (NaN weights) raise a short
+    ``ValueError``, also kept in ``errors["error"]`` for :meth:`GraphPruning.run_update`.
     """
     names = list(protocol.names)
     n = len(names)
     lock = threading.Lock()
     last: dict[str, Any] = {"done": None, "masks": None}
+    expected = config_fingerprint(protocol.config)
 
-    def fn(step, done, *arrays):
+    def fn(step, done, fingerprint, *arrays):
+        try:
+            return _fn(step, done, fingerprint, *arrays)
+        except (ValueError, TypeError) as e:      # a short error: the layer or keys, no core traceback
+            errors["error"] = e
+            raise type(e)(str(e)) from None
+
+    def _fn(step, done, fingerprint, *arrays):
         ws, ms = arrays[:n], arrays[n:]
+        if not np.array_equal(fingerprint, expected):
+            raise ValueError(_config_mismatch(ks_group, fingerprint_differences(protocol.config, fingerprint)))
         with lock:
             same = last["masks"] is not None and last["done"] == int(done) and \
                 all(np.array_equal(a, b) for a, b in zip(ms, last["masks"]))
             if not same:
                 protocol.restore(int(done), dict(zip(names, ms)))
-            update = protocol.advance(int(step), lambda: dict(zip(names, ws)))
+            try:
+                update = protocol.advance(int(step), lambda: dict(zip(names, ws)))
+            except ValueError as e:
+                last["masks"] = None          # the protocol may be half-advanced: restore it next time
+                raise type(e)(f"pruning update at step {int(step)} refused: {e}; the weights and masks "
+                              "are unchanged") from None
             nxt = protocol.next_step()
             if update is None:        # the guard and the protocol agree, so this is only a safety net
                 new, zero = list(ms), [np.ones_like(m) for m in ms]
@@ -360,6 +413,13 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         existing = tf1.train.get_global_step(graph)
         if existing is not None:
             check_global_step(existing, graph)
+    # ops pruned under another ks_group read their weight through our marked ops: not candidates any more
+    owners = {n: g for (g, n) in GraphMasks.of(graph).masks if g != ks_group}
+    taken = {n: owners[n] for n in select_names(owners, cfg.op_names, cfg.excluded_op_names)}
+    if taken:
+        raise ValueError(f"weights already pruned under another ks_group of this graph: "
+                         f"{', '.join(f'{n!r} ({g!r})' for n, g in sorted(taken.items()))}; a weight can be pruned "
+                         "by one ks_group only: leave them out with excluded_op_names, or use that ks_group")
     candidates = get_prunable_ops_and_inputs(graph)
     shapes, kinds = {}, {}
     for p in candidates:
@@ -385,6 +445,12 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                              f"their weights exist already ({built[:3]}): call prune_graph before building the "
                              "optimizer (recommended), or pass masking='inputs'")
     schedule = protocol.engine.schedule
+    left_dense = unmaskable_weight_uses(graph)
+    left_dense = {n: left_dense[n] for n in select_names(left_dense, cfg.op_names, cfg.excluded_op_names)}
+    if left_dense:
+        warnings.warn("prune_graph leaves these weights matched by op_names dense, because graph mode cannot "
+                      "mask them: " + "; ".join(f"{n!r}: {why}" for n, why in left_dense.items())
+                      + ". Exclude them with excluded_op_names to silence this", stacklevel=2)
 
     with graph.as_default():
         gs = global_step if global_step is not None else tf1.train.get_or_create_global_step(graph)
@@ -396,6 +462,9 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             first_due = protocol.next_step()
             next_due = tf1.get_variable("nm_next_update_step", [], tf.int64, trainable=False, use_resource=True,
                                         initializer=tf1.constant_initializer(_NEVER if first_due < 0 else first_due))
+            fp = config_fingerprint(cfg)
+            fingerprint = tf1.get_variable("nm_config_fingerprint", fp.shape, tf.int64, trainable=False,
+                                           use_resource=True, initializer=tf1.constant_initializer(fp))
         with tf1.name_scope(PruningScope.general(ks_group, PruningScope.OPS_SCHEDULE, trailing_slash=True)):
             t = schedule_tensors(schedule, global_step_tensor(gs))
         with tf1.name_scope(PruningScope.general(ks_group, trailing_slash=True)):
@@ -413,7 +482,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         masked = {n: first[n].masked for n in names}
         weights = {n: get_tensor_var(graph, n) for n in names}
         layer_kinds = {n: kinds[n] for n in names}
-        np_fn = _core_update_fn(protocol)
+        core_errors: dict = {}
+        np_fn = _core_update_fn(protocol, ks_group, core_errors)
         scope = PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)
 
         def _build_update(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple[tf.Tensor, tf.Operation]:
@@ -427,7 +497,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                     reads = [weights[n].read_value() for n in names]
                     canon_w = [to_canonical(r, layer_kinds[n]) for n, r in zip(names, reads)]
                     canon_m = [to_canonical(tf.not_equal(masks[n].read_value(), 0), layer_kinds[n]) for n in names]
-                    outs = tf.numpy_function(np_fn, [step, done.read_value(), *canon_w, *canon_m],
+                    inputs = [step, done.read_value(), fingerprint.read_value(), *canon_w, *canon_m]
+                    outs = tf.numpy_function(np_fn, inputs,
                                              [tf.bool] * (2 * len(names)) + [tf.int64, tf.int64], stateful=False,
                                              name="nm_core_masks")
                     k = len(names)
@@ -471,6 +542,7 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     pruning = GraphPruning(cfg, protocol, graph, ks_group, gs, update_op, update_ready, sparsity, schedule_sparsity,
                            done, masks, weights, masked, layer_kinds, op_vars, layer_sparsity, total,
                            slots=initial_slots, masking=masking, next_update_step=next_due,
+                           config_fingerprint=fingerprint, _core=core_errors,
                            _build_update=lambda slots: _build_update(slots)[1],
                            _updates={_slots_key(initial_slots): update_op})
     _PRUNINGS.setdefault(graph, {})[ks_group] = pruning

@@ -106,9 +106,9 @@ class PruningHook(tf1.train.SessionRunHook):
         if self._pruning is None:
             session.run(self._update)
         elif self._done_after_update is not None:
-            self._follow(int(session.run(self._done_after_update)))
+            self._follow(int(self._pruning.run_update(session, self._done_after_update)))
         else:
-            session.run(self._update)
+            self._pruning.run_update(session, self._update)
             self._follow(int(session.run(self._pruning.last_update_step)))
 
     def _follow(self, done_step: int) -> None:
@@ -117,6 +117,8 @@ class PruningHook(tf1.train.SessionRunHook):
         self._next = self._protocol.next_step()
 
     def after_create_session(self, session: tf1.Session, coord: Any) -> None:
+        if self._pruning is not None:
+            self._pruning.check_state(session)     # a checkpoint of another config: refused before training
         if self._run_at_start:
             self._run_update(session)
         elif self._pruning is not None:

@@ -4,6 +4,8 @@ Step bookkeeping (skipped steps, resume, release) is the core protocol's (tests/
 its one graph-mode integration test is in test_pruning_hook.py."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -336,3 +338,121 @@ def test_bad_inputs_raise_before_changing_the_graph():
                r"graph is finalized")
     _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(
         g, gs, ["fc1/kernel"], 0, 10, 1, 0.0, 0.5, 3.0, True, "g", "1x1"), ValueError, r"graph is finalized")
+
+
+# ----- faults: another ks_group, weights left dense, NaN weights, another config on resume -------
+def test_second_ks_group_on_the_same_weights_is_refused_before_changing_the_graph():
+    g = tf.Graph()
+    with g.as_default():
+        build_mlp()
+        sparsify_tf.prune_graph({"target_sparsity": 0.5, "op_names": ["fc1"]}, ks_group="first")
+        # other weights under another group are fine
+        second = sparsify_tf.prune_graph({"target_sparsity": 0.7, "op_names": ["fc2"]}, ks_group="second")
+        _unchanged(g, lambda: sparsify_tf.prune_graph({"target_sparsity": 0.7}, ks_group="third"), ValueError,
+                   r"already pruned under another ks_group.*'fc1/kernel' \('first'\), 'fc2/kernel' \('second'\)"
+                   r".*excluded_op_names")
+    assert second.layer_names == ["fc2/kernel"]
+
+
+def _graph_with_a_weight_in_cond() -> tf.Graph:
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [2, 8])
+        h = tf.matmul(x, tf1.get_variable("plain", [8, 8]))
+        w_cond = tf1.get_variable("in_cond", [8, 8])
+        tf.cond(tf.constant(True), lambda: tf.matmul(h, w_cond), lambda: h)
+    return g
+
+
+def test_weights_graph_mode_cannot_mask_are_named_in_a_warning():
+    g = _graph_with_a_weight_in_cond()
+    with pytest.warns(UserWarning, match=r"leaves these weights matched by op_names dense.*'in_cond': it is "
+                                         r"read inside tf.cond"):
+        pr = sparsify_tf.prune_graph({"target_sparsity": 0.5}, graph=g)
+    assert pr.layer_names == ["plain"]
+    with warnings.catch_warnings():             # excluded: no warning
+        warnings.simplefilter("error")
+        sparsify_tf.prune_graph({"target_sparsity": 0.5, "excluded_op_names": ["in_cond"]},
+                                graph=_graph_with_a_weight_in_cond())
+
+
+def _hooked_mlp(cfg):
+    m = build_mlp()
+    pr = sparsify_tf.prune_graph(cfg)
+    train = tf1.train.GradientDescentOptimizer(0.1).minimize(m["loss"], global_step=pr.global_step)
+    return m, pr, train
+
+
+def test_nan_weights_at_an_update_raise_a_short_error_naming_the_layer_and_change_nothing():
+    cfg = {"target_sparsity": 0.5, "start_step": 0, "end_step": 0}
+    g = tf.Graph()
+    with g.as_default():
+        m, pr, _ = _hooked_mlp(cfg)
+        good = tf1.placeholder(tf.float32, [64, 32])
+        poison = tf1.assign(m["w1"], tf.tensor_scatter_nd_update(m["w1"], [[3, 4]], [np.nan]))
+        heal = tf1.assign(m["w1"], good)
+    with tf1.Session(graph=g, config=session_config()) as sess:
+        sess.run(tf1.global_variables_initializer())
+        w1 = sess.run(m["w1"])
+        sess.run(poison)
+        with pytest.raises(ValueError, match=r"^pruning update at step 0 refused: layer 'fc1/kernel': scores "
+                                             r"contain NaN.*weights and masks are unchanged$") as info:
+            pr.run_update(sess)
+        assert len(str(info.value).splitlines()) == 1
+        assert info.value.__cause__ is None and info.value.__suppress_context__
+        # run by hand, TF's own error still names the layer; nothing was written
+        with pytest.raises(tf.errors.OpError, match=r"layer 'fc1/kernel': scores contain NaN"):
+            sess.run(pr.update_op)
+        assert np.all(sess.run(pr.masks["fc1/kernel"]) == 1) and int(sess.run(pr.last_update_step)) == -1
+        # the session stays usable: fix the weights and the update runs
+        sess.run(heal, {good: w1})
+        pr.run_update(sess)
+        assert int(sess.run(pr.last_update_step)) == 0
+        assert (sess.run(pr.masks["fc1/kernel"]) == 0).sum() == 64 * 32 // 2
+
+
+def test_resume_with_another_config_is_refused_naming_the_keys(tmp_path):
+    saved = {"target_sparsity": 0.5, "pattern": "1x4", "start_step": 0, "end_step": 4, "pruning_frequency": 2}
+    g = tf.Graph()
+    with g.as_default():
+        m, pr, train = _hooked_mlp(saved)
+        saver = tf1.train.Saver()
+    with tf1.Session(graph=g, config=session_config()) as sess:
+        sess.run(tf1.global_variables_initializer())
+        pr.run_update(sess)
+        _train(sess, train, m, 3)
+        pr.run_update(sess)
+        pr.check_state(sess)                                   # its own state: fine
+        path = saver.save(sess, str(tmp_path / "ckpt"))
+    other = dict(saved, pattern="2:4", target_sparsity=0.5, end_step=8)
+    g = tf.Graph()
+    with g.as_default():
+        m, pr, train = _hooked_mlp(other)
+        saver = tf1.train.Saver()
+    with tf1.Session(graph=g, config=session_config()) as sess:
+        saver.restore(sess, path)
+        masks = sess.run(pr.masks)
+        with pytest.raises(ValueError, match=r"saved with a different pruning config \(keys that differ: "
+                                             r"pattern, end_step\)"):
+            pr.check_state(sess)
+        _train(sess, train, m, 1, start=3)                        # step 4: an update is due
+        with pytest.raises(ValueError, match=r"keys that differ: pattern, end_step"):
+            pr.run_update(sess)
+        for n, v in sess.run(pr.masks).items():
+            np.testing.assert_array_equal(v, masks[n])
+    # the hook refuses it when the session is created, before any step
+    ckpt_dir = tmp_path / "run"
+    g = tf.Graph()
+    with g.as_default():
+        m, pr, train = _hooked_mlp(saved)
+    with g.as_default(), tf1.train.MonitoredTrainingSession(checkpoint_dir=str(ckpt_dir), hooks=[pr.hook()],
+                                                            save_checkpoint_steps=1, config=session_config()) as s:
+        bx, by = batch(0)
+        s.run(train, {m["x"]: bx, m["y"]: by})
+    g = tf.Graph()
+    with g.as_default():
+        m, pr, train = _hooked_mlp(other)
+        with pytest.raises(ValueError, match=r"keys that differ: pattern, end_step"):
+            with tf1.train.MonitoredTrainingSession(checkpoint_dir=str(ckpt_dir), hooks=[pr.hook()],
+                                                    config=session_config()):
+                pass
