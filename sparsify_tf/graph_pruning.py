@@ -53,7 +53,6 @@ Example:
 """
 from __future__ import annotations
 
-import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -72,6 +71,7 @@ from .graph_utils import (
     check_global_step, check_graph_editable, get_prunable_ops_and_inputs, get_tensor_var, global_step_tensor,
     in_variable_creation_order, unmaskable_weight_uses, v1_cond,
 )
+from .graph_update import NEVER, config_mismatch_message, core_update_fn
 from .layout_ops import from_canonical, to_canonical
 from .masking import (
     GraphMasks, PruningOpVars, bake_masks, gradient_ops_of, mask_op_gradient, mask_op_input, sparsity_summaries,
@@ -86,7 +86,6 @@ tf1 = tf.compat.v1
 
 #: ``masking`` values of :func:`prune_graph`: where the zeros live between mask updates.
 MASKING_MODES = ("weights", "inputs")
-_NEVER = np.iinfo(np.int64).max     # "no update ever again" in the next-update-step variable
 
 _PRUNINGS: "weakref.WeakKeyDictionary[tf.Graph, dict[str, GraphPruning]]" = weakref.WeakKeyDictionary()
 
@@ -241,7 +240,7 @@ class GraphPruning:
         """
         diff = fingerprint_differences(self.config, sess.run(self.config_fingerprint))
         if diff:
-            raise ValueError(_config_mismatch(self.ks_group, diff))
+            raise ValueError(config_mismatch_message(self.ks_group, diff))
 
     def run_update(self, sess: tf1.Session, fetch: Any = None) -> Any:
         """``sess.run(fetch or update_op)``; an update refused by the core (NaN weights, another config)
@@ -281,61 +280,6 @@ class GraphPruning:
         """See :func:`sparsify_tf.export.export_saved_model`."""
         from .export import export_saved_model
         return export_saved_model(sess, export_dir, inputs, outputs)
-
-
-def _config_mismatch(ks_group: str, keys: Sequence[str]) -> str:
-    return (f"the pruning state of ks_group {ks_group!r} was saved with a different pruning config (keys that "
-            f"differ: {', '.join(keys)}); resume with the config it was saved with, or start a new run")
-
-
-def _core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict) -> Callable:
-    """The ``numpy_function`` body: restore the protocol from the variables, advance it, return what to write.
-
-    Weights and masks arrive in the canonical layout (converted by graph ops); the new masks and the
-    masks of the zeros to write leave as canonical bool arrays, with the done and next due steps. The
-    protocol is restored from the graph's masks and done step only when they differ from what the last
-    call left (a restored checkpoint, another session), so an ordinary update converts nothing twice.
-    State saved with another config (the fingerprint) and errors of the core (NaN weights) raise a short
-    ``ValueError``, also kept in ``errors["error"]`` for :meth:`GraphPruning.run_update`.
-    """
-    names = list(protocol.names)
-    n = len(names)
-    lock = threading.Lock()
-    last: dict[str, Any] = {"done": None, "masks": None}
-    expected = config_fingerprint(protocol.config)
-
-    def fn(step, done, fingerprint, *arrays):
-        try:
-            return _fn(step, done, fingerprint, *arrays)
-        except (ValueError, TypeError) as e:      # a short error: the layer or keys, no core traceback
-            errors["error"] = e
-            raise type(e)(str(e)) from None
-
-    def _fn(step, done, fingerprint, *arrays):
-        ws, ms = arrays[:n], arrays[n:]
-        if not np.array_equal(fingerprint, expected):
-            raise ValueError(_config_mismatch(ks_group, fingerprint_differences(protocol.config, fingerprint)))
-        with lock:
-            same = last["masks"] is not None and last["done"] == int(done) and \
-                all(np.array_equal(a, b) for a, b in zip(ms, last["masks"]))
-            if not same:
-                protocol.restore(int(done), dict(zip(names, ms)))
-            try:
-                update = protocol.advance(int(step), lambda: dict(zip(names, ws)))
-            except ValueError as e:
-                last["masks"] = None          # the protocol may be half-advanced: restore it next time
-                raise type(e)(f"pruning update at step {int(step)} refused: {e}; the weights and masks "
-                              "are unchanged") from None
-            nxt = protocol.next_step()
-            if update is None:        # the guard and the protocol agree, so this is only a safety net
-                new, zero = list(ms), [np.ones_like(m) for m in ms]
-            else:
-                new = [np.asarray(update.masks[k], bool) for k in names]
-                zero = [np.asarray(update.zero[k], bool) for k in names]
-            last["done"], last["masks"] = protocol.done_step, [np.array(m) for m in new]
-        return [*new, *zero, np.int64(protocol.done_step), np.int64(_NEVER if nxt < 0 else nxt)]
-
-    return fn
 
 
 def _slots_key(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple:
@@ -461,7 +405,7 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             # protocol.next_step() for that done step (written with it; int64 max: never): the per-step guard
             first_due = protocol.next_step()
             next_due = tf1.get_variable("nm_next_update_step", [], tf.int64, trainable=False, use_resource=True,
-                                        initializer=tf1.constant_initializer(_NEVER if first_due < 0 else first_due))
+                                        initializer=tf1.constant_initializer(NEVER if first_due < 0 else first_due))
             fp = config_fingerprint(cfg)
             fingerprint = tf1.get_variable("nm_config_fingerprint", fp.shape, tf.int64, trainable=False,
                                            use_resource=True, initializer=tf1.constant_initializer(fp))
@@ -483,7 +427,7 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         weights = {n: get_tensor_var(graph, n) for n in names}
         layer_kinds = {n: kinds[n] for n in names}
         core_errors: dict = {}
-        np_fn = _core_update_fn(protocol, ks_group, core_errors)
+        np_fn = core_update_fn(protocol, ks_group, core_errors)
         scope = PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)
 
         def _build_update(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple[tf.Tensor, tf.Operation]:

@@ -43,22 +43,32 @@ def test_core_view_with_input_channels_slowest_is_caught(monkeypatch):
 
 
 def test_tf_graph_conv_kh_kw_swap_is_caught(monkeypatch):
-    """TF graph mode converts Conv2D kernels with kh and kw swapped (and back, consistently)."""
+    """TF graph mode converts Conv2D kernels with kh and kw swapped (and back, consistently).
+
+    The layout conversions are graph ops (``sparsify_tf.layout_ops``), built into the update branch."""
+    import tensorflow as tf
+
     import sparsify_tf.graph_pruning as graph_pruning
 
-    to_canonical, from_canonical = graph_pruning.tf_to_canonical, graph_pruning.canonical_to_tf
+    to_canonical, from_canonical = graph_pruning.to_canonical, graph_pruning.from_canonical
+    np_to_canonical = graph_pruning.tf_to_canonical           # the shapes handed to the core
+
+    def swapped_np_to_canonical(kernel, kind):
+        c = np_to_canonical(kernel, kind)
+        return np.ascontiguousarray(np.swapaxes(c, 2, 3)) if kind == "conv" and c.ndim == 4 else c
 
     def swapped_to_canonical(kernel, kind):
         c = to_canonical(kernel, kind)
-        return np.ascontiguousarray(np.swapaxes(c, 2, 3)) if kind == "conv" and c.ndim == 4 else c
+        return tf.transpose(c, [0, 1, 3, 2]) if kind == "conv" and c.shape.rank == 4 else c
 
     def swapped_from_canonical(w, kind, tf_shape):
-        if kind == "conv" and np.ndim(w) == 4:
-            w = np.ascontiguousarray(np.swapaxes(w, 2, 3))
+        if kind == "conv" and w.shape.rank == 4:
+            w = tf.transpose(w, [0, 1, 3, 2])
         return from_canonical(w, kind, tf_shape)
 
-    monkeypatch.setattr(graph_pruning, "tf_to_canonical", swapped_to_canonical)
-    monkeypatch.setattr(graph_pruning, "canonical_to_tf", swapped_from_canonical)
+    monkeypatch.setattr(graph_pruning, "tf_to_canonical", swapped_np_to_canonical)
+    monkeypatch.setattr(graph_pruning, "to_canonical", swapped_to_canonical)
+    monkeypatch.setattr(graph_pruning, "from_canonical", swapped_from_canonical)
     assert_caught("tf_graph", "channelx2", {"conv2d.weight", "conv2d_wide.weight", "gconv2d.weight"})
 
 
