@@ -167,6 +167,20 @@ def _rewire(op: tf.Operation, p: PrunableInput, new: tf.Tensor) -> None:
     replace_op_input(op, p.index, new)
 
 
+def _recorded(op: Any, ks_group: str) -> PruningOpVars | None:
+    """The handles of ``op`` in ``ks_group`` if it was already masked (None for a non-op: checked later)."""
+    return GraphMasks.of(op.graph).find(ks_group, op) if isinstance(op, tf.Operation) else None
+
+
+def _record_rewire(rec: GraphMasks, ks_group: str, p: PrunableInput, mask: tf.Variable,
+                   masked: tf.Tensor) -> PruningOpVars:
+    """Remember the rewired input of ``p.op`` (for export and the seed API) and return its handles."""
+    rec.rewires.append({"op": p.op.name, "index": p.index, "original": p.tensor.name, "var": p.var_name,
+                        "mask": mask.op.name, "kind": p.kind, "group": ks_group})
+    rec.inputs[(ks_group, p.op.name)] = p
+    return rec.record(ks_group, PruningOpVars(p.op, p.tensor, None, mask, masked))
+
+
 def mask_op_input(op: tf.Operation, op_input: tf.Tensor | None, ks_group: str, leave_enabled: bool = True,
                   is_after_end_step: tf.Tensor | None = None) -> PruningOpVars:
     """Add a mask variable and a masked input to ``op``; ``op`` then reads ``mask * op_input``.
@@ -183,10 +197,9 @@ def mask_op_input(op: tf.Operation, op_input: tf.Tensor | None, ks_group: str, l
     ks_group = check_ks_group(ks_group)
     if not isinstance(leave_enabled, bool):
         raise TypeError(f"leave_enabled must be True or False, got {leave_enabled!r}")
-    if isinstance(op, tf.Operation):
-        found = GraphMasks.of(op.graph).find(ks_group, op)
-        if found is not None:
-            return found
+    found = _recorded(op, ks_group)
+    if found is not None:
+        return found
     p = prunable_input(op, op_input)
     graph = op.graph
     check_graph_editable(graph)
@@ -207,10 +220,7 @@ def mask_op_input(op: tf.Operation, op_input: tf.Tensor | None, ks_group: str, l
             with tf1.name_scope(PruningScope.model(op, ks_group, trailing_slash=True)):
                 feed = tf.where(is_after_end_step, p.tensor, masked, name="nm_masked_or_dense")
         _rewire(op, p, feed)
-    rec.rewires.append({"op": op.name, "index": p.index, "original": p.tensor.name, "var": p.var_name,
-                        "mask": mask.op.name, "kind": p.kind, "group": ks_group})
-    rec.inputs[(ks_group, op.name)] = p
-    return rec.record(ks_group, PruningOpVars(op, p.tensor, None, mask, masked))
+    return _record_rewire(rec, ks_group, p, mask, masked)
 
 
 def gradient_ops_of(op: tf.Operation, op_input: tf.Tensor | None = None) -> list[str]:
@@ -259,10 +269,9 @@ def mask_op_gradient(op: tf.Operation, op_input: tf.Tensor | None, ks_group: str
         ([[4.0, 6.0]], [[0.0, 1.0], [1.0, 1.0]])
     """
     ks_group = check_ks_group(ks_group)
-    if isinstance(op, tf.Operation):
-        found = GraphMasks.of(op.graph).find(ks_group, op)
-        if found is not None:
-            return found
+    found = _recorded(op, ks_group)
+    if found is not None:
+        return found
     p = prunable_input(op, op_input)
     graph = op.graph
     check_graph_editable(graph)
@@ -284,10 +293,7 @@ def mask_op_gradient(op: tf.Operation, op_input: tf.Tensor | None, ks_group: str
             tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_MASKED_VAR), masked)
             rec.masked[key] = masked
         _rewire(op, p, masked)
-    rec.rewires.append({"op": op.name, "index": p.index, "original": p.tensor.name, "var": p.var_name,
-                        "mask": mask.op.name, "kind": p.kind, "group": ks_group})
-    rec.inputs[(ks_group, op.name)] = p
-    return rec.record(ks_group, PruningOpVars(op, p.tensor, None, mask, masked))
+    return _record_rewire(rec, ks_group, p, mask, masked)
 
 
 def no_update_op(scope: str, dtype: tf.DType) -> tf.Operation:
