@@ -258,7 +258,7 @@ class PruningProtocol:
         if self._released:
             return -1
         nxt = self.engine.next_update_step(self._done)
-        if not self.config.leave_enabled:
+        if not self.config.leave_enabled and self.config.end_step >= 0:     # end_step=-1 never ends: no release
             release = max(self.config.end_step + 1, self._done + 1)
             nxt = release if nxt < 0 else min(nxt, release)
         return nxt

@@ -70,6 +70,20 @@ def test_due_and_next_step():
     assert p.next_step() == -1 and not p.due(10 ** 9)
 
 
+@pytest.mark.parametrize("leave_enabled", [True, False])
+def test_next_step_is_the_first_due_step_for_an_open_ended_schedule(leave_enabled):
+    # end_step=-1 never ends, so leave_enabled=False never releases: next_step follows the update points
+    p = proto(sparsity_decay_type="constant", start_step=2, end_step=-1, pruning_frequency=3,
+              leave_enabled=leave_enabled)
+    for done in (None, 2, 5):
+        if done is not None:
+            assert p.advance(done, W) is not None
+        nxt = p.next_step()
+        first_due = next(s for s in range(p.done_step + 1, 100) if p.due(s))
+        assert nxt == first_due == (2 if done is None else done + 3), (done, nxt, first_due)
+    assert not p.released
+
+
 def test_release_after_end_keeps_zeros_once_and_stops():
     p = proto(leave_enabled=False)
     run(p, range(0, 11))
