@@ -381,15 +381,21 @@ class PruningProtocol:
     def restore(self, done_step: int, masks: Arrays, *, released: bool | None = None) -> None:
         """Set the done step and masks (e.g. read back from framework variables after a checkpoint load).
 
-        ``released`` defaults to what the schedule implies: a done step after
-        ``end_step`` with ``leave_enabled=False``. Masks may be bool or 0/1
+        ``released`` is what the schedule implies (a done step after
+        ``end_step`` with ``leave_enabled=False``); given explicitly (a saved
+        state), it must agree (``ValueError`` otherwise). Masks may be bool or 0/1
         numbers. Everything is checked before anything changes.
         """
         done = _check_step(done_step, "done_step")
+        implied = not self.config.leave_enabled and done > self.config.end_step >= 0
         if released is None:
-            released = not self.config.leave_enabled and done > self.config.end_step >= 0
+            released = implied
         if not isinstance(released, (bool, np.bool_)):
             raise TypeError(f"released must be True or False, got {released!r}")
+        if bool(released) != implied:       # advance() releases exactly at the first step after end_step
+            raise ValueError(f"released={bool(released)} does not match done_step={done} with end_step="
+                             f"{self.config.end_step}, leave_enabled={self.config.leave_enabled}: the masks are "
+                             f"released exactly when leave_enabled=False and done_step > end_step >= 0")
         if not isinstance(masks, Mapping):
             raise TypeError(f"masks must be a dict of arrays keyed by weight name, got {type(masks).__name__}")
         if set(masks) != set(self.names):

@@ -173,6 +173,7 @@ def test_state_dict_refuses_another_config_naming_the_keys():
     (lambda s: s.update(done_step=1.5), "done_step must be an integer"),
     (lambda s: s.pop("masks"), "missing keys"),
     (lambda s: s.update(version=99), "version 99"),
+    (lambda s: s.update(released=True), r"released=True does not match.*leave_enabled=True"),
 ])
 def test_load_state_dict_checks_everything_before_changing(change, match):
     p = proto()
@@ -191,6 +192,20 @@ def test_restore_from_framework_variables_accepts_01_floats_and_derives_release(
     q = proto()
     q.restore(5, {n: np.ones(s, np.float32) for n, s in q.shapes.items()})
     assert not q.released and q.due(10) and not q.due(9)
+
+
+@pytest.mark.parametrize("done, released", [(5, True), (10, True), (11, False)])
+def test_restore_refuses_a_release_flag_the_schedule_contradicts(done, released):
+    # release happens exactly at the first step after end_step with leave_enabled=False
+    p = proto(leave_enabled=False)
+    p.advance(0, W)
+    before = {n: m.copy() for n, m in p.masks.items()}
+    with pytest.raises(ValueError, match=rf"released={released} does not match done_step={done}"):
+        p.restore(done, {n: np.ones(s) for n, s in p.shapes.items()}, released=released)
+    assert p.done_step == 0 and not p.released
+    assert all((p.masks[n] == before[n]).all() for n in p.names)
+    p.restore(done, {n: np.ones(s) for n, s in p.shapes.items()}, released=not released)
+    assert p.released == (not released)
 
 
 def test_weights_are_checked_against_the_selection():
