@@ -28,9 +28,15 @@ def test_is_ratio_config():
     assert not is_ratio_config([1, 2]) and not is_ratio_config([np.int64(1)]) and not is_ratio_config([])
 
 
-@pytest.mark.parametrize("config", [[], [0, 3], (1,), [0.0, 0.999], np.array([0.5, 0.25]), [np.int32(2)]])
-def test_valid_forms(config):
-    validate_pruning_config(config)
+@pytest.mark.parametrize("config, counts", [
+    ([], []), ([0, 3], [0, 3]), ((1,), [1]), ([0.0, 0.999], [0, 3]), (np.array([0.5, 0.25]), [2, 1]),
+    ([np.int32(2)], [2]),
+])
+def test_valid_forms(config, counts):
+    assert validate_pruning_config(config) is None
+    info = scores(*[4] * len(counts))                   # groups of 4: every count leaves a channel
+    assert validate_pruning_config(config, info) is None
+    assert pruning_config_counts(config, info) == counts   # 0.999 of 4 -> 4, capped at n - 1 = 3
 
 
 @pytest.mark.parametrize("config,match", [
