@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 __all__ = ["CRITERIA", "GRADIENT_CRITERIA", "magnitude", "snip", "snip_momentum", "needs_gradients"]
 
 CRITERIA = ("magnitude", "snip", "snip_momentum")
@@ -21,7 +23,16 @@ GRADIENT_CRITERIA = ("snip", "snip_momentum")
 
 
 def magnitude(weight: Any) -> Any:
-    """``|w|``."""
+    """``|w|``; for NumPy signed integers as the unsigned type of the same width, so the most
+    negative value (``abs`` wraps it to itself) keeps its true magnitude.
+
+    Example:
+        >>> import numpy as np
+        >>> magnitude(np.array([-128, 3], dtype=np.int8)).tolist()
+        [128, 3]
+    """
+    if isinstance(weight, (np.ndarray, np.generic)) and weight.dtype.kind == "i":
+        return np.abs(weight).view(weight.dtype.newbyteorder("=").str.replace("i", "u"))   # two's complement: exact
     return abs(weight)
 
 

@@ -20,3 +20,11 @@ def test_errors_and_registry():
         needs_gradients("taylor")
     with pytest.raises(ValueError, match="momentum must be in"):
         snip_momentum(None, np.ones(1), np.ones(1), momentum=1.5)
+
+
+@pytest.mark.parametrize("dtype", ["i1", "i2", ">i4", "i8"])
+def test_magnitude_of_the_most_negative_integer_is_its_true_magnitude(dtype):
+    low = np.iinfo(dtype).min                       # abs() wraps it to itself in its own type
+    w = np.array([low, -1, 0, 5], dtype=dtype)
+    assert magnitude(w).tolist() == [-low, 1, 0, 5]
+    assert int(magnitude(w[0])) == -low             # NumPy scalars too

@@ -76,3 +76,9 @@ def test_empty_weights_have_nothing_to_prune():
     eng.check_layers({"empty": (0, 4), "w": (1, 4)})
     masks = eng.compute_masks({"empty": np.zeros((0, 4), np.float32), "w": np.array([[4.0, 1.0, 3.0, 2.0]])}, 0)
     assert masks["empty"].shape == (0, 4) and masks["w"].tolist() == [[True, False, True, False]]
+
+
+def test_magnitude_keeps_the_most_negative_integer_weight():
+    eng = PruningEngine({"target_sparsity": 0.25, "start_step": 0, "end_step": 0})
+    w = np.array([[-128, 1], [2, 3]], dtype=np.int8)    # |-128| is the largest magnitude: 1 is pruned
+    assert eng.compute_masks({"w": w}, 0)["w"].tolist() == [[True, False], [True, True]]
