@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -95,17 +95,24 @@ def _first_in_tie_order(positions: np.ndarray, count: int, keys: np.ndarray | No
     return positions[np.argsort(keys, kind="stable")[:count]]
 
 
+def _lowest_k_flags(values: np.ndarray, k: int,
+                    tie_keys: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """True at the ``k`` (``0 < k <= values.size``) lowest of the flat ``values``: one partition,
+    ties at the k-th value in the order of ``tie_keys(positions)`` (None: the positions' own order)."""
+    v = np.partition(values, k - 1)[k - 1]
+    pick = values < v
+    rest = k - int(np.count_nonzero(pick))
+    if rest:
+        ties = np.flatnonzero(values == v)
+        keys = tie_keys(ties) if tie_keys is not None and rest < ties.size else None
+        pick[_first_in_tie_order(ties, rest, keys)] = True
+    return pick
+
+
 def _partition_select(flat: np.ndarray, k: int, shape: tuple[int, ...] | None = None,
                       tie_axes: tuple[int, ...] | None = None) -> np.ndarray:
     """Reference path: full partition, ties in tie order. Returns the pruned mask of ``flat``."""
-    v = np.partition(flat, k - 1)[k - 1]
-    pruned = flat < v
-    need = k - int(np.count_nonzero(pruned))
-    if need:
-        ties = np.flatnonzero(flat == v)
-        keys = None if tie_axes is None else _tie_rank(ties, shape, tie_axes)
-        pruned[_first_in_tie_order(ties, need, keys)] = True
-    return pruned
+    return _lowest_k_flags(flat, k, None if tie_axes is None else lambda ties: _tie_rank(ties, shape, tie_axes))
 
 
 class _Part:
@@ -324,15 +331,10 @@ class LowestKCut:
             chosen = [p.idx if need else p.idx[:0] for p in parts]
         else:
             val = np.concatenate([p.val for p in parts]) if len(parts) > 1 else parts[0].val
-            v = np.partition(val, need - 1)[need - 1]
-            pick = val < v
-            rest = need - int(np.count_nonzero(pick))
-            if rest:
-                ties = np.flatnonzero(val == v)
-                keys = None
-                if rest < ties.size and any(p.tie_axes is not None for p in parts):
-                    keys = self._tie_keys(parts, sizes, ties)
-                pick[_first_in_tie_order(ties, rest, keys)] = True
+            tie_keys = None
+            if any(p.tie_axes is not None for p in parts):
+                tie_keys = lambda ties: self._tie_keys(parts, sizes, ties)    # noqa: E731
+            pick = _lowest_k_flags(val, need, tie_keys)
             chosen, off = [], 0
             for p, s in zip(parts, sizes):
                 chosen.append(p.idx[pick[off:off + s]])
@@ -360,20 +362,17 @@ class LowestKCut:
         flat = np.concatenate([p.flat for p in parts]) if len(parts) > 1 else parts[0].flat
         for p in parts:
             check_finite(p.flat, p.name)
-        v = np.partition(flat, k - 1)[k - 1]
-        pruned = flat < v
-        need = k - int(np.count_nonzero(pruned))
-        if need:
-            ties = np.flatnonzero(flat == v)
-            keys = None
-            if need < ties.size and any(p.tie_axes is not None for p in parts):
+        tie_keys = None
+        if any(p.tie_axes is not None for p in parts):
+            def tie_keys(ties: np.ndarray) -> np.ndarray:
                 keys = np.empty(ties.size, dtype=np.int64)
                 off = 0
                 for p in parts:
                     sel = (ties >= off) & (ties < off + p.flat.size)
                     keys[sel] = off + _tie_rank(ties[sel] - off, p.shape, p.tie_axes)
                     off += p.flat.size
-            pruned[_first_in_tie_order(ties, need, keys)] = True
+                return keys
+        pruned = _lowest_k_flags(flat, k, tie_keys)
         keeps, off = [], 0
         for p in parts:
             keeps.append(~pruned[off:off + p.flat.size])
