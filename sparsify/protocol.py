@@ -247,7 +247,8 @@ class PruningProtocol:
         return self.engine.update_due(self._done, step) or self._release_due(step)
 
     def next_step(self) -> int:
-        """First step after ``done_step`` at which :meth:`due` turns true (-1: never again).
+        """First step after ``done_step`` at which :meth:`due` turns true (-1: never again, also when
+        that step would be past ``2**63 - 1``, the last step :meth:`advance` accepts).
 
         Example:
             >>> p = PruningProtocol({"start_step": 2, "end_step": 10, "pruning_frequency": 4,
@@ -261,7 +262,7 @@ class PruningProtocol:
         if not self.config.leave_enabled and self.config.end_step >= 0:     # end_step=-1 never ends: no release
             release = max(self.config.end_step + 1, self._done + 1)
             nxt = release if nxt < 0 else min(nxt, release)
-        return nxt
+        return nxt if nxt <= _INT64_MAX else -1        # steps are int64 (see advance): never reached
 
     def target_sparsity(self, step: int) -> float:
         """Sparsity an update at ``step`` prunes to (the schedule at the last update point)."""

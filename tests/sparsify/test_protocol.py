@@ -84,6 +84,15 @@ def test_next_step_is_the_first_due_step_for_an_open_ended_schedule(leave_enable
     assert not p.released
 
 
+@pytest.mark.parametrize("frequency", [2 ** 61, 0])
+def test_next_step_never_names_a_step_past_int64(frequency):
+    p = proto(sparsity_decay_type="constant", end_step=-1, pruning_frequency=frequency)
+    p.restore(2 ** 63 - 1, {n: np.ones(s) for n, s in p.shapes.items()})   # the last legal step
+    assert p.next_step() == -1 and not p.due(2 ** 63 - 1)
+    p.restore(2 ** 63 - 2, {n: np.ones(s) for n, s in p.shapes.items()})
+    assert p.next_step() == (-1 if frequency else 2 ** 63 - 1)
+
+
 def test_release_after_end_keeps_zeros_once_and_stops():
     p = proto(leave_enabled=False)
     run(p, range(0, 11))
