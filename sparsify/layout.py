@@ -94,6 +94,17 @@ def _conv_t_fwd(k):           # Conv*DTranspose (*kernel, out, in) -> (out, in, 
     return np.ascontiguousarray(k.transpose(nd - 2, nd - 1, *range(nd - 2)))
 
 
+def _checked_grouped(w, groups, what: str) -> np.ndarray:
+    """``w`` as an array of rank >= 3 whose first dimension ``groups`` divides; ``ValueError`` naming both."""
+    w = np.asarray(w)
+    if w.ndim < 3:
+        raise ValueError(f"{what} must have at least 3 dimensions, got shape {w.shape}")
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1 or w.shape[0] % groups:
+        raise ValueError(f"groups must be a positive integer dividing the weight's first dimension "
+                         f"{w.shape[0]}, got {groups!r}")
+    return w
+
+
 def conv_transpose_to_canonical(w: np.ndarray, groups: int = 1) -> np.ndarray:
     """torch ``ConvTranspose`` weight ``(in, out/groups, *kernel)`` -> canonical ``(out, in/groups, *kernel)``.
 
@@ -105,12 +116,7 @@ def conv_transpose_to_canonical(w: np.ndarray, groups: int = 1) -> np.ndarray:
         >>> conv_transpose_to_canonical(w)[:, :, 0].tolist()
         [[0, 3], [1, 4], [2, 5]]
     """
-    w = np.asarray(w)
-    if w.ndim < 3:
-        raise ValueError(f"transposed conv weight must have at least 3 dimensions, got shape {w.shape}")
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or w.shape[0] % groups:
-        raise ValueError(f"groups must be a positive integer dividing the weight's first dimension "
-                         f"{w.shape[0]}, got {groups!r}")
+    w = _checked_grouped(w, groups, "transposed conv weight")
     cin, out_g, kernel = w.shape[0], w.shape[1], w.shape[2:]
     blocks = w.reshape(groups, cin // groups, out_g, *kernel).swapaxes(1, 2)
     return np.ascontiguousarray(blocks).reshape(groups * out_g, cin // groups, *kernel)
@@ -124,7 +130,7 @@ def canonical_to_conv_transpose(c: np.ndarray, groups: int = 1) -> np.ndarray:
         >>> bool((canonical_to_conv_transpose(conv_transpose_to_canonical(w, 2), 2) == w).all())
         True
     """
-    c = np.asarray(c)
+    c = _checked_grouped(c, groups, "canonical weight")
     out, in_g, kernel = c.shape[0], c.shape[1], c.shape[2:]
     blocks = c.reshape(groups, out // groups, in_g, *kernel).swapaxes(1, 2)
     return np.ascontiguousarray(blocks).reshape(groups * in_g, out // groups, *kernel)

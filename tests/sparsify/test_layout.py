@@ -80,3 +80,9 @@ def test_grouped_transposed_conv_layout_literal():
     assert (canonical_to_conv_transpose(c, groups) == w).all()
     with pytest.raises(ValueError, match="groups must be a positive integer dividing"):
         conv_transpose_to_canonical(w, 3)
+    for bad in (4, 0, True, 1.0):                          # the inverse checks groups the same way
+        with pytest.raises(ValueError, match=rf"groups must be a positive integer dividing the weight's first "
+                                             rf"dimension 6, got {bad!r}"):
+            canonical_to_conv_transpose(c, bad)
+    with pytest.raises(ValueError, match=r"canonical weight must have at least 3 dimensions, got shape \(6, 2\)"):
+        canonical_to_conv_transpose(c[:, :, 0], groups)
