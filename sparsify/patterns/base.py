@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..layout import from_2d, to_2d, view_shape
+from ..schedules.base import validate_ratio
 from ..selection import NaNScoreError, check_finite, exact_prune_count, lowest_k_keep
 from .allocation import allocate_pruned_units
 
@@ -96,8 +97,13 @@ class Pattern:
         if scope not in ("global", "local"):
             raise ValueError(f"pruning_scope must be 'global' or 'local', got {scope!r}")
         self.is_global: bool = scope == "global"
-        self.max_sparsity_ratio_per_layer: float = float(config_value(config, "max_sparsity_ratio_per_layer", 0.98))
-        self.min_sparsity_ratio_per_layer: float = float(config_value(config, "min_sparsity_ratio_per_layer", 0.0))
+        self.max_sparsity_ratio_per_layer: float = validate_ratio(
+            "max_sparsity_ratio_per_layer", config_value(config, "max_sparsity_ratio_per_layer", 0.98))
+        self.min_sparsity_ratio_per_layer: float = validate_ratio(
+            "min_sparsity_ratio_per_layer", config_value(config, "min_sparsity_ratio_per_layer", 0.0))
+        if self.min_sparsity_ratio_per_layer > self.max_sparsity_ratio_per_layer:
+            raise ValueError(f"min_sparsity_ratio_per_layer ({self.min_sparsity_ratio_per_layer}) must be <= "
+                             f"max_sparsity_ratio_per_layer ({self.max_sparsity_ratio_per_layer})")
         self.block_score_reduce: str = config_value(config, "block_score_reduce", "sum")
         if self.block_score_reduce not in BLOCK_REDUCTIONS:
             raise ValueError(f"block_score_reduce must be one of {BLOCK_REDUCTIONS}, got {self.block_score_reduce!r}")
@@ -277,6 +283,12 @@ class Pattern:
             keep2 = keep2 & layer.pre2d
         return keep2.reshape(np.shape(score)) if self.elementwise else from_2d(keep2, np.shape(score))
 
+    def _max_ratio_arg(self, max_sparsity_ratio_per_layer: float | None) -> float:
+        """The per-layer maximum of a call: the configured one, or the argument checked like it."""
+        if max_sparsity_ratio_per_layer is None:
+            return self.max_sparsity_ratio_per_layer
+        return validate_ratio("max_sparsity_ratio_per_layer", max_sparsity_ratio_per_layer)
+
     def _limits(self, n_units: int, max_ratio: float) -> tuple[int, int]:
         ceiling = min(self.max_ratio, _RATIO_CEILING)
         lo = self.units_for_ratio(min(self.min_sparsity_ratio_per_layer, ceiling), n_units)
@@ -363,7 +375,7 @@ class Pattern:
                         max_sparsity_ratio_per_layer: float | None = None) -> dict[str, np.ndarray]:
         """Every layer pruned to the same ratio, clamped to the per-layer min/max."""
         ratio = self.check_ratio(target_sparsity_ratio)
-        max_ratio = self.max_sparsity_ratio_per_layer if max_sparsity_ratio_per_layer is None else max_sparsity_ratio_per_layer
+        max_ratio = self._max_ratio_arg(max_sparsity_ratio_per_layer)
         return {name: self._local_mask(name, score, None if pre_masks is None else pre_masks.get(name), ratio, max_ratio)
                 for name, score in scores.items()}
 
@@ -378,7 +390,7 @@ class Pattern:
         :func:`sparsify.patterns.allocation.allocate_pruned_units`.
         """
         ratio = self.check_ratio(target_sparsity_ratio)
-        max_ratio = self.max_sparsity_ratio_per_layer if max_sparsity_ratio_per_layer is None else max_sparsity_ratio_per_layer
+        max_ratio = self._max_ratio_arg(max_sparsity_ratio_per_layer)
         try:                                        # NaN reaches the units: the selection finds it, naming the layer
             return self._global_masks(scores, ratio, pre_masks, max_ratio, check_nan=False)
         except NaNScoreError:

@@ -217,3 +217,26 @@ def test_global_nan_error_order_is_kept():
         p.get_masks({"a": mixed, "b": np.ones((1, 4))}, 0.5)
     pre = {"a": np.array([[False, True, True, True]])}     # the unit with both infinities was pruned before: legal
     assert p.get_masks({"a": mixed, "b": np.ones((1, 4))}, 0.5, pre)["a"].tolist() == [[False, False, True, True]]
+
+
+@pytest.mark.parametrize("config, match", [
+    ({"max_sparsity_ratio_per_layer": 1.5}, r"max_sparsity_ratio_per_layer must be in \[0, 1\), got 1.5"),
+    ({"max_sparsity_ratio_per_layer": float("nan")}, r"max_sparsity_ratio_per_layer must be in \[0, 1\), got nan"),
+    ({"min_sparsity_ratio_per_layer": -0.1}, r"min_sparsity_ratio_per_layer must be in \[0, 1\), got -0.1"),
+    ({"min_sparsity_ratio_per_layer": 0.9, "max_sparsity_ratio_per_layer": 0.1},
+     r"min_sparsity_ratio_per_layer \(0.9\) must be <= max_sparsity_ratio_per_layer \(0.1\)"),
+])
+@pytest.mark.parametrize("pattern", ["1x1", "2x1", "2:4"])
+def test_a_pattern_built_from_a_dict_checks_its_layer_caps(pattern, config, match):
+    # PruningConfig checks these too; a pattern built directly (get_pattern(dict)) must not take them unchecked
+    with pytest.raises(ValueError, match=match):
+        get_pattern({"pattern": pattern, **config})
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_the_per_call_layer_cap_is_checked(scope):
+    p = get_pattern({"pattern": "1x1", "pruning_scope": scope})
+    with pytest.raises(ValueError, match=r"max_sparsity_ratio_per_layer must be in \[0, 1\), got 2"):
+        p.get_masks({"w": np.arange(8.0).reshape(2, 4)}, 0.5, max_sparsity_ratio_per_layer=2)
+    keep = p.get_masks({"w": np.arange(8.0).reshape(2, 4)}, 0.5, max_sparsity_ratio_per_layer=0.25)["w"]
+    assert keep.tolist() == [[False, False, True, True], [True, True, True, True]]   # capped at 2 of 8
