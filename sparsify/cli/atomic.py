@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
 __all__ = ["MANIFEST", "OutputError", "atomic_file", "atomic_path", "write_bytes", "write_text",
-           "signals_deferred", "RunDirectory", "verify_run", "file_digest"]
+           "check_destination", "signals_deferred", "RunDirectory", "verify_run", "file_digest"]
 
 #: Name of the manifest a committed run directory holds (written last).
 MANIFEST = "sparsify-run.json"
@@ -72,6 +72,21 @@ def _remove(p: Path) -> None:
             shutil.rmtree(p)
         else:
             p.unlink()
+
+
+def check_destination(path: str | os.PathLike) -> None:
+    """Check that a file can be written to ``path`` (its directory exists, it is not a directory), before any work.
+
+    Raises:
+        OutputError: naming the path and what is wrong.
+
+    Example:
+        >>> check_destination("/no/such/dir/x.json")
+        Traceback (most recent call last):
+        ...
+        sparsify.cli.atomic.OutputError: [Errno 2] cannot write '/no/such/dir/x.json': directory '/no/such/dir' does not exist
+    """
+    _check_parent(Path(path))
 
 
 def _check_parent(target: Path) -> None:

@@ -49,11 +49,11 @@ from sparsify.patterns import pattern_examples, pattern_summaries
 from sparsify.sparse_format import ENCODINGS
 from sparsify.yaml_io import YAMLLimitError, load_yaml_mapping, shorten, yaml_loader
 
-from .atomic import write_text
+from .atomic import check_destination, write_text
 from .demo import DEFAULT_STEPS as DEFAULT_DEMO_STEPS
 from .demo import FRAMEWORKS, MAX_SEED, default_config, format_result, run_demo
 from .export import TARGETS, export_model, format_export
-from .plots import plot_path, plot_schedule, schedule_points
+from .plots import check_plot_path, plot_path, plot_schedule, schedule_points
 from .report import FORMATS, build_report, format_report
 from .report.readers import DEFAULT_MAX_BYTES
 
@@ -146,7 +146,9 @@ def _emit(text: str, output: str | None) -> None:
 def _cmd_schedule(args: argparse.Namespace) -> int:
     cfg = build_config(args.config, args.set)
     horizon = _schedule_horizon(cfg, args.steps)
-    plot_file = plot_path(args.plot, "schedule.png") if args.plot else None
+    plot_file = check_plot_path(plot_path(args.plot, "schedule.png")) if args.plot else None
+    if args.output is not None:             # refused before anything is printed or written
+        check_destination(args.output)
     steps, applied, upd = schedule_points(cfg, horizon)
     sched = cfg.schedule()
     if args.every:
@@ -179,6 +181,8 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
 
 # ----- report ------------------------------------------------------------------------------------
 def _cmd_report(args: argparse.Namespace) -> int:
+    if args.output is not None:             # refused before the file is read
+        check_destination(args.output)
     rep = build_report(args.path, pattern=args.pattern, include_optimizer=args.all, fmt=args.format,
                        max_bytes=args.max_bytes)
     _emit(json.dumps(rep.to_dict(), indent=2) if args.json else format_report(rep), args.output)
