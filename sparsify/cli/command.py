@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the curve to an image (needs matplotlib; a directory gets schedule.png)")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--output", "-o", metavar="FILE", help="write the table or JSON to FILE (atomically)")
-    s.set_defaults(func=_cmd_schedule)
+    s.set_defaults(func=_cmd_schedule, subparser=s)
     return p
 
 
@@ -362,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for opt in ("every", "max_rows"):
         v = getattr(args, opt, None)
         if v is not None and v < 1:
-            parser.error(f"--{opt.replace('_', '-')} must be a positive integer, got {v}")
+            args.subparser.error(f"--{opt.replace('_', '-')} must be a positive integer, got {v}")
     if os.environ.get("SPARSIFY_DEBUG"):
         return int(args.func(args))
     try:

@@ -295,3 +295,13 @@ def test_bad_destinations_are_refused_before_anything_is_printed(tmp_path, capsy
         assert "[Errno" not in err[0] and "internal" not in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]      # nothing written, no temp files
 
+
+def test_option_errors_name_the_subcommand(capsys):
+    for opt in ("--every", "--max-rows"):
+        with pytest.raises(SystemExit) as e:
+            main(["schedule", opt, "-3"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1
+        assert err[0] == (f"sparsify schedule: error: {opt} must be a positive integer, got -3 "
+                          "(see 'sparsify schedule --help')")
+
