@@ -353,7 +353,11 @@ class RunDirectory:
     # ----- staging --------------------------------------------------------------------------------
     def __enter__(self) -> "RunDirectory":
         self._created = not self.out.exists()
-        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(e.errno or errno.EIO, f"out {os.fspath(self.out)!r}: cannot create the directory: "
+                                                    f"{e.strerror or e}") from None
         self._clean_stale_stages()
         self.stage.mkdir()
         (self.stage / _STAGING_MARK).write_text(str(os.getpid()), encoding="utf-8")

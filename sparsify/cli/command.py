@@ -341,7 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _one_line(e: BaseException) -> str:
     """One line, at most 1000 characters: a message never prints an unbounded value."""
-    return shorten(" ".join(str(e).split()) or type(e).__name__, 1000)
+    text = str(e)
+    if isinstance(e, OSError) and e.strerror:       # "[Errno 2] ..." says nothing to a user: the message, the file
+        text = e.strerror + "".join(f": {f!r}" for f in (e.filename, e.filename2) if f is not None)
+    return shorten(" ".join(text.split()) or type(e).__name__, 1000)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -305,3 +305,14 @@ def test_option_errors_name_the_subcommand(capsys):
         assert err[0] == (f"sparsify schedule: error: {opt} must be a positive integer, got -3 "
                           "(see 'sparsify schedule --help')")
 
+
+def test_os_errors_print_the_message_and_the_file_not_the_errno(tmp_path, capsys):
+    rc = main(["demo", "--framework", "torch", "--steps", "3", "--no-progress", "--out", str(tmp_path / "f" / "x")])
+    assert rc == 0                      # parents are created
+    capsys.readouterr()
+    (tmp_path / "file").write_text("x")
+    rc = main(["demo", "--framework", "torch", "--steps", "3", "--no-progress", "--out", str(tmp_path / "file" / "x")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "[Errno" not in err[0], err
+    assert f"out {str(tmp_path / 'file' / 'x')!r}: cannot create the directory: Not a directory" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "file"]
