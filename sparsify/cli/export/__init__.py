@@ -175,6 +175,7 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
         raise ValueError(f"out {dest!r} is a directory; pass a file path")
     if os.path.exists(dest) and not overwrite:
         raise ValueError(f"out {dest!r} already exists; pass --overwrite to replace it")
+    check_destination(dest)                         # before the source is read
     if target == "tflite":
         from .tflite import export_tflite
 

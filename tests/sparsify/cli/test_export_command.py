@@ -140,3 +140,16 @@ def test_a_failed_round_trip_leaves_the_previous_artifact(tmp_path, capsys, monk
     assert main(["export", str(tmp_path / "w.npz"), "--overwrite"]) == 0
     assert np.array_equal(real(out)["w"].numpy(), w)
 
+
+def test_an_unwritable_destination_is_refused_before_the_source_is_read(tmp_path, capsys, monkeypatch):
+    import sparsify.cli.export as export
+
+    np.savez(tmp_path / "w.npz", w=np.zeros((4, 4), np.float32))
+
+    def never(*a, **k):
+        raise AssertionError("the source was read")
+
+    monkeypatch.setattr(export, "read_tensors", never)
+    err = _one_line_error(capsys, "export", str(tmp_path / "w.npz"), "--out", str(tmp_path / "no" / "w.pt"))
+    assert err == (f"sparsify export: error: cannot write {str(tmp_path / 'no' / 'w.pt')!r}: "
+                   f"directory {str(tmp_path / 'no')!r} does not exist")
