@@ -74,6 +74,18 @@ def _remove(p: Path) -> None:
             p.unlink()
 
 
+@contextlib.contextmanager
+def _removed_on_failure(tmp: Path, target: Path, existed: bool) -> Iterator[None]:
+    """If the block raises, remove ``tmp``; an ``OSError`` becomes an :class:`OutputError` naming ``target``."""
+    try:
+        yield
+    except BaseException as e:
+        _remove(tmp)
+        if isinstance(e, OSError) and not isinstance(e, OutputError):
+            raise _fail(target, e, existed) from None
+        raise
+
+
 def check_destination(path: str | os.PathLike) -> None:
     """Check that a file can be written to ``path`` (its directory exists, it is not a directory), before any work.
 
@@ -124,18 +136,12 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", encoding: str | None 
         fh = open(tmp, mode, encoding=encoding if "b" not in mode else None)
     except OSError as e:
         raise _fail(target, e, existed) from None
-    try:
+    with _removed_on_failure(tmp, target, existed):
         with fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except OSError as e:
-        _remove(tmp)
-        raise _fail(target, e, existed) from None
-    except BaseException:
-        _remove(tmp)
-        raise
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -171,7 +177,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     _check_parent(target)
     existed = target.exists()
     tmp = _tmp_name(target, suffix)
-    try:
+    with _removed_on_failure(tmp, target, existed):
         yield tmp
         if not tmp.exists():
             raise OutputError(errno.ENOENT, f"nothing was written to {os.fspath(target)!r}")
@@ -179,15 +185,6 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except OutputError:
-        _remove(tmp)
-        raise
-    except OSError as e:
-        _remove(tmp)
-        raise _fail(target, e, existed) from None
-    except BaseException:
-        _remove(tmp)
-        raise
 
 
 @contextlib.contextmanager
