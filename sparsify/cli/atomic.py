@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
 __all__ = ["MANIFEST", "OutputError", "atomic_file", "atomic_path", "write_bytes", "write_text",
-           "signals_deferred", "RunDirectory", "verify_run", "file_digest"]
+           "check_destination", "signals_deferred", "RunDirectory", "verify_run", "file_digest"]
 
 #: Name of the manifest a committed run directory holds (written last).
 MANIFEST = "sparsify-run.json"
@@ -72,6 +72,33 @@ def _remove(p: Path) -> None:
             shutil.rmtree(p)
         else:
             p.unlink()
+
+
+@contextlib.contextmanager
+def _removed_on_failure(tmp: Path, target: Path, existed: bool) -> Iterator[None]:
+    """If the block raises, remove ``tmp``; an ``OSError`` becomes an :class:`OutputError` naming ``target``."""
+    try:
+        yield
+    except BaseException as e:
+        _remove(tmp)
+        if isinstance(e, OSError) and not isinstance(e, OutputError):
+            raise _fail(target, e, existed) from None
+        raise
+
+
+def check_destination(path: str | os.PathLike) -> None:
+    """Check that a file can be written to ``path`` (its directory exists, it is not a directory), before any work.
+
+    Raises:
+        OutputError: naming the path and what is wrong.
+
+    Example:
+        >>> check_destination("/no/such/dir/x.json")
+        Traceback (most recent call last):
+        ...
+        sparsify.cli.atomic.OutputError: [Errno 2] cannot write '/no/such/dir/x.json': directory '/no/such/dir' does not exist
+    """
+    _check_parent(Path(path))
 
 
 def _check_parent(target: Path) -> None:
@@ -109,18 +136,12 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", encoding: str | None 
         fh = open(tmp, mode, encoding=encoding if "b" not in mode else None)
     except OSError as e:
         raise _fail(target, e, existed) from None
-    try:
+    with _removed_on_failure(tmp, target, existed):
         with fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except OSError as e:
-        _remove(tmp)
-        raise _fail(target, e, existed) from None
-    except BaseException:
-        _remove(tmp)
-        raise
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -156,7 +177,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     _check_parent(target)
     existed = target.exists()
     tmp = _tmp_name(target, suffix)
-    try:
+    with _removed_on_failure(tmp, target, existed):
         yield tmp
         if not tmp.exists():
             raise OutputError(errno.ENOENT, f"nothing was written to {os.fspath(target)!r}")
@@ -164,15 +185,6 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except OutputError:
-        _remove(tmp)
-        raise
-    except OSError as e:
-        _remove(tmp)
-        raise _fail(target, e, existed) from None
-    except BaseException:
-        _remove(tmp)
-        raise
 
 
 @contextlib.contextmanager
@@ -338,7 +350,11 @@ class RunDirectory:
     # ----- staging --------------------------------------------------------------------------------
     def __enter__(self) -> "RunDirectory":
         self._created = not self.out.exists()
-        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(e.errno or errno.EIO, f"out {os.fspath(self.out)!r}: cannot create the directory: "
+                                                    f"{e.strerror or e}") from None
         self._clean_stale_stages()
         self.stage.mkdir()
         (self.stage / _STAGING_MARK).write_text(str(os.getpid()), encoding="utf-8")

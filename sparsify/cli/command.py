@@ -49,11 +49,11 @@ from sparsify.patterns import pattern_examples, pattern_summaries
 from sparsify.sparse_format import ENCODINGS
 from sparsify.yaml_io import YAMLLimitError, load_yaml_mapping, shorten, yaml_loader
 
-from .atomic import write_text
+from .atomic import check_destination, write_text
 from .demo import DEFAULT_STEPS as DEFAULT_DEMO_STEPS
 from .demo import FRAMEWORKS, MAX_SEED, default_config, format_result, run_demo
 from .export import TARGETS, export_model, format_export
-from .plots import plot_path, plot_schedule, schedule_points
+from .plots import check_plot_path, plot_path, plot_schedule, schedule_points
 from .report import FORMATS, build_report, format_report
 from .report.readers import DEFAULT_MAX_BYTES
 
@@ -146,7 +146,9 @@ def _emit(text: str, output: str | None) -> None:
 def _cmd_schedule(args: argparse.Namespace) -> int:
     cfg = build_config(args.config, args.set)
     horizon = _schedule_horizon(cfg, args.steps)
-    plot_file = plot_path(args.plot, "schedule.png") if args.plot else None
+    plot_file = check_plot_path(plot_path(args.plot, "schedule.png")) if args.plot else None
+    if args.output is not None:             # refused before anything is printed or written
+        check_destination(args.output)
     steps, applied, upd = schedule_points(cfg, horizon)
     sched = cfg.schedule()
     if args.every:
@@ -179,6 +181,8 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
 
 # ----- report ------------------------------------------------------------------------------------
 def _cmd_report(args: argparse.Namespace) -> int:
+    if args.output is not None:             # refused before the file is read
+        check_destination(args.output)
     rep = build_report(args.path, pattern=args.pattern, include_optimizer=args.all, fmt=args.format,
                        max_bytes=args.max_bytes)
     _emit(json.dumps(rep.to_dict(), indent=2) if args.json else format_report(rep), args.output)
@@ -331,13 +335,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the curve to an image (needs matplotlib; a directory gets schedule.png)")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--output", "-o", metavar="FILE", help="write the table or JSON to FILE (atomically)")
-    s.set_defaults(func=_cmd_schedule)
+    s.set_defaults(func=_cmd_schedule, subparser=s)
     return p
 
 
 def _one_line(e: BaseException) -> str:
     """One line, at most 1000 characters: a message never prints an unbounded value."""
-    return shorten(" ".join(str(e).split()) or type(e).__name__, 1000)
+    text = str(e)
+    if isinstance(e, OSError) and e.strerror:       # "[Errno 2] ..." says nothing to a user: the message, the file
+        text = e.strerror + "".join(f": {f!r}" for f in (e.filename, e.filename2) if f is not None)
+    return shorten(" ".join(text.split()) or type(e).__name__, 1000)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -358,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for opt in ("every", "max_rows"):
         v = getattr(args, opt, None)
         if v is not None and v < 1:
-            parser.error(f"--{opt.replace('_', '-')} must be a positive integer, got {v}")
+            args.subparser.error(f"--{opt.replace('_', '-')} must be a positive integer, got {v}")
     if os.environ.get("SPARSIFY_DEBUG"):
         return int(args.func(args))
     try:

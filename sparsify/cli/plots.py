@@ -24,7 +24,8 @@ import numpy as np
 from sparsify.config import PruningConfig
 from sparsify.layout import to_2d
 
-__all__ = ["plot_schedule", "plot_layer_sparsity", "plot_mask", "schedule_points", "plot_path", "figure_class"]
+__all__ = ["plot_schedule", "plot_layer_sparsity", "plot_mask", "schedule_points", "plot_path", "check_plot_path",
+           "figure_class"]
 
 _FIGURE_CLASS: Any = None
 #: Most steps :func:`schedule_points` evaluates (one value per step, ~25 bytes each).
@@ -84,22 +85,44 @@ def plot_path(path: str | os.PathLike, default_name: str = "plot.png") -> str:
     return p if os.path.splitext(p)[1] else p + ".png"
 
 
+def check_plot_path(path: str | os.PathLike) -> str:
+    """Check that an image can be written to ``path`` (its directory exists, matplotlib knows its suffix).
+
+    Returns the file written (``.png`` added when there is no suffix). Called
+    before any work, so a bad ``--plot`` is refused before anything is printed.
+
+    Raises:
+        ValueError: ``path`` is a directory, its directory is missing, or its
+            suffix is not an image format matplotlib writes.
+
+    Example:
+        >>> check_plot_path("curve"), check_plot_path("curve.svg")
+        ('curve.png', 'curve.svg')
+    """
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise ImportError("plots need matplotlib: pip install 'sparsify[plot]'") from None
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        raise ValueError(f"path {p!r} is a directory; pass a file name (e.g. {os.path.join(p, 'plot.png')!r})")
+    parent = os.path.dirname(p)
+    if parent and not os.path.isdir(parent):
+        raise ValueError(f"path {p!r}: directory {parent!r} does not exist")
+    fmt = (os.path.splitext(p)[1][1:] or "png").lower()
+    supported = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in supported:
+        raise ValueError(f"path {p!r}: cannot write .{fmt} images; use one of {', '.join(sorted(supported))}")
+    return p if os.path.splitext(p)[1] else p + ".png"
+
+
 def _save(fig: Any, path: str | os.PathLike | None) -> None:
     if path is not None:
         from .atomic import atomic_path
 
-        p = os.fspath(path)
-        if os.path.isdir(p):
-            raise ValueError(f"path {p!r} is a directory; pass a file name (e.g. {os.path.join(p, 'plot.png')!r})")
-        parent = os.path.dirname(p)
-        if parent and not os.path.isdir(parent):
-            raise ValueError(f"path {p!r}: directory {parent!r} does not exist")
-        fmt = (os.path.splitext(p)[1][1:] or "png").lower()
-        supported = fig.canvas.get_supported_filetypes()
-        if fmt not in supported:
-            raise ValueError(f"path {p!r}: cannot write .{fmt} images; use one of {', '.join(sorted(supported))}")
-        with atomic_path(p if os.path.splitext(p)[1] else p + ".png") as tmp:
-            fig.savefig(tmp, dpi=100, format=fmt)
+        target = check_plot_path(path)
+        with atomic_path(target) as tmp:
+            fig.savefig(tmp, dpi=100, format=os.path.splitext(target)[1][1:].lower())
 
 
 def schedule_points(config: PruningConfig | Mapping[str, Any] | str, steps: int | None = None

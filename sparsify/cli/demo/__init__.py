@@ -287,7 +287,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
                             "target_sparsity": cfg.target_sparsity, "steps": steps, "seed": int(seed)})
     except OutputError as e:            # name the file where it would have gone, and what is left
         held = "the previous run" if run_dir.previous is not None else "nothing from this run"
-        raise OutputError(e.errno, f"{str(e).replace(os.fspath(run_dir.stage), os.fspath(run_dir.out))}; "
+        raise OutputError(e.errno, f"{(e.strerror or str(e)).replace(os.fspath(run_dir.stage), os.fspath(run_dir.out))}; "
                                    f"{os.fspath(run_dir.out)!r} still holds {held}") from None
     return res
 

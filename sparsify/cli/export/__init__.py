@@ -16,7 +16,8 @@ From any file ``sparsify report`` reads:
 
 Both print the dense and the sparse artifact's bytes on disk and gzipped,
 side by side. The artifact is written atomically (a temporary file beside it,
-then renamed) and an existing file is only replaced with ``overwrite=True``.
+then renamed, after its check passed: a failed check leaves nothing behind)
+and an existing file is only replaced with ``overwrite=True``.
 
 Example:
     >>> import numpy as np, tempfile, os
@@ -39,7 +40,7 @@ import numpy as np
 
 from sparsify import sparse_format
 
-from ..atomic import OutputError, atomic_file
+from ..atomic import OutputError, atomic_path, check_destination
 from ..frameworks import import_torch
 from ..report.readers import DEFAULT_MAX_BYTES, detect_format, format_bytes, read_tensors
 
@@ -116,12 +117,15 @@ def _torch_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, 
     buf = io.BytesIO()
     torch.save(doc, buf)
     sparse = buf.getvalue()
-    with atomic_file(out) as fh:
-        fh.write(sparse)
-    back = load_compressed_state_dict(out)           # the round trip, from the file as written
-    bad = [n for n, a in tensors.items() if not np.array_equal(back[n].numpy(), a, equal_nan=a.dtype.kind == "f")]
-    if bad or set(back) != set(tensors):
-        raise OutputError(5, f"{out!r}: the compressed state_dict does not give back {bad[:3] or 'the same names'}")
+    with atomic_path(out) as tmp:                   # renamed into place only if the round trip passes
+        with open(tmp, "wb") as fh:
+            fh.write(sparse)
+        back = load_compressed_state_dict(tmp)       # the round trip, from the file as written
+        bad = [n for n, a in tensors.items()
+               if n not in back or not np.array_equal(back[n].numpy(), a, equal_nan=a.dtype.kind == "f")]
+        if bad or set(back) != set(tensors):
+            raise OutputError(5, f"{out!r}: the compressed state_dict does not give back "
+                                 f"{bad[:3] or 'the same names'}; nothing was written")
     kinds = [e["encoding"] for e in doc["tensors"].values()]
     encodings = {k: kinds.count(k) for k in ("bitmask", "csr", "dense") if kinds.count(k)}
     semi = None
@@ -171,6 +175,7 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
         raise ValueError(f"out {dest!r} is a directory; pass a file path")
     if os.path.exists(dest) and not overwrite:
         raise ValueError(f"out {dest!r} already exists; pass --overwrite to replace it")
+    check_destination(dest)                         # before the source is read
     if target == "tflite":
         from .tflite import export_tflite
 

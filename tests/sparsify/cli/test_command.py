@@ -275,3 +275,44 @@ def test_long_values_are_never_printed_whole(capsys):
     rc = main(["schedule", "--set", "pattern=" + "x" * 100000])
     err = capsys.readouterr().err
     assert rc == 1 and len(err) < 1200 and "characters)" in err
+
+
+def test_bad_destinations_are_refused_before_anything_is_printed(tmp_path, capsys, torch_file):
+    # a bad --plot or --output used to be found after the table was printed (or the output file written)
+    cases = [
+        (["schedule", "--plot", str(tmp_path / "no_dir" / "s.png")], f"directory {str(tmp_path / 'no_dir')!r} does not exist"),
+        (["schedule", "--plot", str(tmp_path / "s.xyz")], "cannot write .xyz images"),
+        (["schedule", "--output", str(tmp_path / "no" / "s.txt")], f"directory {str(tmp_path / 'no')!r} does not exist"),
+        (["schedule", "-o", str(tmp_path / "s.json"), "--plot", str(tmp_path / "s.xyz")], "cannot write .xyz images"),
+        (["report", str(torch_file), "--output", str(tmp_path)], f"cannot write {str(tmp_path)!r}: it is a directory"),
+    ]
+    for args, needle in cases:
+        rc = main(args)
+        out = capsys.readouterr()
+        assert rc == 1 and out.out == "", (args, out.out)
+        err = out.err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], (args, err)
+        assert "[Errno" not in err[0] and "internal" not in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]      # nothing written, no temp files
+
+
+def test_option_errors_name_the_subcommand(capsys):
+    for opt in ("--every", "--max-rows"):
+        with pytest.raises(SystemExit) as e:
+            main(["schedule", opt, "-3"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1
+        assert err[0] == (f"sparsify schedule: error: {opt} must be a positive integer, got -3 "
+                          "(see 'sparsify schedule --help')")
+
+
+def test_os_errors_print_the_message_and_the_file_not_the_errno(tmp_path, capsys):
+    rc = main(["demo", "--framework", "torch", "--steps", "3", "--no-progress", "--out", str(tmp_path / "f" / "x")])
+    assert rc == 0                      # parents are created
+    capsys.readouterr()
+    (tmp_path / "file").write_text("x")
+    rc = main(["demo", "--framework", "torch", "--steps", "3", "--no-progress", "--out", str(tmp_path / "file" / "x")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "[Errno" not in err[0], err
+    assert f"out {str(tmp_path / 'file' / 'x')!r}: cannot create the directory: Not a directory" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "file"]

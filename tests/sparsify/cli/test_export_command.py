@@ -114,3 +114,42 @@ def test_export_bad_input(tmp_path, capsys):
     (tmp_path / "model.keras").write_bytes(b"PK\x03\x04not a zip")
     assert "corrupt" in _one_line_error(capsys, "export", str(tmp_path / "model.keras"))
     assert format_export.__doc__
+
+
+def test_a_failed_round_trip_leaves_the_previous_artifact(tmp_path, capsys, monkeypatch):
+    # the compressed file used to be renamed into place before its round trip was checked
+    import sparsify_torch.export as torch_export
+
+    w = np.where(np.arange(64 * 64).reshape(64, 64) % 10 == 0, 1.0, 0.0).astype(np.float32)
+    np.savez(tmp_path / "w.npz", w=w)
+    out = tmp_path / "w.sparse.pt"
+    out.write_bytes(b"previous artifact")
+    real = torch_export.load_compressed_state_dict
+
+    def corrupted(path, *a, **k):
+        sd = real(path, *a, **k)
+        sd["w"][0, 0] += 1
+        return sd
+
+    monkeypatch.setattr(torch_export, "load_compressed_state_dict", corrupted)
+    err = _one_line_error(capsys, "export", str(tmp_path / "w.npz"), "--overwrite")
+    assert f"{str(out)!r}: the compressed state_dict does not give back ['w']; nothing was written" in err
+    assert out.read_bytes() == b"previous artifact"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.npz", "w.sparse.pt"]     # no temporary file left
+    monkeypatch.setattr(torch_export, "load_compressed_state_dict", real)
+    assert main(["export", str(tmp_path / "w.npz"), "--overwrite"]) == 0
+    assert np.array_equal(real(out)["w"].numpy(), w)
+
+
+def test_an_unwritable_destination_is_refused_before_the_source_is_read(tmp_path, capsys, monkeypatch):
+    import sparsify.cli.export as export
+
+    np.savez(tmp_path / "w.npz", w=np.zeros((4, 4), np.float32))
+
+    def never(*a, **k):
+        raise AssertionError("the source was read")
+
+    monkeypatch.setattr(export, "read_tensors", never)
+    err = _one_line_error(capsys, "export", str(tmp_path / "w.npz"), "--out", str(tmp_path / "no" / "w.pt"))
+    assert err == (f"sparsify export: error: cannot write {str(tmp_path / 'no' / 'w.pt')!r}: "
+                   f"directory {str(tmp_path / 'no')!r} does not exist")

@@ -43,3 +43,11 @@ def test_missing_framework_names_the_extra(monkeypatch):
 def test_import_tensorflow_quiets_its_python_logger():
     tf = import_tensorflow()
     assert tf is sys.modules["tensorflow"] and tf.get_logger().level == 40      # logging.ERROR
+    logger = tf.get_logger()
+    old = logger.level
+    try:                    # the level comes from the call, not from an earlier import
+        logger.setLevel("INFO")
+        assert import_tensorflow(quiet_python_logs=False).get_logger().level == 20
+        assert import_tensorflow().get_logger().level == 40
+    finally:
+        logger.setLevel(old)

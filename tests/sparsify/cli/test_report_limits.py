@@ -120,6 +120,10 @@ def test_truncated_or_missing_checkpoint_shard_is_incomplete(tmp_path, capsys):
     data.unlink()
     assert "incomplete" in one_line_error(capsys, "report", prefix) or "cannot be read" in \
         one_line_error(capsys, "report", prefix)
+    for path in (prefix, str(tmp_path / "ckpt")):   # a missing shard: the same message, for the prefix or the dir
+        err = one_line_error(capsys, "report", path)
+        assert "incomplete TensorFlow checkpoint: tensor" in err and "No such file or directory" in err, err
+        assert err.endswith(f"a data shard ({prefix}.data-*) is missing or truncated"), err
 
 
 def test_saved_model_without_variables_is_incomplete(tmp_path, capsys):

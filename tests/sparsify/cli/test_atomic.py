@@ -1,0 +1,50 @@
+"""`sparsify.cli.atomic`: atomic files and paths leave the old file and no temporary file on any failure
+(run directories are tested through the demo in test_demo_faults.py)."""
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from sparsify.cli.atomic import OutputError, atomic_file, atomic_path, check_destination, write_text
+
+
+@pytest.mark.parametrize("opener", ["file", "path"])
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError, OutputError])
+def test_a_failure_leaves_the_old_file_and_nothing_else(tmp_path, opener, failure):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    raised = failure(errno.ENOSPC, "No space left on device") if failure is not KeyboardInterrupt else failure()
+    with pytest.raises(failure if failure is not OSError else OutputError) as info:
+        if opener == "file":
+            with atomic_file(target, "w") as fh:
+                fh.write("half of the new")
+                raise raised
+        else:
+            with atomic_path(target) as tmp:
+                tmp.write_text("half of the new")
+                raise raised
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+    if failure is OSError:              # an OS error names the file and says what is left
+        assert str(info.value).endswith(f"could not write {str(target)!r}: No space left on device "
+                                        "(the existing file is unchanged)")
+        assert info.value.errno == errno.ENOSPC
+    if failure is OutputError:          # an OutputError from the block passes through as it is
+        assert info.value is raised
+
+
+def test_atomic_path_refuses_a_tool_that_wrote_nothing(tmp_path):
+    with pytest.raises(OutputError, match="nothing was written to"):
+        with atomic_path(tmp_path / "model.keras"):
+            pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_destination(tmp_path):
+    check_destination(tmp_path / "new.json")            # a new file in an existing directory: fine
+    write_text(tmp_path / "new.json", "{}")
+    check_destination(tmp_path / "new.json")            # an existing file: fine (replaced atomically)
+    with pytest.raises(OutputError, match="directory .* does not exist"):
+        check_destination(tmp_path / "missing" / "x.json")
+    with pytest.raises(OutputError, match="it is a directory"):
+        check_destination(tmp_path)
