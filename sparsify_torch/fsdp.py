@@ -159,7 +159,7 @@ class ShardedPruner:
         self._pending: dict[str, torch.Tensor] = {}
         self._hooks = [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
         if not protocol.engine.needs_gradients:
-            self._maybe_update()          # an update point at step 0 applies right away
+            self._maybe_update(0, {})     # an update point at step 0 applies right away
 
     @property
     def engine(self) -> PruningEngine:
@@ -227,11 +227,11 @@ class ShardedPruner:
             out[n] = pw.to_canonical(w)
         return out
 
-    def _gradient_scores(self) -> dict[str, np.ndarray]:
-        if not self._scores:
+    def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        if not scores:
             raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
                                "prune(): call loss.backward() before pruner.step()")
-        return {n: self._layers[n].to_canonical(self._scores[n] if n in self._scores
+        return {n: self._layers[n].to_canonical(scores[n] if n in scores
                                                 else torch.zeros_like(self._local(n))) for n in self.names}
 
     @torch.no_grad()
@@ -246,15 +246,16 @@ class ShardedPruner:
             local.mul_(pw.from_canonical(update.zero[n]).to(local.device))
             self._mask[n].copy_(pw.from_canonical(update.masks[n]).to(local.device))
 
-    def _maybe_update(self) -> None:
-        if not self.protocol.due(self._step):
+    def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
+        """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
+        if not self.protocol.due(step):
             return
-        scores = self._gradient_scores if self.engine.needs_gradients else None
-        update = self.protocol.advance(self._step, weights=self._weights, scores=scores)
+        scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.needs_gradients else None
+        update = self.protocol.advance(step, weights=self._weights, scores=scores)
         if update is not None:
             self._write(update)
             if self._writer is not None:
-                self._writer.write(self.protocol.figures(), self._step)
+                self._writer.write(self.protocol.figures(), step)
 
     def _check_alive(self, what: str) -> None:
         if self._removed:
@@ -264,15 +265,16 @@ class ShardedPruner:
     def step(self, num_steps: int = 1) -> None:
         """Zero the pruned weights of every local shard, count ``num_steps`` optimizer steps and
         update the masks if an update point was reached. Call it on every rank, right after
-        ``optimizer.step()``."""
+        ``optimizer.step()``. A failed update (e.g. NaN weights) changes no mask, score or step
+        counter: fix the cause and call it again."""
         self._check_alive("step")
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
         self._apply_masks()
-        self._scores.update(self._pending)
+        step, scores = self._step + num_steps, {**self._scores, **self._pending}
+        self._maybe_update(step, scores)          # raises before anything changes
+        self._scores, self._step = scores, step
         self._pending.clear()
-        self._step += num_steps
-        self._maybe_update()
 
     # ----- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

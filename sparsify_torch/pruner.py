@@ -107,7 +107,7 @@ class Pruner:
             for name in self.names:
                 self._hooks.append(self._original(name).register_post_accumulate_grad_hook(self._grad_hook(name)))
         else:
-            self._maybe_update()  # an update point at step 0 applies right away
+            self._maybe_update(0, {})  # an update point at step 0 applies right away
 
     @property
     def engine(self):
@@ -172,11 +172,11 @@ class Pruner:
                                                              self.config.criterion_momentum)
         return hook
 
-    def _gradient_scores(self) -> dict[str, torch.Tensor]:
-        if not self._scores:
+    def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if not scores:
             raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
                                "prune(): call loss.backward() before pruner.step()")
-        return {n: self._scores[n] if n in self._scores else torch.zeros_like(self._layers[n].part(self._original(n)))
+        return {n: scores[n] if n in scores else torch.zeros_like(self._layers[n].part(self._original(n)))
                 for n in self.names}
 
     def _reduce(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -208,10 +208,10 @@ class Pruner:
             out[n] = pw.to_canonical(w)
         return out
 
-    def _scores_now(self) -> dict[str, np.ndarray]:
-        """Gradient-criterion scores, or magnitudes, all-reduced over the process group."""
+    def _scores_now(self, gradient_scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        """Gradient-criterion scores (from ``gradient_scores``), or magnitudes, all-reduced over the process group."""
         if self.engine.needs_gradients:
-            scores = self._gradient_scores()
+            scores = self._gradient_scores(gradient_scores)
         else:
             scores = {n: criteria.magnitude(pw.part(self._original(n) * self._par(n).mask))
                       for n, pw in self._layers.items()}
@@ -230,17 +230,18 @@ class Pruner:
         # an update zeroes what its masks prune; a release keeps the zeros of the last masks, then unmasks
         self._set_masks(update.masks, update.zero)
 
-    def _maybe_update(self) -> None:
-        if not self.protocol.due(self._step):
+    def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
+        """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
+        if not self.protocol.due(step):
             return
         self._sync()
         needs_scores = self.engine.needs_gradients or _dist_group_size(self._group) > 1
-        update = self.protocol.advance(self._step, weights=self._weights,
-                                       scores=self._scores_now if needs_scores else None)
+        update = self.protocol.advance(step, weights=self._weights,
+                                       scores=(lambda: self._scores_now(gradient_scores)) if needs_scores else None)
         if update is not None:
             self._write(update)
             if self._writer is not None:
-                self._writer.write(self.protocol.figures(), self._step)
+                self._writer.write(self.protocol.figures(), step)
 
     def _check_alive(self, what: str) -> None:
         if self._removed:
@@ -258,15 +259,17 @@ class Pruner:
                 pruner is only called every few optimizer steps.
 
         Raises:
-            RuntimeError: after :meth:`remove`.
+            RuntimeError: after :meth:`remove`, or a gradient criterion saw no gradients.
+            ValueError: ``num_steps`` is not a positive integer, or the update failed (e.g. NaN
+                weights). A failed step changes nothing: fix the cause and call it again.
         """
         self._check_alive("step")
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
-        self._scores.update(self._pending)
+        step, scores = self._step + num_steps, {**self._scores, **self._pending}
+        self._maybe_update(step, scores)          # raises before anything changes
+        self._scores, self._step = scores, step
         self._pending.clear()
-        self._step += num_steps
-        self._maybe_update()
 
     # ----- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

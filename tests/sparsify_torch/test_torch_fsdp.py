@@ -263,6 +263,37 @@ def momentum_run(rank: int, world: int, ckpt: str, mode: str) -> dict:
             "masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}}
 
 
+def failed_step_run(rank: int, world: int) -> dict:
+    """NaN weights (on every rank) at an update point: step() raises and changes nothing; the
+    retry after the fix gives the masks of a run that never failed."""
+    cfg = CONFIGS["local_1x1"]
+    out = {}
+    for poison in (False, True):
+        torch.manual_seed(0)
+        model = shard_model(Net())
+        set_weights(model, full_weights(0))
+        pruner = prune(model, cfg)
+        set_weights(model, full_weights(1))
+        if poison:
+            before = {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}
+            nan = {**full_weights(1), "fc1.weight": torch.full((32, 32), float("nan"))}
+            set_weights(model, nan)
+            try:
+                pruner.step()
+                out["error"] = "no error"
+            except ValueError as e:
+                out["error"] = str(e)
+            out["unchanged"] = (pruner.step_count == 0 and pruner.done_step == 0
+                                and all(np.array_equal(m.full_tensor().numpy(), before[n])
+                                        for n, m in pruner.masks().items()))
+            set_weights(model, full_weights(1))
+        pruner.step()
+        out["retry" if poison else "uninterrupted"] = {
+            "step": (pruner.step_count, pruner.done_step),
+            "masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}}
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # single-process reference
 # ----------------------------------------------------------------------------------------------
@@ -303,7 +334,7 @@ def _check_against_single(results: list[dict], world: int) -> None:
 
 def suite(rank: int, world: int, ckpt: str) -> dict:
     """Everything one process group runs (few process starts: each costs seconds of imports)."""
-    out = {"schedule": schedule_run(rank, world)}
+    out = {"schedule": schedule_run(rank, world), "failed_step": failed_step_run(rank, world)}
     if world == 2:
         out["train_full"] = train_run(rank, world, ckpt + "/train", "full")
         out["train_resume"] = train_run(rank, world, ckpt + "/train", "resume")
@@ -334,6 +365,16 @@ def runs(tmp_path_factory):
 def test_fsdp_one_and_two_ranks_give_the_single_process_masks_bit_for_bit(runs):
     _check_against_single(runs(1), 1)
     _check_against_single(runs(2), 2)
+
+
+def test_fsdp_failed_update_changes_nothing_and_the_retry_gives_the_masks(runs):
+    for world in (1, 2):
+        for res in [r["failed_step"] for r in runs(world)]:
+            assert "layer 'fc1.weight'" in res["error"] and "NaN" in res["error"], res["error"]
+            assert res["unchanged"]
+            assert res["retry"]["step"] == res["uninterrupted"]["step"] == (1, 1)
+            for n, m in res["uninterrupted"]["masks"].items():
+                assert np.array_equal(res["retry"]["masks"][n], m), (world, n)
 
 
 def test_fsdp_four_ranks_uneven_shards_give_the_single_process_masks(runs):
