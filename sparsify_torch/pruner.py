@@ -134,7 +134,11 @@ class Pruner:
         return self.protocol.done_step
 
     def masks(self) -> dict[str, torch.Tensor]:
-        """Current masks as boolean tensors (True = kept) in each weight's torch layout, keyed by name."""
+        """Current masks as boolean tensors (True = kept) in each weight's torch layout, keyed by name
+        (after :meth:`remove`: the last masks, on the CPU)."""
+        if self._removed:
+            return {n: pw.from_canonical(self.protocol.masks[n]).to(torch.bool, copy=True)
+                    for n, pw in self._layers.items()}
         return {n: self._layers[n].part(self._par(n).bool_mask()) for n in self.names}
 
     def sparsity(self) -> dict[str, float]:
@@ -148,7 +152,10 @@ class Pruner:
         return self.protocol.total_sparsity()
 
     def _sync(self) -> None:
-        """Re-read the mask buffers into the protocol if a ``model.load_state_dict`` replaced them."""
+        """Re-read the mask buffers into the protocol if a ``model.load_state_dict`` replaced them
+        (after :meth:`remove` there are no buffers: the protocol keeps the last masks)."""
+        if self._removed:
+            return
         loads = [self._par(n).loads for n in self.names]
         if loads != self._loads:
             self.protocol.restore(self.protocol.done_step,
