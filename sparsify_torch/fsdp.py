@@ -159,7 +159,11 @@ class ShardedPruner:
         self._pending: dict[str, torch.Tensor] = {}
         self._hooks = [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
         if not protocol.engine.needs_gradients:
-            self._maybe_update(0, {})     # an update point at step 0 applies right away
+            try:
+                self._maybe_update(0, {})     # an update point at step 0 applies right away
+            except BaseException:
+                self._release_resources()     # prune() fails: no hook or open event file is left behind
+                raise
 
     @property
     def engine(self) -> PruningEngine:
@@ -256,6 +260,14 @@ class ShardedPruner:
             self._write(update)
             if self._writer is not None:
                 self._writer.write(self.protocol.figures(), step)
+
+    def _release_resources(self) -> None:
+        """Drop the gradient hooks and close the TensorBoard event file."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        if self._writer is not None:
+            self._writer.close()
 
     def _check_alive(self, what: str) -> None:
         if self._removed:
@@ -355,11 +367,7 @@ class ShardedPruner:
         """Stop pruning: drop the gradient hooks (the pruned weights stay zero). Returns the model."""
         self._check_alive("remove")
         self._apply_masks()
-        for h in self._hooks:
-            h.remove()
-        self._hooks.clear()
-        if self._writer is not None:
-            self._writer.close()
+        self._release_resources()
         self._removed = True
         return self.model
 

@@ -107,7 +107,11 @@ class Pruner:
             for name in self.names:
                 self._hooks.append(self._original(name).register_post_accumulate_grad_hook(self._grad_hook(name)))
         else:
-            self._maybe_update(0, {})  # an update point at step 0 applies right away
+            try:
+                self._maybe_update(0, {})  # an update point at step 0 applies right away
+            except BaseException:
+                self._release_resources()   # prune() fails: no hook or open event file is left behind
+                raise
 
     @property
     def engine(self):
@@ -250,6 +254,14 @@ class Pruner:
             if self._writer is not None:
                 self._writer.write(self.protocol.figures(), step)
 
+    def _release_resources(self) -> None:
+        """Drop the gradient hooks and close the TensorBoard event file."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        if self._writer is not None:
+            self._writer.close()
+
     def _check_alive(self, what: str) -> None:
         if self._removed:
             raise RuntimeError(f"Pruner.{what}() called after Pruner.remove(); the masks are baked into the "
@@ -333,13 +345,9 @@ class Pruner:
         model then saves and loads as a plain torch model. Returns the model.
         """
         self._check_alive("remove")
-        for h in self._hooks:
-            h.remove()
-        self._hooks.clear()
+        self._release_resources()
         for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in self._layers.values()):
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
-        if self._writer is not None:
-            self._writer.close()
         self._removed = True
         self._pending.clear()
         return self.model

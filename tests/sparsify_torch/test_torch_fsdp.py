@@ -5,6 +5,7 @@ Each rank holds only its rows of every weight and mask. The tests gather full te
 """
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import time
@@ -268,6 +269,18 @@ def failed_step_run(rank: int, world: int) -> dict:
     retry after the fix gives the masks of a run that never failed."""
     cfg = CONFIGS["local_1x1"]
     out = {}
+    gc.collect()
+    pruners = sum(type(o).__name__ == "ShardedPruner" for o in gc.get_objects())
+    model = shard_model(Net())
+    set_weights(model, {**full_weights(0), "fc1.weight": torch.full((32, 32), float("nan"))})
+    try:
+        prune(model, cfg)                                   # fails at its step-0 update
+        out["prune_error"] = "no error"
+    except ValueError as e:
+        out["prune_error"] = str(e)
+    del model
+    gc.collect()
+    out["leaked"] = sum(type(o).__name__ == "ShardedPruner" for o in gc.get_objects()) - pruners  # by grad hooks
     for poison in (False, True):
         torch.manual_seed(0)
         model = shard_model(Net())
@@ -371,6 +384,8 @@ def test_fsdp_failed_update_changes_nothing_and_the_retry_gives_the_masks(runs):
     for world in (1, 2):
         for res in [r["failed_step"] for r in runs(world)]:
             assert "layer 'fc1.weight'" in res["error"] and "NaN" in res["error"], res["error"]
+            assert "layer 'fc1.weight'" in res["prune_error"] and "NaN" in res["prune_error"], res["prune_error"]
+            assert res["leaked"] == 0
             assert res["unchanged"]
             assert res["retry"]["step"] == res["uninterrupted"]["step"] == (1, 1)
             for n, m in res["uninterrupted"]["masks"].items():
