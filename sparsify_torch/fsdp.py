@@ -340,14 +340,17 @@ class ShardedPruner:
         step = check_state_counters(state, "ShardedPruner")
         masks, scores = state["masks"], state["scores"]
         if not isinstance(masks, Mapping) or set(masks) != set(self.names):
-            raise ValueError(f"state['masks'] must hold a mask per pruned weight {self.names}")
+            got = sorted(masks) if isinstance(masks, Mapping) else type(masks).__name__
+            raise ValueError(f"state['masks'] must hold a mask per pruned weight {self.names}, got {got}")
         local_masks = {n: self._local_rows("masks", n, masks[n]) for n in self.names}
         if not isinstance(scores, Mapping):
             raise ValueError("state['scores'] must be a dict of tensors keyed by weight name")
         scored = state.get("scored", sorted(scores))
+        if not isinstance(scored, (list, tuple)) or not all(n in self._layers for n in scored):
+            raise ValueError(f"state['scored'] must be a list of pruned weight names (of {self.names}), got {scored!r}")
         local_scores = {}
         for n in scored:
-            if n not in self._layers or n not in scores:
+            if n not in scores:
                 raise ValueError(f"state['scores'] lacks the scores of {n!r} named in state['scored']")
             s = self._local_rows("scores", n, scores[n])
             if not s.is_floating_point() or not bool(torch.isfinite(s).all()):

@@ -325,10 +325,16 @@ class Pruner:
         if not isinstance(scores, Mapping):
             raise ValueError("state['scores'] must be a dict of tensors keyed by weight name")
         for n, s in scores.items():
-            if n not in self._layers or not isinstance(s, torch.Tensor) \
-                    or tuple(s.shape) != tuple(self._layers[n].part(self._original(n)).shape) \
-                    or not s.is_floating_point() or not bool(torch.isfinite(s).all()):
-                raise ValueError(f"state['scores'][{n!r}] is not a finite float tensor of a pruned weight's shape")
+            if n not in self._layers:
+                raise ValueError(f"state['scores'] holds {n!r}, which is not a pruned weight (of {self.names})")
+            shape = tuple(self._layers[n].part(self._original(n)).shape)
+            if not isinstance(s, torch.Tensor) or tuple(s.shape) != shape or not s.is_floating_point() \
+                    or not bool(torch.isfinite(s).all()):
+                got = (f"{s.dtype} tensor of shape {tuple(s.shape)}" if isinstance(s, torch.Tensor)
+                       else type(s).__name__)
+                raise ValueError(f"state['scores'][{n!r}] must be a finite float tensor of shape {shape}, got {got}"
+                                 + (" holding NaN or inf" if isinstance(s, torch.Tensor) and s.is_floating_point()
+                                    and tuple(s.shape) == shape else ""))
         core = {**state, "masks": {n: m.detach().cpu().numpy() for n, m in masks.items()}}
         self.protocol.load_state_dict(core)            # checks the rest; raises before any change
         self._set_masks(self.protocol.masks)

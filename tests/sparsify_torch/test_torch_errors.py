@@ -218,3 +218,26 @@ def test_failed_update_changes_nothing_and_the_retry_matches_an_uninterrupted_ru
     assert got["scores"].keys() == want["scores"].keys()
     assert all(torch.equal(got["scores"][n], want["scores"][n]) for n in want["scores"])
     assert all(torch.equal(got_model[k], want_model[k]) for k in want_model)
+
+
+def test_load_state_dict_names_what_is_wrong_with_the_scores():
+    x, y = digits(32)
+    model = mlp()
+    pruner = prune(model, {**ONE_SHOT, "criterion": "snip_momentum"})
+    nn.functional.cross_entropy(model(x), y).backward()
+    pruner.step()
+    good = pruner.state_dict()
+    assert sorted(good["scores"]) == ["fc1.weight", "fc2.weight", "head.weight"]
+    score = good["scores"]["fc2.weight"]
+    for bad, match in [({"fc9.weight": score}, r"state\['scores'\] holds 'fc9.weight', which is not a pruned weight "
+                                               r"\(of \['fc1.weight', 'fc2.weight', 'head.weight'\]\)"),
+                       ({"fc2.weight": score[:3]}, r"\['fc2.weight'\] must be a finite float tensor of shape "
+                                                   r"\(16, 32\), got torch.float32 tensor of shape \(3, 32\)$"),
+                       ({"fc2.weight": score.long()}, r"got torch.int64 tensor of shape \(16, 32\)$"),
+                       ({"fc2.weight": score.numpy()}, r"of shape \(16, 32\), got ndarray$"),
+                       ({"fc2.weight": score * float("nan")}, r"got torch.float32 tensor of shape \(16, 32\) "
+                                                              "holding NaN or inf$")]:
+        with pytest.raises(ValueError, match=match):
+            pruner.load_state_dict({**good, "scores": {**good["scores"], **bad}})
+    after = pruner.state_dict()
+    assert all(torch.equal(after["scores"][n], good["scores"][n]) for n in good["scores"])

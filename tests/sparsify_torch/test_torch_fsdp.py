@@ -307,6 +307,29 @@ def failed_step_run(rank: int, world: int) -> dict:
     return out
 
 
+def load_errors_run(rank: int, world: int) -> dict:
+    """ShardedPruner.load_state_dict errors name what is wrong, and change nothing."""
+    model = shard_model(Net())
+    set_weights(model, full_weights(0))
+    pruner = prune(model, {**CONFIGS["local_1x1"], "criterion": "snip_momentum", "start_step": 1})
+    good = pruner.state_dict()
+    masks = good["masks"]
+    out = {}
+    for key, bad in {"masks_missing": {"masks": {n: m for n, m in masks.items() if n != "fc2.weight"}},
+                     "masks_type": {"masks": [masks[n] for n in NAMES]},
+                     "scored_string": {"scored": "fc1.weight"},
+                     "scored_unknown": {"scored": ["fc9.weight"]},
+                     "scored_lacking": {"scored": ["fc1.weight"], "scores": {}}}.items():
+        try:
+            pruner.load_state_dict({**good, **bad})
+            out[key] = "no error"
+        except ValueError as e:
+            out[key] = str(e)
+    out["unchanged"] = pruner.step_count == 0 and all(
+        bool(m.full_tensor().all()) for m in pruner.masks().values())
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # single-process reference
 # ----------------------------------------------------------------------------------------------
@@ -348,6 +371,8 @@ def _check_against_single(results: list[dict], world: int) -> None:
 def suite(rank: int, world: int, ckpt: str) -> dict:
     """Everything one process group runs (few process starts: each costs seconds of imports)."""
     out = {"schedule": schedule_run(rank, world), "failed_step": failed_step_run(rank, world)}
+    if world == 1:
+        out["load_errors"] = load_errors_run(rank, world)
     if world == 2:
         out["train_full"] = train_run(rank, world, ckpt + "/train", "full")
         out["train_resume"] = train_run(rank, world, ckpt + "/train", "resume")
@@ -390,6 +415,19 @@ def test_fsdp_failed_update_changes_nothing_and_the_retry_gives_the_masks(runs):
             assert res["retry"]["step"] == res["uninterrupted"]["step"] == (1, 1)
             for n, m in res["uninterrupted"]["masks"].items():
                 assert np.array_equal(res["retry"]["masks"][n], m), (world, n)
+
+
+def test_fsdp_load_state_dict_errors_name_the_problem(runs):
+    res = runs(1)[0]["load_errors"]
+    names = "['conv.weight', 'fc1.weight', 'fc2.weight', 'head.weight']"
+    assert res["masks_missing"] == (f"state['masks'] must hold a mask per pruned weight {names}, got "
+                                    "['conv.weight', 'fc1.weight', 'head.weight']")
+    assert res["masks_type"] == f"state['masks'] must hold a mask per pruned weight {names}, got list"
+    assert res["scored_string"] == ("state['scored'] must be a list of pruned weight names (of "
+                                    f"{names}), got 'fc1.weight'")
+    assert res["scored_unknown"].endswith("got ['fc9.weight']")
+    assert res["scored_lacking"] == "state['scores'] lacks the scores of 'fc1.weight' named in state['scored']"
+    assert res["unchanged"]
 
 
 def test_fsdp_four_ranks_uneven_shards_give_the_single_process_masks(runs):
