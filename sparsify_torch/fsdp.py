@@ -42,12 +42,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 
-from sparsify import PruningConfig, PruningEngine, criteria
+from sparsify import PruningConfig, PruningEngine
 from sparsify.distributed import RowShard, ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
 from .layers import PrunableWeight
-from .pruner import check_state_counters
+from .pruner import check_num_steps, check_state_counters, gradient_score
 from .tensorboard import SparsityWriter
 
 __all__ = ["TorchCollective", "ShardedPruner", "prune_sharded", "is_sharded"]
@@ -213,12 +213,8 @@ class ShardedPruner:
                 g = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
                 g.mul_(self._mask[name])                     # pruned entries get no gradient
                 if self.engine.needs_gradients:
-                    w = self._local(name).detach()
-                    if self.config.criterion == "snip":
-                        self._pending[name] = criteria.snip(w, g)
-                    else:
-                        self._pending[name] = criteria.snip_momentum(self._scores.get(name), w, g,
-                                                                     self.config.criterion_momentum)
+                    self._pending[name] = gradient_score(self.config, self._scores.get(name),
+                                                         self._local(name).detach(), g)
         return hook
 
     # ----- schedule ----------------------------------------------------------------------------
@@ -280,8 +276,7 @@ class ShardedPruner:
         ``optimizer.step()``. A failed update (e.g. NaN weights) changes no mask, score or step
         counter: fix the cause and call it again."""
         self._check_alive("step")
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-            raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
+        check_num_steps(num_steps)
         self._apply_masks()
         step, scores = self._step + num_steps, {**self._scores, **self._pending}
         self._maybe_update(step, scores)          # raises before anything changes

@@ -68,6 +68,33 @@ def check_state_counters(state: Any, owner: str) -> int:
     return step
 
 
+def check_num_steps(num_steps: Any) -> int:
+    """``num_steps`` of ``step()``, checked: a positive integer.
+
+    Example:
+        >>> check_num_steps(3)
+        3
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
+    return num_steps
+
+
+def gradient_score(config: PruningConfig, previous: torch.Tensor | None, weight: torch.Tensor,
+                   grad: torch.Tensor) -> torch.Tensor:
+    """The score of a gradient criterion after a backward pass: ``snip`` of this pass, or the
+    ``snip_momentum`` running average from the committed ``previous`` one (None before the first).
+
+    Example:
+        >>> cfg = PruningConfig(criterion="snip")
+        >>> gradient_score(cfg, None, torch.tensor([2.0, -1.0]), torch.tensor([0.5, 3.0])).tolist()
+        [1.0, 3.0]
+    """
+    if config.criterion == "snip":
+        return criteria.snip(weight, grad)
+    return criteria.snip_momentum(previous, weight, grad, config.criterion_momentum)
+
+
 def _dist_group_size(group: Any) -> int:
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return 1
@@ -174,13 +201,9 @@ class Pruner:
                 return
             part = self._layers[name].part
             w, g = part(param.detach()), part(param.grad.detach())   # g is already zero where the mask is
-            if self.config.criterion == "snip":
-                self._pending[name] = criteria.snip(w, g)
-            else:
-                # From the committed average, so gradient accumulation (several
-                # backward passes per optimizer step) counts as one step.
-                self._pending[name] = criteria.snip_momentum(self._scores.get(name), w, g,
-                                                             self.config.criterion_momentum)
+            # From the committed average, so gradient accumulation (several
+            # backward passes per optimizer step) counts as one step.
+            self._pending[name] = gradient_score(self.config, self._scores.get(name), w, g)
         return hook
 
     def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -283,9 +306,7 @@ class Pruner:
                 weights). A failed step changes nothing: fix the cause and call it again.
         """
         self._check_alive("step")
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-            raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
-        step, scores = self._step + num_steps, {**self._scores, **self._pending}
+        step, scores = self._step + check_num_steps(num_steps), {**self._scores, **self._pending}
         self._maybe_update(step, scores)          # raises before anything changes
         self._scores, self._step = scores, step
         self._pending.clear()
