@@ -42,12 +42,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 
-from sparsify import PruningConfig, PruningEngine, criteria
+from sparsify import PruningConfig, PruningEngine
 from sparsify.distributed import RowShard, ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
 from .layers import PrunableWeight
-from .pruner import check_state_counters
+from .pruner import check_num_steps, check_state_counters, gradient_score
 from .tensorboard import SparsityWriter
 
 __all__ = ["TorchCollective", "ShardedPruner", "prune_sharded", "is_sharded"]
@@ -159,7 +159,11 @@ class ShardedPruner:
         self._pending: dict[str, torch.Tensor] = {}
         self._hooks = [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
         if not protocol.engine.needs_gradients:
-            self._maybe_update()          # an update point at step 0 applies right away
+            try:
+                self._maybe_update(0, {})     # an update point at step 0 applies right away
+            except BaseException:
+                self._release_resources()     # prune() fails: no hook or open event file is left behind
+                raise
 
     @property
     def engine(self) -> PruningEngine:
@@ -209,12 +213,8 @@ class ShardedPruner:
                 g = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
                 g.mul_(self._mask[name])                     # pruned entries get no gradient
                 if self.engine.needs_gradients:
-                    w = self._local(name).detach()
-                    if self.config.criterion == "snip":
-                        self._pending[name] = criteria.snip(w, g)
-                    else:
-                        self._pending[name] = criteria.snip_momentum(self._scores.get(name), w, g,
-                                                                     self.config.criterion_momentum)
+                    self._pending[name] = gradient_score(self.config, self._scores.get(name),
+                                                         self._local(name).detach(), g)
         return hook
 
     # ----- schedule ----------------------------------------------------------------------------
@@ -227,11 +227,11 @@ class ShardedPruner:
             out[n] = pw.to_canonical(w)
         return out
 
-    def _gradient_scores(self) -> dict[str, np.ndarray]:
-        if not self._scores:
+    def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        if not scores:
             raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
                                "prune(): call loss.backward() before pruner.step()")
-        return {n: self._layers[n].to_canonical(self._scores[n] if n in self._scores
+        return {n: self._layers[n].to_canonical(scores[n] if n in scores
                                                 else torch.zeros_like(self._local(n))) for n in self.names}
 
     @torch.no_grad()
@@ -246,15 +246,24 @@ class ShardedPruner:
             local.mul_(pw.from_canonical(update.zero[n]).to(local.device))
             self._mask[n].copy_(pw.from_canonical(update.masks[n]).to(local.device))
 
-    def _maybe_update(self) -> None:
-        if not self.protocol.due(self._step):
+    def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
+        """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
+        if not self.protocol.due(step):
             return
-        scores = self._gradient_scores if self.engine.needs_gradients else None
-        update = self.protocol.advance(self._step, weights=self._weights, scores=scores)
+        scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.needs_gradients else None
+        update = self.protocol.advance(step, weights=self._weights, scores=scores)
         if update is not None:
             self._write(update)
             if self._writer is not None:
-                self._writer.write(self.protocol.figures(), self._step)
+                self._writer.write(self.protocol.figures(), step)
+
+    def _release_resources(self) -> None:
+        """Drop the gradient hooks and close the TensorBoard event file."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        if self._writer is not None:
+            self._writer.close()
 
     def _check_alive(self, what: str) -> None:
         if self._removed:
@@ -264,15 +273,15 @@ class ShardedPruner:
     def step(self, num_steps: int = 1) -> None:
         """Zero the pruned weights of every local shard, count ``num_steps`` optimizer steps and
         update the masks if an update point was reached. Call it on every rank, right after
-        ``optimizer.step()``."""
+        ``optimizer.step()``. A failed update (e.g. NaN weights) changes no mask, score or step
+        counter: fix the cause and call it again."""
         self._check_alive("step")
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-            raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
+        check_num_steps(num_steps)
         self._apply_masks()
-        self._scores.update(self._pending)
+        step, scores = self._step + num_steps, {**self._scores, **self._pending}
+        self._maybe_update(step, scores)          # raises before anything changes
+        self._scores, self._step = scores, step
         self._pending.clear()
-        self._step += num_steps
-        self._maybe_update()
 
     # ----- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -326,14 +335,17 @@ class ShardedPruner:
         step = check_state_counters(state, "ShardedPruner")
         masks, scores = state["masks"], state["scores"]
         if not isinstance(masks, Mapping) or set(masks) != set(self.names):
-            raise ValueError(f"state['masks'] must hold a mask per pruned weight {self.names}")
+            got = sorted(masks) if isinstance(masks, Mapping) else type(masks).__name__
+            raise ValueError(f"state['masks'] must hold a mask per pruned weight {self.names}, got {got}")
         local_masks = {n: self._local_rows("masks", n, masks[n]) for n in self.names}
         if not isinstance(scores, Mapping):
             raise ValueError("state['scores'] must be a dict of tensors keyed by weight name")
         scored = state.get("scored", sorted(scores))
+        if not isinstance(scored, (list, tuple)) or not all(n in self._layers for n in scored):
+            raise ValueError(f"state['scored'] must be a list of pruned weight names (of {self.names}), got {scored!r}")
         local_scores = {}
         for n in scored:
-            if n not in self._layers or n not in scores:
+            if n not in scores:
                 raise ValueError(f"state['scores'] lacks the scores of {n!r} named in state['scored']")
             s = self._local_rows("scores", n, scores[n])
             if not s.is_floating_point() or not bool(torch.isfinite(s).all()):
@@ -353,11 +365,7 @@ class ShardedPruner:
         """Stop pruning: drop the gradient hooks (the pruned weights stay zero). Returns the model."""
         self._check_alive("remove")
         self._apply_masks()
-        for h in self._hooks:
-            h.remove()
-        self._hooks.clear()
-        if self._writer is not None:
-            self._writer.close()
+        self._release_resources()
         self._removed = True
         return self.model
 

@@ -68,6 +68,33 @@ def check_state_counters(state: Any, owner: str) -> int:
     return step
 
 
+def check_num_steps(num_steps: Any) -> int:
+    """``num_steps`` of ``step()``, checked: a positive integer.
+
+    Example:
+        >>> check_num_steps(3)
+        3
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
+    return num_steps
+
+
+def gradient_score(config: PruningConfig, previous: torch.Tensor | None, weight: torch.Tensor,
+                   grad: torch.Tensor) -> torch.Tensor:
+    """The score of a gradient criterion after a backward pass: ``snip`` of this pass, or the
+    ``snip_momentum`` running average from the committed ``previous`` one (None before the first).
+
+    Example:
+        >>> cfg = PruningConfig(criterion="snip")
+        >>> gradient_score(cfg, None, torch.tensor([2.0, -1.0]), torch.tensor([0.5, 3.0])).tolist()
+        [1.0, 3.0]
+    """
+    if config.criterion == "snip":
+        return criteria.snip(weight, grad)
+    return criteria.snip_momentum(previous, weight, grad, config.criterion_momentum)
+
+
 def _dist_group_size(group: Any) -> int:
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return 1
@@ -107,7 +134,11 @@ class Pruner:
             for name in self.names:
                 self._hooks.append(self._original(name).register_post_accumulate_grad_hook(self._grad_hook(name)))
         else:
-            self._maybe_update()  # an update point at step 0 applies right away
+            try:
+                self._maybe_update(0, {})  # an update point at step 0 applies right away
+            except BaseException:
+                self._release_resources()   # prune() fails: no hook or open event file is left behind
+                raise
 
     @property
     def engine(self):
@@ -134,7 +165,11 @@ class Pruner:
         return self.protocol.done_step
 
     def masks(self) -> dict[str, torch.Tensor]:
-        """Current masks as boolean tensors (True = kept) in each weight's torch layout, keyed by name."""
+        """Current masks as boolean tensors (True = kept) in each weight's torch layout, keyed by name
+        (after :meth:`remove`: the last masks, on the CPU)."""
+        if self._removed:
+            return {n: pw.from_canonical(self.protocol.masks[n]).to(torch.bool, copy=True)
+                    for n, pw in self._layers.items()}
         return {n: self._layers[n].part(self._par(n).bool_mask()) for n in self.names}
 
     def sparsity(self) -> dict[str, float]:
@@ -148,7 +183,10 @@ class Pruner:
         return self.protocol.total_sparsity()
 
     def _sync(self) -> None:
-        """Re-read the mask buffers into the protocol if a ``model.load_state_dict`` replaced them."""
+        """Re-read the mask buffers into the protocol if a ``model.load_state_dict`` replaced them
+        (after :meth:`remove` there are no buffers: the protocol keeps the last masks)."""
+        if self._removed:
+            return
         loads = [self._par(n).loads for n in self.names]
         if loads != self._loads:
             self.protocol.restore(self.protocol.done_step,
@@ -163,20 +201,16 @@ class Pruner:
                 return
             part = self._layers[name].part
             w, g = part(param.detach()), part(param.grad.detach())   # g is already zero where the mask is
-            if self.config.criterion == "snip":
-                self._pending[name] = criteria.snip(w, g)
-            else:
-                # From the committed average, so gradient accumulation (several
-                # backward passes per optimizer step) counts as one step.
-                self._pending[name] = criteria.snip_momentum(self._scores.get(name), w, g,
-                                                             self.config.criterion_momentum)
+            # From the committed average, so gradient accumulation (several
+            # backward passes per optimizer step) counts as one step.
+            self._pending[name] = gradient_score(self.config, self._scores.get(name), w, g)
         return hook
 
-    def _gradient_scores(self) -> dict[str, torch.Tensor]:
-        if not self._scores:
+    def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if not scores:
             raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
                                "prune(): call loss.backward() before pruner.step()")
-        return {n: self._scores[n] if n in self._scores else torch.zeros_like(self._layers[n].part(self._original(n)))
+        return {n: scores[n] if n in scores else torch.zeros_like(self._layers[n].part(self._original(n)))
                 for n in self.names}
 
     def _reduce(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -208,10 +242,10 @@ class Pruner:
             out[n] = pw.to_canonical(w)
         return out
 
-    def _scores_now(self) -> dict[str, np.ndarray]:
-        """Gradient-criterion scores, or magnitudes, all-reduced over the process group."""
+    def _scores_now(self, gradient_scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        """Gradient-criterion scores (from ``gradient_scores``), or magnitudes, all-reduced over the process group."""
         if self.engine.needs_gradients:
-            scores = self._gradient_scores()
+            scores = self._gradient_scores(gradient_scores)
         else:
             scores = {n: criteria.magnitude(pw.part(self._original(n) * self._par(n).mask))
                       for n, pw in self._layers.items()}
@@ -230,17 +264,26 @@ class Pruner:
         # an update zeroes what its masks prune; a release keeps the zeros of the last masks, then unmasks
         self._set_masks(update.masks, update.zero)
 
-    def _maybe_update(self) -> None:
-        if not self.protocol.due(self._step):
+    def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
+        """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
+        if not self.protocol.due(step):
             return
         self._sync()
         needs_scores = self.engine.needs_gradients or _dist_group_size(self._group) > 1
-        update = self.protocol.advance(self._step, weights=self._weights,
-                                       scores=self._scores_now if needs_scores else None)
+        update = self.protocol.advance(step, weights=self._weights,
+                                       scores=(lambda: self._scores_now(gradient_scores)) if needs_scores else None)
         if update is not None:
             self._write(update)
             if self._writer is not None:
-                self._writer.write(self.protocol.figures(), self._step)
+                self._writer.write(self.protocol.figures(), step)
+
+    def _release_resources(self) -> None:
+        """Drop the gradient hooks and close the TensorBoard event file."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        if self._writer is not None:
+            self._writer.close()
 
     def _check_alive(self, what: str) -> None:
         if self._removed:
@@ -258,15 +301,15 @@ class Pruner:
                 pruner is only called every few optimizer steps.
 
         Raises:
-            RuntimeError: after :meth:`remove`.
+            RuntimeError: after :meth:`remove`, or a gradient criterion saw no gradients.
+            ValueError: ``num_steps`` is not a positive integer, or the update failed (e.g. NaN
+                weights). A failed step changes nothing: fix the cause and call it again.
         """
         self._check_alive("step")
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-            raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
-        self._scores.update(self._pending)
+        step, scores = self._step + check_num_steps(num_steps), {**self._scores, **self._pending}
+        self._maybe_update(step, scores)          # raises before anything changes
+        self._scores, self._step = scores, step
         self._pending.clear()
-        self._step += num_steps
-        self._maybe_update()
 
     # ----- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -303,10 +346,16 @@ class Pruner:
         if not isinstance(scores, Mapping):
             raise ValueError("state['scores'] must be a dict of tensors keyed by weight name")
         for n, s in scores.items():
-            if n not in self._layers or not isinstance(s, torch.Tensor) \
-                    or tuple(s.shape) != tuple(self._layers[n].part(self._original(n)).shape) \
-                    or not s.is_floating_point() or not bool(torch.isfinite(s).all()):
-                raise ValueError(f"state['scores'][{n!r}] is not a finite float tensor of a pruned weight's shape")
+            if n not in self._layers:
+                raise ValueError(f"state['scores'] holds {n!r}, which is not a pruned weight (of {self.names})")
+            shape = tuple(self._layers[n].part(self._original(n)).shape)
+            if not isinstance(s, torch.Tensor) or tuple(s.shape) != shape or not s.is_floating_point() \
+                    or not bool(torch.isfinite(s).all()):
+                got = (f"{s.dtype} tensor of shape {tuple(s.shape)}" if isinstance(s, torch.Tensor)
+                       else type(s).__name__)
+                raise ValueError(f"state['scores'][{n!r}] must be a finite float tensor of shape {shape}, got {got}"
+                                 + (" holding NaN or inf" if isinstance(s, torch.Tensor) and s.is_floating_point()
+                                    and tuple(s.shape) == shape else ""))
         core = {**state, "masks": {n: m.detach().cpu().numpy() for n, m in masks.items()}}
         self.protocol.load_state_dict(core)            # checks the rest; raises before any change
         self._set_masks(self.protocol.masks)
@@ -323,13 +372,9 @@ class Pruner:
         model then saves and loads as a plain torch model. Returns the model.
         """
         self._check_alive("remove")
-        for h in self._hooks:
-            h.remove()
-        self._hooks.clear()
+        self._release_resources()
         for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in self._layers.values()):
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
-        if self._writer is not None:
-            self._writer.close()
         self._removed = True
         self._pending.clear()
         return self.model

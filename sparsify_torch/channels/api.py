@@ -11,6 +11,7 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 import torch
@@ -37,7 +38,9 @@ def finetune_batchnorm(model: nn.Module, dataloader: Iterable[Any], n_steps: Opt
     """Re-estimate BatchNorm running statistics from ``dataloader`` (cumulative average).
 
     Only BatchNorm buffers change; the model's modes are restored. Returns the
-    number of batches used.
+    number of batches used. When ``dataloader`` yields nothing (e.g. a generator
+    that calibration already consumed) or the model raises, the statistics are
+    left as they were (a ``RuntimeWarning`` says so for an empty dataloader).
 
     Example:
         >>> net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.BatchNorm2d(2))
@@ -49,6 +52,7 @@ def finetune_batchnorm(model: nn.Module, dataloader: Iterable[Any], n_steps: Opt
         return 0
     modes = {m: m.training for m in model.modules()}
     momenta = {m: m.momentum for m in bns}
+    saved = {m: {k: b.clone() for k, b in m.named_buffers(recurse=False)} for m in bns}
     steps = 0
     try:
         model.eval()
@@ -63,12 +67,27 @@ def finetune_batchnorm(model: nn.Module, dataloader: Iterable[Any], n_steps: Opt
                 steps += 1
                 if n_steps is not None and steps >= n_steps:
                     break
+    except BaseException:
+        _restore_buffers(saved)
+        raise
     finally:
         for m, mode in modes.items():
             m.training = mode
         for m, momentum in momenta.items():
             m.momentum = momentum
+    if steps == 0:
+        _restore_buffers(saved)
+        warnings.warn("finetune_batchnorm: dataloader yielded no samples (a generator or iterator already "
+                      "consumed?); BatchNorm statistics were kept as they were. Pass a re-iterable dataloader "
+                      "(a list or a torch DataLoader)", RuntimeWarning, stacklevel=2)
     return steps
+
+
+@torch.no_grad()
+def _restore_buffers(saved: Dict[nn.Module, Dict[str, torch.Tensor]]) -> None:
+    for m, buffers in saved.items():
+        for k, b in buffers.items():
+            getattr(m, k).copy_(b)
 
 
 def calibrate_and_prune_model(

@@ -173,3 +173,71 @@ def test_load_state_dict_refuses_bad_values_and_another_config():
         with pytest.raises(ValueError, match=match):
             pruner.load_state_dict({**good, **change})
     assert pruner.state_dict()["step"] == good["step"] and pruner.sparsity()["fc1.weight"] == 0.5
+
+
+
+@pytest.mark.parametrize("criterion", ["magnitude", "snip_momentum"])
+def test_failed_update_changes_nothing_and_the_retry_matches_an_uninterrupted_run(criterion):
+    """NaN weights at an update point: step() raises naming the layer; the step counter, masks,
+    weights and criterion state stay as they were, and step() after the fix does the update."""
+    cfg = {"target_sparsity": 0.5, "start_step": 0, "end_step": 4, "pruning_frequency": 2, "criterion": criterion}
+    x, y = digits(32)
+
+    def backward(model: nn.Module) -> None:
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x).nan_to_num(), y).backward()
+
+    def run(poison: bool) -> tuple[dict, dict]:
+        model = mlp()
+        pruner = prune(model, cfg)
+        backward(model)
+        pruner.step()                                   # step 1
+        if poison:
+            original = model.fc2.parametrizations.weight.original
+            kept_value, state, out = original[0, 0].item(), pruner.state_dict(), model(x)
+            with torch.no_grad():
+                original[0, 0] = float("nan")
+            backward(model)
+            with pytest.raises(ValueError, match="layer 'fc2.weight'.*NaN"):
+                pruner.step()                           # step 2 is an update point
+            after = pruner.state_dict()
+            assert after["step"] == state["step"] == 1 and after["done_step"] == state["done_step"]
+            assert all(torch.equal(after["masks"][n], state["masks"][n]) for n in state["masks"])
+            assert after["scores"].keys() == state["scores"].keys()
+            assert all(torch.equal(after["scores"][n], state["scores"][n]) for n in state["scores"])
+            with torch.no_grad():
+                original[0, 0] = kept_value
+            assert torch.equal(model(x), out)
+        backward(model)
+        pruner.step()                                   # step 2: the update
+        assert pruner.step_count == pruner.done_step == 2
+        return pruner.state_dict(), {k: v.clone() for k, v in model.state_dict().items()}
+
+    (want, want_model), (got, got_model) = run(False), run(True)
+    assert all(torch.equal(got["masks"][n], want["masks"][n]) for n in want["masks"])
+    assert got["scores"].keys() == want["scores"].keys()
+    assert all(torch.equal(got["scores"][n], want["scores"][n]) for n in want["scores"])
+    assert all(torch.equal(got_model[k], want_model[k]) for k in want_model)
+
+
+def test_load_state_dict_names_what_is_wrong_with_the_scores():
+    x, y = digits(32)
+    model = mlp()
+    pruner = prune(model, {**ONE_SHOT, "criterion": "snip_momentum"})
+    nn.functional.cross_entropy(model(x), y).backward()
+    pruner.step()
+    good = pruner.state_dict()
+    assert sorted(good["scores"]) == ["fc1.weight", "fc2.weight", "head.weight"]
+    score = good["scores"]["fc2.weight"]
+    for bad, match in [({"fc9.weight": score}, r"state\['scores'\] holds 'fc9.weight', which is not a pruned weight "
+                                               r"\(of \['fc1.weight', 'fc2.weight', 'head.weight'\]\)"),
+                       ({"fc2.weight": score[:3]}, r"\['fc2.weight'\] must be a finite float tensor of shape "
+                                                   r"\(16, 32\), got torch.float32 tensor of shape \(3, 32\)$"),
+                       ({"fc2.weight": score.long()}, r"got torch.int64 tensor of shape \(16, 32\)$"),
+                       ({"fc2.weight": score.numpy()}, r"of shape \(16, 32\), got ndarray$"),
+                       ({"fc2.weight": score * float("nan")}, r"got torch.float32 tensor of shape \(16, 32\) "
+                                                              "holding NaN or inf$")]:
+        with pytest.raises(ValueError, match=match):
+            pruner.load_state_dict({**good, "scores": {**good["scores"], **bad}})
+    after = pruner.state_dict()
+    assert all(torch.equal(after["scores"][n], good["scores"][n]) for n in good["scores"])

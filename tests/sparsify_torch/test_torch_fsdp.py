@@ -5,6 +5,7 @@ Each rank holds only its rows of every weight and mask. The tests gather full te
 """
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import time
@@ -263,6 +264,72 @@ def momentum_run(rank: int, world: int, ckpt: str, mode: str) -> dict:
             "masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}}
 
 
+def failed_step_run(rank: int, world: int) -> dict:
+    """NaN weights (on every rank) at an update point: step() raises and changes nothing; the
+    retry after the fix gives the masks of a run that never failed."""
+    cfg = CONFIGS["local_1x1"]
+    out = {}
+    gc.collect()
+    pruners = sum(type(o).__name__ == "ShardedPruner" for o in gc.get_objects())
+    model = shard_model(Net())
+    set_weights(model, {**full_weights(0), "fc1.weight": torch.full((32, 32), float("nan"))})
+    try:
+        prune(model, cfg)                                   # fails at its step-0 update
+        out["prune_error"] = "no error"
+    except ValueError as e:
+        out["prune_error"] = str(e)
+    del model
+    gc.collect()
+    out["leaked"] = sum(type(o).__name__ == "ShardedPruner" for o in gc.get_objects()) - pruners  # by grad hooks
+    for poison in (False, True):
+        torch.manual_seed(0)
+        model = shard_model(Net())
+        set_weights(model, full_weights(0))
+        pruner = prune(model, cfg)
+        set_weights(model, full_weights(1))
+        if poison:
+            before = {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}
+            nan = {**full_weights(1), "fc1.weight": torch.full((32, 32), float("nan"))}
+            set_weights(model, nan)
+            try:
+                pruner.step()
+                out["error"] = "no error"
+            except ValueError as e:
+                out["error"] = str(e)
+            out["unchanged"] = (pruner.step_count == 0 and pruner.done_step == 0
+                                and all(np.array_equal(m.full_tensor().numpy(), before[n])
+                                        for n, m in pruner.masks().items()))
+            set_weights(model, full_weights(1))
+        pruner.step()
+        out["retry" if poison else "uninterrupted"] = {
+            "step": (pruner.step_count, pruner.done_step),
+            "masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}}
+    return out
+
+
+def load_errors_run(rank: int, world: int) -> dict:
+    """ShardedPruner.load_state_dict errors name what is wrong, and change nothing."""
+    model = shard_model(Net())
+    set_weights(model, full_weights(0))
+    pruner = prune(model, {**CONFIGS["local_1x1"], "criterion": "snip_momentum", "start_step": 1})
+    good = pruner.state_dict()
+    masks = good["masks"]
+    out = {}
+    for key, bad in {"masks_missing": {"masks": {n: m for n, m in masks.items() if n != "fc2.weight"}},
+                     "masks_type": {"masks": [masks[n] for n in NAMES]},
+                     "scored_string": {"scored": "fc1.weight"},
+                     "scored_unknown": {"scored": ["fc9.weight"]},
+                     "scored_lacking": {"scored": ["fc1.weight"], "scores": {}}}.items():
+        try:
+            pruner.load_state_dict({**good, **bad})
+            out[key] = "no error"
+        except ValueError as e:
+            out[key] = str(e)
+    out["unchanged"] = pruner.step_count == 0 and all(
+        bool(m.full_tensor().all()) for m in pruner.masks().values())
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # single-process reference
 # ----------------------------------------------------------------------------------------------
@@ -303,7 +370,9 @@ def _check_against_single(results: list[dict], world: int) -> None:
 
 def suite(rank: int, world: int, ckpt: str) -> dict:
     """Everything one process group runs (few process starts: each costs seconds of imports)."""
-    out = {"schedule": schedule_run(rank, world)}
+    out = {"schedule": schedule_run(rank, world), "failed_step": failed_step_run(rank, world)}
+    if world == 1:
+        out["load_errors"] = load_errors_run(rank, world)
     if world == 2:
         out["train_full"] = train_run(rank, world, ckpt + "/train", "full")
         out["train_resume"] = train_run(rank, world, ckpt + "/train", "resume")
@@ -334,6 +403,31 @@ def runs(tmp_path_factory):
 def test_fsdp_one_and_two_ranks_give_the_single_process_masks_bit_for_bit(runs):
     _check_against_single(runs(1), 1)
     _check_against_single(runs(2), 2)
+
+
+def test_fsdp_failed_update_changes_nothing_and_the_retry_gives_the_masks(runs):
+    for world in (1, 2):
+        for res in [r["failed_step"] for r in runs(world)]:
+            assert "layer 'fc1.weight'" in res["error"] and "NaN" in res["error"], res["error"]
+            assert "layer 'fc1.weight'" in res["prune_error"] and "NaN" in res["prune_error"], res["prune_error"]
+            assert res["leaked"] == 0
+            assert res["unchanged"]
+            assert res["retry"]["step"] == res["uninterrupted"]["step"] == (1, 1)
+            for n, m in res["uninterrupted"]["masks"].items():
+                assert np.array_equal(res["retry"]["masks"][n], m), (world, n)
+
+
+def test_fsdp_load_state_dict_errors_name_the_problem(runs):
+    res = runs(1)[0]["load_errors"]
+    names = "['conv.weight', 'fc1.weight', 'fc2.weight', 'head.weight']"
+    assert res["masks_missing"] == (f"state['masks'] must hold a mask per pruned weight {names}, got "
+                                    "['conv.weight', 'fc1.weight', 'head.weight']")
+    assert res["masks_type"] == f"state['masks'] must hold a mask per pruned weight {names}, got list"
+    assert res["scored_string"] == ("state['scored'] must be a list of pruned weight names (of "
+                                    f"{names}), got 'fc1.weight'")
+    assert res["scored_unknown"].endswith("got ['fc9.weight']")
+    assert res["scored_lacking"] == "state['scores'] lacks the scores of 'fc1.weight' named in state['scored']"
+    assert res["unchanged"]
 
 
 def test_fsdp_four_ranks_uneven_shards_give_the_single_process_masks(runs):

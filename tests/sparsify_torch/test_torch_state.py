@@ -166,3 +166,24 @@ def test_model_moved_to_another_dtype_after_prune_keeps_pruning():
     assert pruner.sparsity()["fc1.weight"] == 0.5
     assert model.fc1.weight.dtype == torch.float64 and int((model.fc1.weight == 0).sum()) == 1024
     assert repr(pruner) == "Pruner(step=4, pattern='1x1', scope='local', layers=3, sparsity=0.500)"
+
+
+def test_figures_and_masks_after_remove_are_the_last_masks():
+    """After remove() the pruner still reports what it left: masks, sparsity, repr, state_dict."""
+    model = nn.Sequential(nn.MultiheadAttention(8, 2), nn.ConvTranspose2d(4, 6, 2, groups=2))
+    pruner = prune(model, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+    masks, sparsity, total, state = pruner.masks(), pruner.sparsity(), pruner.total_sparsity(), pruner.state_dict()
+    text = repr(pruner)
+    pruner.remove()
+    after = pruner.masks()
+    assert list(after) == list(masks) == ["0.in_proj_weight.q", "0.in_proj_weight.k", "0.in_proj_weight.v",
+                                          "0.out_proj.weight", "1.weight"]
+    for n, m in masks.items():
+        assert after[n].dtype == torch.bool and torch.equal(after[n], m), n
+    assert pruner.sparsity() == sparsity and all(v == 0.5 for v in sparsity.values())
+    assert pruner.total_sparsity() == total == 0.5
+    assert repr(pruner) == text == "Pruner(step=0, pattern='1x1', scope='local', layers=5, sparsity=0.500)"
+    assert all(torch.equal(pruner.state_dict()["masks"][n], state["masks"][n]) for n in masks)
+    assert torch.equal(model[1].weight != 0, masks["1.weight"])       # the layout of the torch weight
+    after["1.weight"][:] = False                                       # a copy: the pruner keeps its masks
+    assert pruner.sparsity() == sparsity

@@ -1,6 +1,8 @@
 """`sparsify_torch.prune(..., log_dir=)`: the Keras callback's sparsity scalars, through torch.utils.tensorboard."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -36,3 +38,20 @@ def test_bad_log_dir_leaves_the_model_untouched():
     with pytest.raises(TypeError, match="log_dir must be a directory path or None, got 3"):
         sparsify_torch.prune(model, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0}, log_dir=3)
     assert not torch.nn.utils.parametrize.is_parametrized(model) and int((model.weight == 0).sum()) == 0
+
+
+def _event_writer_threads() -> list:
+    return [t for t in threading.enumerate() if type(t).__name__ == "_AsyncWriterThread"]
+
+
+def test_prune_failing_at_its_first_update_closes_the_event_file(tmp_path):
+    model = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        model.weight[0, 0] = float("nan")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    writers = len(_event_writer_threads())
+    with pytest.raises(ValueError, match="layer 'weight'.*NaN"):
+        sparsify_torch.prune(model, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0}, log_dir=tmp_path)
+    assert len(_event_writer_threads()) == writers                # no writer thread left running
+    assert not torch.nn.utils.parametrize.is_parametrized(model)
+    assert all(torch.equal(v.nan_to_num(), before[k].nan_to_num()) for k, v in model.state_dict().items())

@@ -81,6 +81,40 @@ def test_finetune_batchnorm_literal():
     assert finetune_batchnorm(torch.nn.Linear(2, 2), [torch.zeros(1, 2)]) == 0
 
 
+def _trained_bn_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Conv2d(8, 2, 1))
+    for _ in range(3):
+        net(torch.randn(4, 3, 8, 8) * 3 + 2)
+    return net.eval()
+
+
+def test_finetune_batchnorm_keeps_the_statistics_without_samples_or_on_error():
+    net = _trained_bn_net()
+    saved = state(net)
+    with pytest.warns(RuntimeWarning, match="dataloader yielded no samples.*statistics were kept"):
+        assert finetune_batchnorm(net, iter([])) == 0
+    assert same_state(net, saved)
+    with pytest.raises(RuntimeError, match="to have 3 channels"):     # the second batch has 4 channels
+        finetune_batchnorm(net, [torch.randn(2, 3, 8, 8), torch.randn(2, 4, 8, 8)])
+    assert same_state(net, saved)
+    assert not net.training and net[1].momentum == 0.1
+
+
+def test_finetune_bn_after_a_one_shot_generator_keeps_the_statistics():
+    """Calibration consumes a generator; finetune_bn then sees nothing and must not wipe the statistics."""
+    net = _trained_bn_net()
+    mean, var = net[1].running_mean.clone(), net[1].running_var.clone()
+    data = (torch.randn(2, 3, 8, 8) for _ in range(2))
+    with pytest.warns(RuntimeWarning, match="dataloader yielded no samples"):
+        small = calibrate_and_prune_model_equal(net, data, lambda out, x: out.pow(2).mean(), pruning_ratio=0.5,
+                                                finetune_bn=True)
+    kept = small[0].out_channels
+    assert kept == 4 and int(small[1].num_batches_tracked) == 3
+    assert set(small[1].running_mean.tolist()) <= set(mean.tolist()) and small[1].running_var.numel() == kept
+    assert set(small[1].running_var.tolist()) <= set(var.tolist())
+
+
 def test_sample_defaults():
     x = torch.zeros(3, 2)
     assert default_sample_to_n_samples(x) == 3
