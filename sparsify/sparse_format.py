@@ -4,7 +4,9 @@ A pruned model saved densely is as large as the dense one; its zeros only
 help once they are not stored. :func:`compress_tensors` turns named arrays
 into a document of plain arrays, strings, ints and lists (so ``torch.save``
 writes it and ``torch.load(weights_only=True)`` reads it back, and NumPy can
-hold it too); :func:`decompress_tensors` restores the exact dense arrays.
+hold it too); :func:`decompress_tensors` restores the dense arrays bit for bit,
+except that a negative zero (``-0.0``, e.g. a pruned negative weight times 0)
+is a zero like any other and comes back as ``0.0``.
 
 Per tensor, the smaller of these is kept:
 
@@ -157,8 +159,12 @@ def decode(entry: Mapping[str, Any], name: str = "tensor", max_elements: int | N
             raise ValueError(f"tensor {name!r}: CSR row pointers do not match {rows} rows and {values.size} values")
         if col.size and (col.min() < 0 or col.max() >= cols):
             raise ValueError(f"tensor {name!r}: CSR column index out of range [0, {cols})")
+        row_of = np.repeat(np.arange(rows), np.diff(crow).astype(np.int64))
+        col = col.astype(np.int64)
+        if np.any(np.diff(col)[row_of[1:] == row_of[:-1]] <= 0):   # a repeat would overwrite a value silently
+            raise ValueError(f"tensor {name!r}: CSR column indices must increase within each row (no repeats)")
         out = np.zeros((rows, cols), values.dtype)
-        out[np.repeat(np.arange(rows), np.diff(crow).astype(np.int64)), col.astype(np.int64)] = values
+        out[row_of, col] = values
         return out.reshape(shape)
     raise ValueError(f"tensor {name!r}: unknown encoding {kind!r}; expected 'dense', 'bitmask' or 'csr'")
 

@@ -58,6 +58,11 @@ def test_hostile_documents_are_refused():
         decode({**c, "col_indices": np.array([9], np.int32)}, "fc")
     with pytest.raises(ValueError, match="row pointers"):
         decode({**c, "crow_indices": np.array([0, 5, 0, 0, 0, 0, 0, 0, 1], np.int32)}, "fc")
+    two = w.copy()
+    two[0, 3] = 2
+    c2 = encode(two, "csr")
+    with pytest.raises(ValueError, match="CSR column indices must increase within each row"):
+        decode({**c2, "col_indices": np.array([3, 3], np.int32)}, "fc")
     with pytest.raises(ValueError, match="unknown encoding 'zip'"):
         decode({**e, "encoding": "zip"})
     with pytest.raises(ValueError, match="not a compressed state_dict"):
@@ -66,3 +71,14 @@ def test_hostile_documents_are_refused():
         decompress_tensors({"format": FORMAT, "version": 9, "tensors": {}})
     with pytest.raises(ValueError, match="encoding must be one of"):
         encode(w, "rle")
+
+
+def test_negative_zero_is_a_zero_and_comes_back_as_zero():
+    w = np.zeros((16, 64), np.float32)
+    w[:, 0], w[:, 1], w[:, 3] = -0.0, 1.0, -2.0
+    for encoding in ("bitmask", "csr"):
+        e = encode(w, encoding)
+        assert e["encoding"] == encoding and e["values"].tolist() == [1.0, -2.0] * 16   # -0.0 is not stored
+        back = decode(e)
+        np.testing.assert_array_equal(back, w)
+        assert not np.signbit(back[:, 0]).any()                  # it returns as +0.0
