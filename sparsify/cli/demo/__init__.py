@@ -31,7 +31,7 @@ from sparsify.engine import PruningEngine
 from sparsify.layout import to_2d
 from sparsify.patterns import get_pattern
 
-from ..atomic import OutputError, RunDirectory
+from ..atomic import MANIFEST, OutputError, RunDirectory
 from ..plots import plot_layer_sparsity, plot_mask, plot_schedule
 from . import keras_backend, tf_graph, torch_backend
 from .common import LAYERS, SIZES, BackendRun, DemoProgress, writing
@@ -336,7 +336,8 @@ def _write_outputs(run_dir: RunDirectory, res: DemoResult, run: BackendRun, plot
     else:
         res.notes.append("plots skipped: matplotlib is not installed (pip install 'sparsify[plot]')")
     staged.append(stage / "summary.json")
-    res.files = [str(run_dir.final_path(p)) for p in staged]
+    # the manifest is written last, when the run is committed
+    res.files = [str(run_dir.final_path(p)) for p in staged] + [str(run_dir.out / MANIFEST)]
     with open(stage / "summary.json", "w", encoding="utf-8") as fh:
         json.dump(res.to_dict(), fh, indent=2)
 
@@ -377,6 +378,8 @@ def format_result(res: DemoResult) -> str:
     notes = [r for r in res.layers if r.note and r.target is None and r.note != "global scope"]
     for r in notes:
         lines.append(f"{r.name}: {r.note}")
+    if any(r.target is None for r in res.layers):
+        lines.append("total: over the pruned layers (the layers left dense are not counted)")
     lines.append(f"accuracy: dense {100 * res.dense_accuracy:.2f}%  ->  pruned {100 * res.pruned_accuracy:.2f}% "
                  f"(test set, {res.seconds:.1f} s of training)")
     lines += res.notes

@@ -64,6 +64,8 @@ def test_demo_each_framework(framework, tmp_path):
     acc = re.search(r"accuracy: dense ([\d.]+)%  ->  pruned ([\d.]+)%", res.stdout)
     assert acc and float(acc.group(1)) > 50.0 and float(acc.group(2)) > 30.0, res.stdout
     # --out: config used, summary, plots and a model that `sparsify report` reads back
+    wrote = re.search(r"^wrote: (.*)$", res.stdout, re.M).group(1).split(", ")
+    assert wrote[-1] == str(out / MANIFEST) and (out / MANIFEST).exists(), wrote
     summary = json.loads((out / "summary.json").read_text())
     assert summary["framework"] == framework and summary["config"]["target_sparsity"] == 0.9
     assert "target_sparsity: 0.9" in (out / "config.yaml").read_text()
@@ -99,6 +101,7 @@ def test_demo_pattern_config_and_skipped_layer(tmp_path, capsys):
     assert rows["out"] == ["10x64", "-", "0.00%", "640", "/", "640", "-"]
     assert "out: dense: 4x1 does not fit its 2-D view (10, 64)" in out
     assert rows["total"] == ["75.00%", "4096", "/", "16384", "yes"]
+    assert "total: over the pruned layers (the layers left dense are not counted)" in out
 
 
 def test_demo_nm_pattern_in_process():
