@@ -440,10 +440,12 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                 def _update():
                     reads = [weights[n].read_value() for n in names]
                     canon_w = [to_canonical(r, layer_kinds[n]) for n, r in zip(names, reads)]
-                    canon_m = [to_canonical(tf.not_equal(masks[n].read_value(), 0), layer_kinds[n]) for n in names]
+                    # masks travel as 0/1 in their own float dtype: oneDNN logs an error line whenever a
+                    # bool or integer tensor is transposed
+                    canon_m = [to_canonical(masks[n].read_value(), layer_kinds[n]) for n in names]
                     inputs = [step, done.read_value(), fingerprint.read_value(), *canon_w, *canon_m]
                     outs = tf.numpy_function(np_fn, inputs,
-                                             [tf.bool] * (2 * len(names)) + [tf.int64, tf.int64], stateful=False,
+                                             [m.dtype for m in canon_m] * 2 + [tf.int64, tf.int64], stateful=False,
                                              name="nm_core_masks")
                     k = len(names)
                     assigns = []
@@ -451,9 +453,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                         outs[i].set_shape(canon_m[i].shape)
                         outs[k + i].set_shape(canon_m[i].shape)
                         keep = from_canonical(outs[i], layer_kinds[n], r.shape)
-                        keep_now = from_canonical(outs[k + i], layer_kinds[n], r.shape)
-                        assigns.append(tf1.assign(masks[n], tf.cast(keep, masks[n].dtype.base_dtype),
-                                                  name=PruningScope.OP_MASK_ASSIGN))
+                        keep_now = tf.not_equal(from_canonical(outs[k + i], layer_kinds[n], r.shape), 0)
+                        assigns.append(tf1.assign(masks[n], keep, name=PruningScope.OP_MASK_ASSIGN))
                         # zeros where pruned now; the optimizer state of pruned entries too, so a zero
                         # gradient keeps them at 0.0
                         assigns.append(tf1.assign(weights[n], tf.where(keep_now, r, tf.zeros([], r.dtype)),

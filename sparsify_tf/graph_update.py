@@ -4,7 +4,9 @@
 layout with graph ops and calls :func:`core_update_fn`'s function inside its
 update branch; it restores the core :class:`sparsify.PruningProtocol` from the
 graph's variables when they changed, advances it to the global step and returns
-the masks (and the zeros) to write.
+the masks (and the zeros) to write, as 0/1 arrays of the mask variables' float
+dtype (TF's oneDNN logs an error line whenever a bool or integer tensor is
+transposed).
 
 Example:
     >>> import numpy as np
@@ -13,9 +15,9 @@ Example:
     >>> cfg = PruningConfig(target_sparsity=0.5, start_step=0, end_step=0)
     >>> fn = core_update_fn(PruningProtocol(cfg, {"w": (2, 2)}), "g", {})
     >>> keep, zero, done, nxt = fn(np.int64(0), np.int64(-1), config_fingerprint(cfg),
-    ...                            np.array([[1., 4.], [3., 2.]]), np.ones((2, 2), bool))
-    >>> keep.tolist(), int(done), int(nxt) == NEVER
-    ([[False, True], [True, False]], 0, True)
+    ...                            np.array([[1., 4.], [3., 2.]]), np.ones((2, 2), np.float32))
+    >>> keep.tolist(), int(done), int(nxt) == NEVER          # masks travel as 0/1 floats
+    ([[0.0, 1.0], [1.0, 0.0]], 0, True)
 """
 from __future__ import annotations
 
@@ -61,7 +63,8 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict) -> Ca
             raise type(e)(str(e)) from None
 
     def _fn(step, done, fingerprint, *arrays):
-        ws, ms = arrays[:n], arrays[n:]
+        ws, raw = arrays[:n], arrays[n:]
+        ms = [np.asarray(m) != 0 for m in raw]           # 0/1 in the masks' own float dtype
         if not np.array_equal(fingerprint, expected):
             raise ValueError(config_mismatch_message(ks_group, fingerprint_differences(protocol.config, fingerprint)))
         with lock:
@@ -82,6 +85,7 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict) -> Ca
                 new = [np.asarray(update.masks[k], bool) for k in names]
                 zero = [np.asarray(update.zero[k], bool) for k in names]
             last["done"], last["masks"] = protocol.done_step, [np.array(m) for m in new]
-        return [*new, *zero, np.int64(protocol.done_step), np.int64(NEVER if nxt < 0 else nxt)]
+        back = [m.astype(r.dtype) for m, r in zip(new, raw)] + [m.astype(r.dtype) for m, r in zip(zero, raw)]
+        return [*back, np.int64(protocol.done_step), np.int64(NEVER if nxt < 0 else nxt)]
 
     return fn
