@@ -47,7 +47,7 @@ from sparsify.distributed import RowShard, ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
 from .layers import PrunableWeight
-from .pruner import check_num_steps, check_state_counters, gradient_score
+from .pruner import PrunerBase, check_num_steps, check_state_counters, gradient_score
 from .tensorboard import SparsityWriter
 
 __all__ = ["TorchCollective", "ShardedPruner", "prune_sharded", "is_sharded"]
@@ -124,7 +124,7 @@ def _row_shard(name: str, param: DTensor) -> RowShard:
     return shard
 
 
-class ShardedPruner:
+class ShardedPruner(PrunerBase):
     """Follows the schedule of one config on a model whose pruned weights are FSDP2 shards.
 
     Build it with :func:`sparsify_torch.prune` after ``fully_shard``. Same use
@@ -138,6 +138,8 @@ class ShardedPruner:
         names: pruned weight names, in model order.
         collective: the :class:`TorchCollective` over the weights' device mesh.
     """
+
+    _after_remove = "this pruner no longer controls the model"
 
     def __init__(self, model: nn.Module, protocol: ShardedPruningProtocol, layers: list[PrunableWeight],
                  params: Mapping[str, DTensor], collective: TorchCollective, log_dir: Any = None) -> None:
@@ -251,24 +253,7 @@ class ShardedPruner:
         if not self.protocol.due(step):
             return
         scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.needs_gradients else None
-        update = self.protocol.advance(step, weights=self._weights, scores=scores)
-        if update is not None:
-            self._write(update)
-            if self._writer is not None:
-                self._writer.write(self.protocol.figures(), step)
-
-    def _release_resources(self) -> None:
-        """Drop the gradient hooks and close the TensorBoard event file."""
-        for h in self._hooks:
-            h.remove()
-        self._hooks.clear()
-        if self._writer is not None:
-            self._writer.close()
-
-    def _check_alive(self, what: str) -> None:
-        if self._removed:
-            raise RuntimeError(f"ShardedPruner.{what}() called after remove(); this pruner no longer controls "
-                               "the model")
+        self._advance(step, scores)
 
     def step(self, num_steps: int = 1) -> None:
         """Zero the pruned weights of every local shard, count ``num_steps`` optimizer steps and

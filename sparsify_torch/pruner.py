@@ -101,7 +101,39 @@ def _dist_group_size(group: Any) -> int:
     return torch.distributed.get_world_size(group)
 
 
-class Pruner:
+class PrunerBase:
+    """What :class:`Pruner` and :class:`~sparsify_torch.fsdp.ShardedPruner` share around the core protocol.
+
+    Subclasses set ``protocol``, ``_weights`` (a reader of the canonical weights), ``_write(update)``,
+    ``_writer`` (a :class:`SparsityWriter` or None), ``_hooks`` (gradient hook handles) and ``_removed``;
+    ``_after_remove`` ends the error of a call after ``remove()``.
+    """
+
+    _after_remove = "the masks are baked into the weights and this pruner no longer controls the model"
+
+    def _advance(self, step: int, scores: Any) -> None:
+        """Advance the protocol to ``step``; write the masks and the TensorBoard figures of an update."""
+        update = self.protocol.advance(step, weights=self._weights, scores=scores)
+        if update is not None:
+            self._write(update)
+            if self._writer is not None:
+                self._writer.write(self.protocol.figures(), step)
+
+    def _release_resources(self) -> None:
+        """Drop the gradient hooks and close the TensorBoard event file."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        if self._writer is not None:
+            self._writer.close()
+
+    def _check_alive(self, what: str) -> None:
+        if self._removed:
+            name = type(self).__name__
+            raise RuntimeError(f"{name}.{what}() called after {name}.remove(); {self._after_remove}")
+
+
+class Pruner(PrunerBase):
     """Follows the schedule of one config on one model. Build it with :func:`prune`.
 
     Call :meth:`step` once per optimizer step. The pruner counts steps
@@ -270,25 +302,7 @@ class Pruner:
             return
         self._sync()
         needs_scores = self.engine.needs_gradients or _dist_group_size(self._group) > 1
-        update = self.protocol.advance(step, weights=self._weights,
-                                       scores=(lambda: self._scores_now(gradient_scores)) if needs_scores else None)
-        if update is not None:
-            self._write(update)
-            if self._writer is not None:
-                self._writer.write(self.protocol.figures(), step)
-
-    def _release_resources(self) -> None:
-        """Drop the gradient hooks and close the TensorBoard event file."""
-        for h in self._hooks:
-            h.remove()
-        self._hooks.clear()
-        if self._writer is not None:
-            self._writer.close()
-
-    def _check_alive(self, what: str) -> None:
-        if self._removed:
-            raise RuntimeError(f"Pruner.{what}() called after Pruner.remove(); the masks are baked into the "
-                               "weights and this pruner no longer controls the model")
+        self._advance(step, (lambda: self._scores_now(gradient_scores)) if needs_scores else None)
 
     def step(self, num_steps: int = 1) -> None:
         """Count ``num_steps`` optimizer steps and update the masks if an update point was reached.
