@@ -86,3 +86,19 @@ def test_grouped_transposed_conv_layout_literal():
             canonical_to_conv_transpose(c, bad)
     with pytest.raises(ValueError, match=r"canonical weight must have at least 3 dimensions, got shape \(6, 2\)"):
         canonical_to_conv_transpose(c[:, :, 0], groups)
+
+
+@pytest.mark.parametrize("kind,shape", [("dense", (1000, 70)), ("dense", (70, 1000)), ("conv", (3, 3, 100, 80)),
+                                        ("conv", (5, 130, 101)), ("conv", (1, 1, 300, 257))])
+@pytest.mark.parametrize("dtype", [np.float32, np.bool_])
+def test_large_kernels_take_the_blocked_path_and_equal_a_plain_transpose(kind, shape, dtype):
+    """Kernels of 2**16 elements and more are transposed in row blocks (uneven last block included)."""
+    k = np.random.default_rng(0).random(shape)
+    k = (k > 0.5) if dtype is np.bool_ else k.astype(dtype)
+    assert k.size >= 1 << 16
+    nd = k.ndim
+    plain = k.T if kind == "dense" else k.transpose(nd - 1, nd - 2, *range(nd - 2))
+    c = tf_to_canonical(k, kind)
+    assert c.flags.c_contiguous and c.dtype == k.dtype and np.array_equal(c, plain)
+    back = canonical_to_tf(c, kind, k.shape)
+    assert back.flags.c_contiguous and np.array_equal(back, k)
