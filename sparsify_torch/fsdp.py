@@ -167,21 +167,6 @@ class ShardedPruner(PrunerBase):
                 self._release_resources()     # prune() fails: no hook or open event file is left behind
                 raise
 
-    @property
-    def engine(self) -> PruningEngine:
-        """The core :class:`sparsify.PruningEngine` (schedule, pattern, criterion)."""
-        return self.protocol.engine
-
-    @property
-    def step_count(self) -> int:
-        """Number of optimizer steps counted so far."""
-        return self._step
-
-    @property
-    def done_step(self) -> int:
-        """Step of the last mask update (-1 if none yet)."""
-        return self.protocol.done_step
-
     def _local(self, name: str) -> torch.Tensor:
         return self._params[name].to_local()
 

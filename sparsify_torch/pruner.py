@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from sparsify import PruningConfig, criteria
+from sparsify import PruningConfig, PruningEngine, criteria
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
@@ -111,6 +111,21 @@ class PrunerBase:
 
     _after_remove = "the masks are baked into the weights and this pruner no longer controls the model"
 
+    @property
+    def engine(self) -> PruningEngine:
+        """The core :class:`sparsify.PruningEngine` (schedule, pattern, criterion)."""
+        return self.protocol.engine
+
+    @property
+    def step_count(self) -> int:
+        """Number of optimizer steps counted so far."""
+        return self._step
+
+    @property
+    def done_step(self) -> int:
+        """Step of the last mask update (-1 if none yet)."""
+        return self.protocol.done_step
+
     def _advance(self, step: int, scores: Any) -> None:
         """Advance the protocol to ``step``; write the masks and the TensorBoard figures of an update."""
         update = self.protocol.advance(step, weights=self._weights, scores=scores)
@@ -172,11 +187,6 @@ class Pruner(PrunerBase):
                 self._release_resources()   # prune() fails: no hook or open event file is left behind
                 raise
 
-    @property
-    def engine(self):
-        """The core :class:`sparsify.PruningEngine` (schedule, pattern, criterion)."""
-        return self.protocol.engine
-
     # ----- access -------------------------------------------------------------------------
     def _original(self, name: str) -> torch.Tensor:
         w = self._layers[name]
@@ -185,16 +195,6 @@ class Pruner(PrunerBase):
     def _par(self, name: str) -> MaskParametrization:
         w = self._layers[name]
         return w.module.parametrizations[w.tensor_name][0]
-
-    @property
-    def step_count(self) -> int:
-        """Number of optimizer steps counted so far."""
-        return self._step
-
-    @property
-    def done_step(self) -> int:
-        """Step of the last mask update (-1 if none yet)."""
-        return self.protocol.done_step
 
     def masks(self) -> dict[str, torch.Tensor]:
         """Current masks as boolean tensors (True = kept) in each weight's torch layout, keyed by name
