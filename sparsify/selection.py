@@ -32,7 +32,7 @@ __all__ = ["exact_prune_count", "lowest_k_mask", "lowest_k_keep", "LowestKCut", 
 _CHUNK = 1 << 16          # elements classified per step (a few chunk-sized arrays stay in L2)
 _SAMPLE = 1 << 16         # smallest sample used to bracket the k-th value ...
 _SAMPLE_MAX = 1 << 18     # ... and the largest (1/64 of the elements in between: a tighter bracket)
-_SMALL = 1 << 15          # below this size a plain partition is fastest
+_SMALL = 1 << 19          # up to this size a plain partition is fastest (the bracket's sample costs more)
 
 
 def exact_prune_count(sparsity: float, n_units: int, keep_one: bool = True) -> int:
@@ -381,6 +381,35 @@ class LowestKCut:
         return [p.flat.size - int(np.count_nonzero(kp)) for p, kp in zip(parts, keeps)]
 
 
+def _keep_among_eligible(arr: np.ndarray, k: int, name: str, tie_axes: tuple[int, ...] | None,
+                         eligible: np.ndarray) -> np.ndarray | None:
+    """:func:`lowest_k_keep` of a small float array with ``eligible`` without writing ``-inf`` into a copy.
+
+    The units that are not eligible are pruned first (they score ``-inf``); the rest of ``k`` is the
+    lowest of the eligible scores, ties in tie order. None when that shortcut does not give the same
+    answer: fewer than all of the non-eligible units are pruned, or an eligible score is ``-inf``
+    (it would tie with them).
+    """
+    el = np.broadcast_to(eligible, arr.shape).reshape(-1)
+    pos = np.flatnonzero(el)
+    need = k - (el.size - pos.size)
+    if need < 0:
+        return None
+    vals = arr.reshape(-1)[pos]
+    check_finite(vals, name)
+    if vals.size and vals.min() == -np.inf:
+        return None
+    keep = el.copy()
+    if need == 0:
+        return keep.reshape(arr.shape)
+    if need < vals.size:
+        ties = None if tie_axes is None else (lambda t: _tie_rank(pos[t], arr.shape, tie_axes))
+        keep[pos[_lowest_k_flags(vals, need, ties)]] = False
+    else:
+        keep[pos] = False
+    return keep.reshape(arr.shape)
+
+
 def lowest_k_mask(scores: np.ndarray, k: int, name: str = "scores", *,
                   tie_axes: tuple[int, ...] | None = None, eligible: np.ndarray | None = None) -> np.ndarray:
     """Boolean mask (same shape as ``scores``) of the ``k`` lowest scores.
@@ -417,6 +446,10 @@ def lowest_k_keep(scores: np.ndarray, k: int, name: str = "scores", *,
     if not 0 <= k <= n:
         raise ValueError(f"k must be in [0, {n}] for {name!r}, got {k}")
     if k == 0 or k == n or n <= _SMALL:
+        if eligible is not None and 0 < k < n and arr.dtype.kind == "f":
+            keep = _keep_among_eligible(arr, k, name, tie_axes, np.asarray(eligible, dtype=bool))
+            if keep is not None:
+                return keep
         if eligible is not None:
             arr = np.where(eligible, arr, -np.inf)
         flat = arr.reshape(-1)

@@ -34,12 +34,15 @@ __all__ = ["NEVER", "core_update_fn", "config_mismatch_message"]
 NEVER = np.iinfo(np.int64).max
 
 
-def config_mismatch_message(ks_group: str, keys: Sequence[str]) -> str:
-    return (f"the pruning state of ks_group {ks_group!r} was saved with a different pruning config (keys that "
+def config_mismatch_message(ks_group: str, keys: Sequence[str], *, owner: str | None = None) -> str:
+    """The error for state saved with another config; ``owner`` names it (default: the ks_group)."""
+    owner = f"ks_group {ks_group!r}" if owner is None else owner
+    return (f"the pruning state of {owner} was saved with a different pruning config (keys that "
             f"differ: {', '.join(keys)}); resume with the config it was saved with, or start a new run")
 
 
-def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict) -> Callable:
+def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
+                   owner: str | None = None) -> Callable:
     """The ``numpy_function`` body: restore the protocol from the variables, advance it, return what to write.
 
     Weights and masks arrive in the canonical layout (converted by graph ops); the new masks and the
@@ -47,7 +50,8 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict) -> Ca
     protocol is restored from the graph's masks and done step only when they differ from what the last
     call left (a restored checkpoint, another session), so an ordinary update converts nothing twice.
     State saved with another config (the fingerprint) and errors of the core (NaN weights) raise a short
-    ``ValueError``, also kept in ``errors["error"]`` for :meth:`GraphPruning.run_update`.
+    ``ValueError``, also kept in ``errors["error"]`` for :meth:`GraphPruning.run_update`. ``owner`` names
+    the state in that error (default: ``ks_group 'name'``; the Keras callback names the model).
     """
     names = list(protocol.names)
     n = len(names)
@@ -66,7 +70,8 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict) -> Ca
         ws, raw = arrays[:n], arrays[n:]
         ms = [np.asarray(m) != 0 for m in raw]           # 0/1 in the masks' own float dtype
         if not np.array_equal(fingerprint, expected):
-            raise ValueError(config_mismatch_message(ks_group, fingerprint_differences(protocol.config, fingerprint)))
+            raise ValueError(config_mismatch_message(ks_group, fingerprint_differences(protocol.config, fingerprint),
+                                                     owner=owner))
         with lock:
             same = last["masks"] is not None and last["done"] == int(done) and \
                 all(np.array_equal(a, b) for a, b in zip(ms, last["masks"]))

@@ -10,11 +10,17 @@ How it works:
   before anything changes.
 * **State** (:mod:`.state`): mask variables and the step of the last update,
   saved with the model's weights, so a resumed run continues exactly.
-* **Mask updates** follow ``optimizer.iterations``: at a batch start the
-  protocol says whether an update (or the release) is due since the last one,
-  also one that fell inside a block of ``steps_per_execution`` steps, and
-  computes the masks from the canonical-layout weights; the callback writes
-  them back with one compiled function. No pruning math and no step logic live here.
+* **Mask updates** follow ``optimizer.iterations``. Without a distribution
+  strategy or XLA, the train step itself ends with a guarded update for the
+  step just reached (:mod:`.graph_update`: one comparison per step, the core
+  runs through ``tf.numpy_function`` only when an update is due, the masks
+  are written with graph ops; no per-batch host work). Otherwise, and at the
+  first batch of every ``fit`` (the starting step, a resume), the host path
+  runs at a batch start: the protocol says whether an update (or the release)
+  is due since the last one, also one that fell inside a block of
+  ``steps_per_execution`` steps, and computes the masks from the
+  canonical-layout weights; the callback writes them back with one compiled
+  function. No pruning math and no step logic live here.
 * **Keeping zeros** (:mod:`.train_step`, :mod:`.grad_masking`): a mask
   update zeroes the pruned weights and their optimizer slots; in between,
   pruned gradients are masked (or weights re-masked after each step for
@@ -48,6 +54,7 @@ from sparsify.protocol import MaskUpdate, PruningProtocol, config_fingerprint, f
 
 from .compat import keras_flavor, optimizer_slots, steps_per_execution, tf_variable, unwrap_optimizer
 from .grad_masking import GRAD_MASKING_OPTIMIZERS, grad_masking_supported, uninstall_grad_hook
+from .graph_update import NEVER, build_graph_update, in_graph_unsupported
 from .layers import PrunableWeight, find_prunable_weights
 from .state import STATE_ATTR, attach_state, detach_state, model_state, state_class
 from .train_step import install_train_step, mask_all, strategy_of, uninstall_train_step
@@ -81,6 +88,11 @@ class PruningCallback(_keras3.callbacks.Callback):
         log_per_layer: also put ``sparsity/<weight path>`` into the epoch logs
             (the total is always logged as ``sparsity``).
         verbose: 1 prints a line at each mask update.
+        update_in_graph: run the mask updates inside the compiled train step when the
+            model trains without a distribution strategy and without XLA (the default;
+            one comparison per step, no per-batch Python hook). False keeps them on the
+            host at batch starts, as under a strategy. Masks and weights are the same
+            either way.
 
     Raises:
         TypeError/ValueError: bad config or arguments (at construction); a model
@@ -95,7 +107,7 @@ class PruningCallback(_keras3.callbacks.Callback):
 
     def __init__(self, config: PruningConfig | Mapping[str, Any] | str | os.PathLike, *,
                  log_dir: str | os.PathLike | None = None, log_per_layer: bool = True,
-                 verbose: int = 0) -> None:
+                 verbose: int = 0, update_in_graph: bool = True) -> None:
         super().__init__()
         cfg = PruningConfig.coerce(config)
         if needs_gradients(cfg.criterion):
@@ -107,11 +119,14 @@ class PruningCallback(_keras3.callbacks.Callback):
             raise TypeError(f"log_per_layer must be True or False, got {log_per_layer!r}")
         if verbose not in (0, 1) or isinstance(verbose, bool):
             raise ValueError(f"verbose must be 0 or 1, got {verbose!r}")
+        if not isinstance(update_in_graph, bool):
+            raise TypeError(f"update_in_graph must be True or False, got {update_in_graph!r}")
         self.config = cfg
         self.protocol: PruningProtocol | None = None   # set when attached to a model
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
         self.log_per_layer = log_per_layer
         self.verbose = verbose
+        self.update_in_graph = update_in_graph
         # tf-keras CallbackList protocol
         self._supports_tf_logs = True
         self._chief_worker_only = None
@@ -128,10 +143,20 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._seen_state: tuple[int, list[np.ndarray]] | None = None
         self._autotune = False
         self._writer: Any = None
+        self._pending_logs: list[tuple[int, dict[str, float]]] = []   # updates made in the graph, for TensorBoard
+        self._in_graph = False      # the traced train step runs the mask updates (see .graph_update)
+        self._batch_hooks = True    # whether tf-keras calls on_train_batch_begin in this fit
+        self._next_due: tf.Variable | None = None   # the graph's guard: the protocol's next due step
 
     # ----- tf-keras CallbackList protocol ------------------------------------------------
     def _implements_train_batch_hooks(self) -> bool:
-        return True
+        # tf-keras asks once per fit (after set_model) and then calls batch hooks only if one wants
+        # them: when the train step will update the masks itself, the per-batch Python call is saved
+        # and the host catches up at each epoch start instead (see on_epoch_begin).
+        m = self._model if self._bound_model() is not None else None
+        self._batch_hooks = (not self.update_in_graph or m is None or not _model_strategy_is_default(m)
+                             or in_graph_unsupported(m) is not None)
+        return self._batch_hooks
 
     def _implements_test_batch_hooks(self) -> bool:
         return False
@@ -240,6 +265,9 @@ class PruningCallback(_keras3.callbacks.Callback):
                 state = state_class(flavor)(chosen, config_fingerprint(self.config))
             attach_state(model, state, flavor)
         object.__setattr__(state, "owner", weakref.ref(self))
+        if self._next_due is None:
+            with tf.init_scope():
+                self._next_due = tf.Variable(0, dtype=tf.int64, trainable=False, name="sparsify_next_due_step")
         install_train_step(model, state, flavor)
         self.protocol = protocol
         self._state = state
@@ -292,7 +320,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         if seen is None or seen[0] != done or not all(np.array_equal(a, b) for a, b in zip(keep, seen[1])):
             self.protocol.restore(done, {pw.path: pw.to_canonical(k) for pw, k in zip(st.pweights, keep)})
             self._seen_state = (done, keep)
-        self._next = _as_bound(self.protocol.next_step())
+        self._set_next()
         self._est = None
         self._refresh = False
 
@@ -305,8 +333,25 @@ class PruningCallback(_keras3.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._est = None            # re-read optimizer.iterations at least once per epoch
+        if (self._in_graph or not self._batch_hooks) and self._state is not None:
+            # updates in the graph (and, under tf-keras, no batch hooks at all): the update at the
+            # starting step, or state restored by another callback's on_train_begin, is handled here
+            self._host_update()
+
+    def _set_next(self) -> None:
+        """``self._next`` and the graph's guard from the protocol's next due step."""
+        nxt = self.protocol.next_step()
+        self._next = _as_bound(nxt)
+        if self._next_due is not None:
+            self._next_due.assign(NEVER if nxt < 0 else nxt)
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if self._in_graph and not self._refresh:
+            return                  # the train step updates the masks itself
+        self._host_update()
+
+    def _host_update(self) -> None:
+        """The host path: restore from the state if needed, then the update due at the current step, if any."""
         self._sync_if_needed()
         # optimizer.iterations is read whenever the protocol may act (and once per epoch);
         # in between the step is known without a device->host read.
@@ -325,6 +370,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         step = self._step()
         if self.protocol.due(step):
             self._update(step)
+        self._flush_logs()
         if self._writer is not None:
             self._writer.flush()
 
@@ -332,6 +378,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         if logs is None or self._state is None:
             return
         self._sync_if_needed()
+        self._flush_logs()
         figures = self.protocol.figures()
         logs.update(figures if self.log_per_layer else {"sparsity": figures["sparsity"]})
 
@@ -404,16 +451,39 @@ class PruningCallback(_keras3.callbacks.Callback):
             if update is None:
                 return
             self._write(update, apply)
-        self._next = _as_bound(self.protocol.next_step())
+        self._set_next()
+        self._log_update(step, update.released)
+        self._flush_logs()
+
+    def _log_update(self, step: int, released: bool) -> None:
         if self._writer is not None:
-            figures = self.protocol.figures()
+            self._pending_logs.append((step, self.protocol.figures()))
+        if self.verbose:
+            what = "masks released" if released else "masks updated"
+            print(f"[sparsify] step {step}: {what}, sparsity {self.protocol.total_sparsity():.4f}")
+
+    def _flush_logs(self) -> None:
+        """Write the sparsity scalars of the updates made since the last flush (host side, eager)."""
+        pending, self._pending_logs = self._pending_logs, []
+        for step, figures in pending:
             with self._writer.as_default(step=step):
                 _scalar("sparsity/total", figures.pop("sparsity"))
                 for tag, v in figures.items():
                     _scalar(tag, v)
-        if self.verbose:
-            what = "masks released" if update.released else "masks updated"
-            print(f"[sparsify] step {step}: {what}, sparsity {self.protocol.total_sparsity():.4f}")
+
+    # ----- the mask update inside the train step (see .graph_update) ---------------------------
+    def _trace_graph_update(self, model: Any) -> None:
+        """Called by the wrapped train step while it is traced, after the optimizer step."""
+        self._in_graph = (self.update_in_graph and self.protocol is not None and self._next_due is not None
+                          and in_graph_unsupported(model) is None)
+        if self._in_graph:
+            build_graph_update(model, self._state, self.protocol, self._next_due, self._graph_updated)
+
+    def _graph_updated(self, done_before: int, done: int, keep: list[np.ndarray]) -> None:
+        """Host side of an update made in the graph (inside the numpy_function)."""
+        self._seen_state = (done, keep)
+        self._next = _as_bound(self.protocol.next_step())
+        self._log_update(done, self.protocol.released)
 
     def _write(self, update: MaskUpdate, apply: Any) -> None:
         pws, step = self._state.pweights, tf.constant(update.step, tf.int64)
@@ -426,6 +496,11 @@ class PruningCallback(_keras3.callbacks.Callback):
         keep = [pw.from_canonical(update.masks[pw.path]) for pw in pws]
         apply(tf.constant(np.concatenate([k.ravel() for k in keep])), step)
         self._seen_state = (update.step, keep)
+
+
+def _model_strategy_is_default(model: Any) -> bool:
+    s = getattr(model, "distribute_strategy", None)
+    return s is None or type(s).__name__.startswith("_Default")
 
 
 def _as_bound(next_step: int) -> float:

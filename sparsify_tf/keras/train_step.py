@@ -97,6 +97,9 @@ def install_train_step(model: Any, state: Any, flavor: str) -> None:
         pairs = masking_pairs(st, model, skip)
         if pairs:
             mask_all(pairs)
+        owner = st.owner() if st.owner is not None else None
+        if owner is not None:        # the mask update due at the step just reached, in the graph when it can
+            owner._trace_graph_update(model)
         return logs
 
     setattr(train_step, _WRAP_FLAG, True)

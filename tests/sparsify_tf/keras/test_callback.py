@@ -26,16 +26,20 @@ def zero_checker(K, cb, model, record):
     return K.callbacks.LambdaCallback(on_train_batch_end=check)
 
 
-def test_mlp_digits_exact_sparsity_zero_every_batch_and_logs(K, digits, tmp_path):
+@pytest.mark.parametrize("in_graph", [True, False], ids=["in_graph", "host"])
+def test_mlp_digits_exact_sparsity_zero_every_batch_and_logs(K, digits, tmp_path, in_graph):
     X, y = digits
     X, y = X[:512], y[:512]
     model = compile_(mlp(K), K)
     cfg = {"target_sparsity": 0.8, "start_step": 2, "end_step": 20, "pruning_frequency": 6}
-    cb = PruningCallback(cfg, log_dir=str(tmp_path / "tb"))
+    cb = PruningCallback(cfg, log_dir=str(tmp_path / "tb"), update_in_graph=in_graph)
     seen = []
     hist = model.fit(X, y, batch_size=64, epochs=4, verbose=0, shuffle=False,
                      callbacks=[cb, zero_checker(K, cb, model, seen)])
-    assert seen[0] == 3 and seen[-1] == 32            # checked at every batch end from the first update on
+    assert cb._in_graph is in_graph
+    # checked at every batch end from the first update on: the update for step 2 runs at the end of
+    # the step that reaches it in the graph, at the next batch start on the host
+    assert seen[0] == (2 if in_graph else 3) and seen[-1] == 32
     for pw in find_prunable_weights(model):
         k = pw.variable.numpy()
         assert int((k == 0).sum()) == exact_pruned(0.8, k.size), pw.path
@@ -44,10 +48,11 @@ def test_mlp_digits_exact_sparsity_zero_every_batch_and_logs(K, digits, tmp_path
     assert hist.history["sparsity"][-1] == pytest.approx(0.8, abs=1e-3)
     assert set(hist.history) >= {"sparsity/fc1/kernel", "sparsity/fc2/kernel", "sparsity/out/kernel"}
     # gradual schedule: epoch 1 runs steps 0-7 (update at 2, init sparsity 0), epoch 2 steps 8-15
-    # (updates at 8 and 14)
+    # (updates at 8 and 14); in the graph, the update for step 8 is made when step 7 ends, before
+    # the epoch-end logs
     sched = sparsify.PruningEngine(cfg)
     n = 64 * 32
-    assert hist.history["sparsity/fc1/kernel"][0] == 0.0
+    assert hist.history["sparsity/fc1/kernel"][0] == (exact_pruned(sched.target_sparsity(8), n) / n if in_graph else 0.0)
     assert hist.history["sparsity/fc1/kernel"][1] == exact_pruned(sched.target_sparsity(14), n) / n > 0.5
     assert hist.history["accuracy"][-1] > 0.3          # still learns (chance is 0.1)
     events = glob.glob(str(tmp_path / "tb" / "*"))
@@ -76,7 +81,8 @@ def test_cnn_digits_4x1_blocks(K, digits):
     assert np.count_nonzero(model.get_layer("out").kernel.numpy() == 0) == 0
 
 
-def test_subclassed_model_steps_per_execution_4_loses_no_update(K, digits):
+@pytest.mark.parametrize("in_graph", [True, False], ids=["in_graph", "host"])
+def test_subclassed_model_steps_per_execution_4_loses_no_update(K, digits, in_graph):
     X, y = digits
     X, y = X[:256], y[:256]
 
@@ -95,12 +101,17 @@ def test_subclassed_model_steps_per_execution_4_loses_no_update(K, digits):
     compile_(model, K, opt="sgd", lr=0.05, steps_per_execution=4)
     updates = []
     cfg = {"target_sparsity": 0.7, "start_step": 1, "end_step": 11, "pruning_frequency": 5}   # points 1, 6, 11
-    cb = PruningCallback(cfg)
-    orig = cb._update
-    cb._update = lambda step: (updates.append(step), orig(step))
+    cb = PruningCallback(cfg, update_in_graph=in_graph)
+    orig, orig_graph = cb._update, cb._graph_updated
+    cb._update = lambda step: (updates.append(("host", step)), orig(step))
+    cb._graph_updated = lambda before, done, keep: (updates.append(("graph", done)), orig_graph(before, done, keep))
     model.fit(X, y, batch_size=32, epochs=2, verbose=0, callbacks=[cb])    # 16 steps, callbacks at 0, 4, 8, 12
-    assert updates == [4, 8, 12]           # each update point (1, 6, 11) caught at the next block start
-    assert cb.last_update_step == 12
+    if in_graph:       # inside the 4-step loop: every update point at its own step
+        assert [u for u in updates if u[0] == "graph"] == [("graph", 1), ("graph", 6), ("graph", 11)]
+        assert cb.last_update_step == 11
+    else:              # each update point (1, 6, 11) caught at the next block start
+        assert updates == [("host", 4), ("host", 8), ("host", 12)]
+        assert cb.last_update_step == 12
     for pw in find_prunable_weights(model):
         assert int((pw.variable.numpy() == 0).sum()) == exact_pruned(0.7, pw.variable.numpy().size)
 
@@ -163,13 +174,14 @@ def test_leave_enabled_false_releases_masks_after_end(K, digits):
 
 
 def test_mask_update_built_once_and_step_read_only_when_an_update_may_be_due(K, digits):
-    """The update function is one concrete function for the whole run (no retracing: shapes never change;
-    built a second time only once, when the optimizer has created its slots after the update at step 0),
+    """Host path (update_in_graph=False): the update function is one concrete function for the whole run
+    (no retracing: shapes never change; built a second time only once, when the optimizer has created its slots after the update at step 0),
     optimizer.iterations is read on the host only at epoch starts, at the due steps and at the end, and
     the pruned weights and Adam's slots are exactly zero after every step."""
     X, y = digits
     model = compile_(mlp(K), K)
-    cb = PruningCallback({"target_sparsity": 0.6, "start_step": 0, "end_step": 30, "pruning_frequency": 10})
+    cb = PruningCallback({"target_sparsity": 0.6, "start_step": 0, "end_step": 30, "pruning_frequency": 10},
+                         update_in_graph=False)
     reads, applies, checked = [], [], []
     step, write = cb._step, cb._write
     cb._step = lambda: reads.append(step()) or reads[-1]
@@ -182,3 +194,48 @@ def test_mask_update_built_once_and_step_read_only_when_an_update_may_be_due(K, 
     assert reads == [0, 10, 20, 22, 30, 44]          # 22: second epoch starts; 44: on_train_end
     assert checked == list(range(1, 45))
     assert cb.sparsity["total"] == pytest.approx(0.6, abs=1e-3)
+
+
+def test_updates_in_the_train_step_need_no_host_work_between_epoch_starts(K, digits):
+    """Default path: after the first batch (the update at step 0, on the host) the train step updates the
+    masks itself at 10, 20 and 30; the host reads optimizer.iterations only at epoch starts and at the end,
+    tf-keras calls no batch hook at all, and the result equals the host path's bit for bit."""
+    X, y = digits
+    results = {}
+    for in_graph in (True, False):
+        model = compile_(mlp(K), K)
+        cb = PruningCallback({"target_sparsity": 0.6, "start_step": 0, "end_step": 30, "pruning_frequency": 10},
+                             update_in_graph=in_graph)
+        reads, host, graph, checked = [], [], [], []
+        step, update, graph_updated = cb._step, cb._update, cb._graph_updated
+        cb._step = lambda: reads.append(step()) or reads[-1]
+        cb._update = lambda s: host.append(s) or update(s)
+        cb._graph_updated = lambda before, done, keep: graph.append(done) or graph_updated(before, done, keep)
+        model.fit(X[:1408], y[:1408], batch_size=64, epochs=2, verbose=0, shuffle=False,
+                  callbacks=[cb, zero_checker(K, cb, model, checked)])
+        results[in_graph] = [w.numpy() for w in model.weights]
+        if in_graph:
+            assert cb._in_graph
+            assert host == [0] and graph == [10, 20, 30]
+            assert reads == [0, 22, 44]             # epoch starts and on_train_end only
+            assert checked == list(range(1, 45))
+            if K.__name__ == "tf_keras":
+                assert cb._batch_hooks is False     # tf-keras skips the per-batch Python call
+    assert all(np.array_equal(a, b) for a, b in zip(results[True], results[False]))
+
+
+def test_nan_weights_at_an_update_in_the_train_step_name_the_layer_and_change_nothing(K, digits):
+    X, y = digits
+    model = compile_(mlp(K), K, opt="sgd")
+    cb = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 40, "pruning_frequency": 4})
+    model.fit(X[:128], y[:128], batch_size=32, epochs=1, verbose=0, callbacks=[cb])       # steps 0-3
+    assert cb._in_graph and cb.last_update_step == 4
+    kernel = model.get_layer("fc2").kernel
+    bad = kernel.numpy()
+    bad[tuple(np.argwhere(cb.masks["fc2/kernel"])[0])] = np.nan       # a kept weight (training spreads it)
+    kernel.assign(bad)
+    before = [m.numpy() for m in cb._state.masks]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="pruning update at step 8 refused: layer .fc\\d/kernel.: scores contain NaN"):
+        model.fit(X[:128], y[:128], batch_size=32, epochs=1, verbose=0, callbacks=[cb])
+    assert cb.last_update_step == 4
+    assert all(np.array_equal(a, m.numpy()) for a, m in zip(before, cb._state.masks))

@@ -1,0 +1,106 @@
+"""Mask updates inside the compiled train step: no host round trip per update.
+
+When a model trains without a distribution strategy and without XLA
+(``jit_compile``), the wrapped ``train_step`` (:mod:`.train_step`) ends with
+one guarded update for the step the optimizer has just reached:
+``optimizer.iterations >= next_due`` (one comparison per step) opens a branch
+that hands the pruned weights and masks to the core through
+``tf.numpy_function`` (:func:`sparsify_tf.graph_update.core_update_fn`, the
+one TF graph mode runs) and writes what it returns with graph ops: the masks,
+zeros in the weights and their optimizer slots, the done step and the next
+due step. An update at the end of step ``s - 1`` is the update at the start of
+step ``s``: the masks, weights and every later step are those of the host
+path, bit for bit (the parity tests compare them).
+
+:class:`~sparsify_tf.keras.PruningCallback` keeps the host path for the first
+batch of every ``fit`` (the update at the starting step, a resume or restored
+checkpoint), and for all batches when the step runs under a distribution
+strategy (every replica would run the core) or XLA (``numpy_function`` does not
+compile): :func:`in_graph_unsupported` says which.
+
+Example:
+    >>> import keras
+    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    >>> m.compile("sgd", "mse", jit_compile=False)
+    >>> in_graph_unsupported(m) is None
+    True
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from sparsify.protocol import PruningProtocol
+
+from ..graph_update import NEVER, core_update_fn
+from .compat import optimizer_slots, tf_variable
+
+__all__ = ["in_graph_unsupported", "build_graph_update", "NEVER"]
+
+
+def in_graph_unsupported(model: Any) -> str | None:
+    """Why the mask update cannot run inside this model's train step (None: it can)."""
+    if tf.distribute.has_strategy():
+        return "the model trains under a distribution strategy"
+    jit = getattr(model, "_jit_compile", None)                 # tf-keras
+    if "jit_compile" in dir(type(model)):                      # Keras 3 (a property that resolves "auto")
+        try:
+            jit = model.jit_compile
+        except Exception:   # pragma: no cover - a model without compile state
+            jit = None
+    if jit is True:
+        return "the train step is compiled with XLA (jit_compile=True)"
+    if getattr(model, "optimizer", None) is None:
+        return "the model has no optimizer"
+    return None
+
+
+def build_graph_update(model: Any, state: Any, protocol: PruningProtocol, next_due: tf.Variable,
+                       on_update: Callable[[int, int, list[np.ndarray]], None]) -> Any:
+    """Add the guarded mask update to the train step being traced (call it after the optimizer step).
+
+    ``on_update(done_before, done_after, masks)`` runs on the host, inside the update, after the
+    core has acted (``masks``: the new masks in the TF layout, bool).
+    """
+    pws = list(state.pweights)
+    n = len(pws)
+    core = core_update_fn(protocol, "", {}, owner=f"model {model.name!r}")
+    weights = [tf_variable(pw.variable) for pw in pws]
+    masks = [tf_variable(m) for m in state.masks]
+    slots = [[tf_variable(s) for s in optimizer_slots(model.optimizer, pw.variable)] for pw in pws]
+    last = tf_variable(state.last_step)
+    fingerprint = tf_variable(state.fingerprint)
+    iterations = tf_variable(model.optimizer.iterations)
+
+    def host(step: np.ndarray, done: np.ndarray, fp: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
+        canon = [pw.to_canonical(a) for pw, a in zip(pws + pws, arrays)]
+        out = core(step, done, fp, *canon)
+        back = [np.ascontiguousarray(pw.from_canonical(a)) for pw, a in zip(pws + pws, out[:2 * n])]
+        if int(out[-2]) != int(done):
+            on_update(int(done), int(out[-2]), [b != 0 for b in back[:n]])
+        return [*back, out[-2], out[-1]]
+
+    def update() -> tf.Tensor:
+        inputs = [step, last.read_value(), fingerprint.read_value(),
+                  *(w.read_value() for w in weights), *(m.read_value() for m in masks)]
+        outs = tf.numpy_function(host, inputs, [m.dtype for m in masks] * 2 + [tf.int64, tf.int64],
+                                 stateful=True, name="sparsify_core_masks")
+        ops = []
+        for i, (w, m, ss) in enumerate(zip(weights, masks, slots)):
+            keep, zero = outs[i], outs[n + i]
+            keep.set_shape(m.shape)
+            zero.set_shape(m.shape)
+            ops.append(m.assign(keep, read_value=False))
+            # zeros where pruned now (the last pruning masks at a release), in the optimizer state too
+            for v in (w, *ss):
+                ops.append(v.assign(v * tf.cast(zero, v.dtype), read_value=False))
+        for out, var in ((outs[-2], last), (outs[-1], next_due)):
+            out.set_shape([])
+            ops.append(var.assign(out, read_value=False))
+        with tf.control_dependencies(ops):
+            return tf.constant(True)
+
+    step = tf.cast(iterations.read_value(), tf.int64)
+    return tf.cond(step >= next_due.read_value(), update, lambda: tf.constant(False), name="sparsify_mask_update")
