@@ -239,3 +239,16 @@ def test_nan_weights_at_an_update_in_the_train_step_name_the_layer_and_change_no
         model.fit(X[:128], y[:128], batch_size=32, epochs=1, verbose=0, callbacks=[cb])
     assert cb.last_update_step == 4
     assert all(np.array_equal(a, m.numpy()) for a, m in zip(before, cb._state.masks))
+
+
+def test_xla_train_step_keeps_the_updates_on_the_host(K, digits):
+    """numpy_function does not compile with XLA: a jit-compiled train step falls back to the host path."""
+    X, y = digits
+    model = compile_(mlp(K), K, jit_compile=True)
+    cb = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 6, "pruning_frequency": 3})
+    model.fit(X[:256], y[:256], batch_size=32, epochs=1, verbose=0, callbacks=[cb])
+    assert cb._in_graph is False and cb._batch_hooks is True
+    assert cb.last_update_step == 6
+    for pw in find_prunable_weights(model):
+        k = pw.variable.numpy()
+        assert int((k == 0).sum()) == exact_pruned(0.5, k.size), pw.path
