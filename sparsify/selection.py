@@ -33,6 +33,7 @@ _CHUNK = 1 << 16          # elements classified per step (a few chunk-sized arra
 _SAMPLE = 1 << 16         # smallest sample used to bracket the k-th value ...
 _SAMPLE_MAX = 1 << 18     # ... and the largest (1/64 of the elements in between: a tighter bracket)
 _SMALL = 1 << 19          # up to this size a plain partition is fastest (the bracket's sample costs more)
+_SMALL_ELIGIBLE = 1 << 18  # the same with ``eligible`` (the eligible scores are gathered first)
 
 
 def exact_prune_count(sparsity: float, n_units: int, keep_one: bool = True) -> int:
@@ -386,27 +387,33 @@ def _keep_among_eligible(arr: np.ndarray, k: int, name: str, tie_axes: tuple[int
     """:func:`lowest_k_keep` of a small float array with ``eligible`` without writing ``-inf`` into a copy.
 
     The units that are not eligible are pruned first (they score ``-inf``); the rest of ``k`` is the
-    lowest of the eligible scores, ties in tie order. None when that shortcut does not give the same
-    answer: fewer than all of the non-eligible units are pruned, or an eligible score is ``-inf``
-    (it would tie with them).
+    lowest of the eligible scores: one partition of the eligible scores gives the cut value, the
+    ties at it go in tie order. None when that shortcut does not give the same answer: fewer than
+    all of the non-eligible units are pruned, or an eligible score is ``-inf`` (it would tie with them).
     """
+    flat = arr.reshape(-1)
     el = np.broadcast_to(eligible, arr.shape).reshape(-1)
-    pos = np.flatnonzero(el)
-    need = k - (el.size - pos.size)
+    vals = np.compress(el, flat)
+    need = k - (flat.size - vals.size)
     if need < 0:
         return None
-    vals = arr.reshape(-1)[pos]
     check_finite(vals, name)
     if vals.size and vals.min() == -np.inf:
         return None
-    keep = el.copy()
     if need == 0:
-        return keep.reshape(arr.shape)
-    if need < vals.size:
-        ties = None if tie_axes is None else (lambda t: _tie_rank(pos[t], arr.shape, tie_axes))
-        keep[pos[_lowest_k_flags(vals, need, ties)]] = False
-    else:
-        keep[pos] = False
+        return el.copy().reshape(arr.shape)
+    if need == vals.size:
+        return np.zeros(arr.shape, dtype=bool)
+    v = np.partition(vals, need - 1)[need - 1]
+    rest = need - int(np.count_nonzero(vals < v))          # ties at v still to prune
+    keep = flat > v
+    keep &= el
+    ties = np.flatnonzero((flat == v) & el)
+    if rest < ties.size:                                    # keep the ties after the first `rest` in tie order
+        keys = None if tie_axes is None else _tie_rank(ties, arr.shape, tie_axes)
+        pruned = _first_in_tie_order(ties, rest, keys)
+        keep[ties] = True
+        keep[pruned] = False
     return keep.reshape(arr.shape)
 
 
@@ -445,7 +452,7 @@ def lowest_k_keep(scores: np.ndarray, k: int, name: str = "scores", *,
     n = arr.size
     if not 0 <= k <= n:
         raise ValueError(f"k must be in [0, {n}] for {name!r}, got {k}")
-    if k == 0 or k == n or n <= _SMALL:
+    if k == 0 or k == n or n <= (_SMALL if eligible is None else _SMALL_ELIGIBLE):
         if eligible is not None and 0 < k < n and arr.dtype.kind == "f":
             keep = _keep_among_eligible(arr, k, name, tie_axes, np.asarray(eligible, dtype=bool))
             if keep is not None:

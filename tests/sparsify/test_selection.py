@@ -170,6 +170,27 @@ def test_property_lowest_k_keep_with_tie_axes_and_eligible(spec, frac, seed):
         np.testing.assert_array_equal(lowest_k_mask(a, k, tie_axes=axes, eligible=eligible), want)
 
 
+def test_eligible_shortcut_agrees_with_minus_inf_scores_at_its_edges():
+    """Small float arrays with ``eligible`` skip the -inf copy; where that could differ it must not."""
+    a = np.array([[3.0, -np.inf, 1.0], [2.0, 5.0, 1.0]])
+    el = np.array([[False, True, True], [False, True, True]])
+    # an eligible -inf ties with the two units that are not eligible: tie order decides (column by column here)
+    assert lowest_k_mask(a, 2, eligible=el).tolist() == [[True, True, False], [False, False, False]]
+    assert lowest_k_mask(a, 2, tie_axes=(1, 0), eligible=el).tolist() == [[True, False, False], [True, False, False]]
+    # fewer pruned than there are units not eligible: the first ones in tie order
+    b = np.array([4.0, 3.0, 2.0, 1.0])
+    assert lowest_k_mask(b, 1, eligible=np.array([True, False, True, False])).tolist() == [False, True, False, False]
+    # all the units not eligible, then the lowest eligible, ties at the cut in tie order
+    c = np.array([[1.0, 0.5, 1.0], [1.0, 9.0, 1.0]])
+    el = np.array([[True, False, True], [True, True, True]])
+    assert lowest_k_mask(c, 3, eligible=el).tolist() == [[True, True, True], [False, False, False]]
+    assert lowest_k_mask(c, 3, tie_axes=(1, 0), eligible=el).tolist() == [[True, True, False], [True, False, False]]
+    with pytest.raises(NaNScoreError):
+        lowest_k_mask(np.array([1.0, np.nan, 2.0]), 1, eligible=np.array([True, True, False]))
+    assert lowest_k_mask(np.array([1.0, np.nan, 2.0]), 1, eligible=np.array([True, False, True])).tolist() == \
+        [False, True, False]                                   # a NaN already pruned is not scored
+
+
 def test_cut_names_the_first_array_holding_nan_and_ignores_units_not_eligible():
     a, b, c = np.arange(40.0), np.arange(40.0), np.arange(40.0)
     b[7], c[3] = np.nan, np.nan
