@@ -230,8 +230,8 @@ class ShardedPruner(PrunerBase):
     def _write(self, update: MaskUpdate) -> None:
         for n, pw in self._layers.items():
             local = self._local(n)
-            local.mul_(pw.from_canonical(update.zero[n]).to(local.device))
-            self._mask[n].copy_(pw.from_canonical(update.masks[n]).to(local.device))
+            local.mul_(pw.mask_like(update.zero[n], local))
+            self._mask[n].copy_(pw.mask_like(update.masks[n], self._mask[n]))
 
     def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
         """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""

@@ -31,6 +31,8 @@ from torch import nn
 
 from sparsify.layout import canonical_to_conv_transpose, conv_transpose_to_canonical
 
+_NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.bool: np.bool_}
+
 __all__ = ["PrunableWeight", "prunable_weights", "hooked_weights", "SUPPORTED_MODULES"]
 
 #: Module types whose weights are prunable, with the tensor names pruned.
@@ -78,6 +80,17 @@ class PrunableWeight:
         """Canonical NumPy array -> CPU tensor in this weight's torch layout."""
         a = canonical_to_conv_transpose(array, self.conv_transpose_groups) if self.conv_transpose_groups else array
         return torch.from_numpy(np.require(a, requirements=["C", "W"]))
+
+    def mask_like(self, mask: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+        """Canonical mask -> tensor in this weight's torch layout with ``like``'s dtype and device.
+
+        The type conversion is done by NumPy where it has the dtype: torch's CPU cast from bool is
+        several times slower than the multiply or copy the mask is used for.
+        """
+        np_dtype = _NUMPY_DTYPES.get(like.dtype)
+        if np_dtype is None:
+            return self.from_canonical(mask).to(device=like.device, dtype=like.dtype)
+        return self.from_canonical(np.asarray(mask).astype(np_dtype)).to(device=like.device)
 
 
 def _tensor_names(module: nn.Module) -> list[str]:

@@ -289,8 +289,8 @@ class Pruner(PrunerBase):
         for n, pw in self._layers.items():
             buffer, original = pw.part(self._par(n).mask), pw.part(self._original(n))
             if zero is not None:
-                original.mul_(pw.from_canonical(zero[n]).to(device=original.device, dtype=original.dtype))
-            buffer.copy_(pw.from_canonical(masks[n]).to(device=buffer.device, dtype=buffer.dtype))
+                original.mul_(pw.mask_like(zero[n], original))
+            buffer.copy_(pw.mask_like(masks[n], buffer))
 
     def _write(self, update: MaskUpdate) -> None:
         # an update zeroes what its masks prune; a release keeps the zeros of the last masks, then unmasks

@@ -54,7 +54,7 @@ from sparsify.protocol import MaskUpdate, PruningProtocol, config_fingerprint, f
 
 from .compat import keras_flavor, optimizer_slots, steps_per_execution, tf_variable, unwrap_optimizer
 from .grad_masking import GRAD_MASKING_OPTIMIZERS, grad_masking_supported, uninstall_grad_hook
-from .graph_update import NEVER, build_graph_update, in_graph_unsupported
+from .graph_update import NEVER, build_graph_update, host_update_fn, in_graph_unsupported
 from .layers import PrunableWeight, find_prunable_weights
 from .state import STATE_ATTR, attach_state, detach_state, model_state, state_class
 from .train_step import install_train_step, mask_all, strategy_of, uninstall_train_step
@@ -146,6 +146,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._pending_logs: list[tuple[int, dict[str, float]]] = []   # updates made in the graph, for TensorBoard
         self._in_graph = False      # the traced train step runs the mask updates (see .graph_update)
         self._batch_hooks = True    # whether tf-keras calls on_train_batch_begin in this fit
+        self._graph_core: tuple | None = None     # (protocol, the core's side of the in-graph update)
         self._next_due: tf.Variable | None = None   # the graph's guard: the protocol's next due step
 
     # ----- tf-keras CallbackList protocol ------------------------------------------------
@@ -477,7 +478,9 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._in_graph = (self.update_in_graph and self.protocol is not None and self._next_due is not None
                           and in_graph_unsupported(model) is None)
         if self._in_graph:
-            build_graph_update(model, self._state, self.protocol, self._next_due, self._graph_updated)
+            if self._graph_core is None or self._graph_core[0] is not self.protocol:
+                self._graph_core = (self.protocol, host_update_fn(model, self.protocol))
+            build_graph_update(model, self._state, self._graph_core[1], self._next_due, self._graph_updated)
 
     def _graph_updated(self, done_before: int, done: int, keep: list[np.ndarray]) -> None:
         """Host side of an update made in the graph (inside the numpy_function)."""

@@ -37,7 +37,7 @@ from sparsify.protocol import PruningProtocol
 from ..graph_update import NEVER, core_update_fn
 from .compat import optimizer_slots, tf_variable
 
-__all__ = ["in_graph_unsupported", "build_graph_update", "NEVER"]
+__all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVER"]
 
 
 def in_graph_unsupported(model: Any) -> str | None:
@@ -57,16 +57,26 @@ def in_graph_unsupported(model: Any) -> str | None:
     return None
 
 
-def build_graph_update(model: Any, state: Any, protocol: PruningProtocol, next_due: tf.Variable,
+def host_update_fn(model: Any, protocol: PruningProtocol) -> Callable:
+    """The core's side of the update (:func:`sparsify_tf.graph_update.core_update_fn`, canonical layout).
+
+    Make it once per protocol and pass it to every :func:`build_graph_update` of that protocol: a train
+    step traced again (another batch shape) then shares what the last update left, and does not
+    restore the protocol from the variables each time the other trace runs an update.
+    """
+    return core_update_fn(protocol, "", {}, owner=f"model {model.name!r}")
+
+
+def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Variable,
                        on_update: Callable[[int, int, list[np.ndarray]], None]) -> Any:
     """Add the guarded mask update to the train step being traced (call it after the optimizer step).
 
-    ``on_update(done_before, done_after, masks)`` runs on the host, inside the update, after the
-    core has acted (``masks``: the new masks in the TF layout, bool).
+    ``core`` comes from :func:`host_update_fn`. ``on_update(done_before, done_after, masks)`` runs on
+    the host, inside the update, after the core has acted (``masks``: the new masks in the TF
+    layout, bool).
     """
     pws = list(state.pweights)
     n = len(pws)
-    core = core_update_fn(protocol, "", {}, owner=f"model {model.name!r}")
     weights = [tf_variable(pw.variable) for pw in pws]
     masks = [tf_variable(m) for m in state.masks]
     slots = [[tf_variable(s) for s in optimizer_slots(model.optimizer, pw.variable)] for pw in pws]

@@ -5,7 +5,9 @@ it installs gradient masking (:mod:`.grad_masking`) for the optimizers that
 support it, and for everything else (other optimizers, constrained weights,
 weights whose gradients bypass ``model.optimizer``, found when the step is
 traced) multiplies the weight and its optimizer slots by the mask after every
-step. Both run in the graph, on every replica.
+step. Both run in the graph, on every replica. Last, the step asks the
+callback for the mask update due at the step it has just reached
+(:mod:`.graph_update`; nothing is added under a distribution strategy or XLA).
 
 Example:
     >>> import tensorflow as tf
