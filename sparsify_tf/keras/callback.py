@@ -440,9 +440,27 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._apply_cache = (cheap, key, read, apply_cf)
         return read, apply_cf
 
+    def _build_optimizer(self) -> None:
+        """Create the optimizer's slots now if it has none yet (as its first step would, same variables).
+
+        Otherwise an update before the first step of a run (step 0, or a resume from a checkpoint
+        saved at an update point) could not zero the slots of the newly pruned weights, and the slots
+        a checkpoint restores into them when they are created would move those weights.
+        """
+        model = self.model
+        opt = unwrap_optimizer(getattr(model, "optimizer", None))
+        if opt is None:
+            return
+        if hasattr(opt, "_create_all_weights") and not hasattr(opt, "build"):     # tf-keras legacy optimizer
+            if not optimizer_slots(opt, self._state.pweights[0].variable):
+                opt._create_all_weights(model.trainable_variables)
+        elif hasattr(opt, "build") and not (getattr(opt, "built", False) or getattr(opt, "_built", False)):
+            opt.build(model.trainable_variables)
+
     def _update(self, step: int) -> None:
         pws = self._state.pweights
         with strategy_of(self.model).scope():
+            self._build_optimizer()
             read, apply = self._apply_fn()
 
             def weights() -> dict[str, np.ndarray]:      # read only when an update is due

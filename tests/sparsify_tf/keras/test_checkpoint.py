@@ -71,6 +71,30 @@ def test_resume_from_model_checkpoint_weights_equals_uninterrupted(K, digits, tm
     _assert_same(ref, ref_cb, resumed, cb)
 
 
+@pytest.mark.parametrize("first_in_graph", [False, True], ids=["host_then_graph", "graph_then_host"])
+def test_resume_across_update_paths_equals_uninterrupted(K, digits, tmp_path, first_in_graph):
+    """A checkpoint written on one update path resumes exactly on the other. Host first: the checkpoint
+    after epoch 3 (step 24) lacks the update due at 24 (the host makes it at the next batch start or
+    at on_train_end, after the save), so the resumed in-graph run makes it at its first epoch start."""
+    X, y = _data(digits)
+    init = _fresh(K).get_weights()
+    ref, ref_cb = _reference(K, digits, init)
+    path = str(tmp_path / ("ckpt.weights.h5" if K.__name__ == "keras" else "ckpt"))
+    first = _fresh(K, init)
+    first.fit(X, y, batch_size=32, epochs=3, verbose=0, shuffle=False,
+              callbacks=[PruningCallback(CFG, update_in_graph=first_in_graph),
+                         K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    resumed = _fresh(K, seed=5)
+    if K.__name__ == "keras":
+        resumed.optimizer.build(resumed.trainable_variables)
+    cb = PruningCallback(CFG, update_in_graph=not first_in_graph)
+    cb.attach(resumed)
+    resumed.load_weights(path)
+    assert cb.last_update_step == (24 if first_in_graph else 20)
+    resumed.fit(X, y, batch_size=32, epochs=4, initial_epoch=3, verbose=0, shuffle=False, callbacks=[cb])
+    _assert_same(ref, ref_cb, resumed, cb)
+
+
 def test_backup_and_restore_resume_equals_uninterrupted(K, digits, tmp_path):
     X, y = _data(digits)
     init = _fresh(K).get_weights()
