@@ -288,9 +288,11 @@ class Pruner(PrunerBase):
         """Copy canonical masks into the buffers in place; zero the weights where ``zero`` is False."""
         for n, pw in self._layers.items():
             buffer, original = pw.part(self._par(n).mask), pw.part(self._original(n))
-            if zero is not None:
-                original.mul_(pw.mask_like(zero[n], original))
-            buffer.copy_(pw.mask_like(masks[n], buffer))
+            keep = pw.mask_like(masks[n], buffer)
+            if zero is not None:     # an update zeroes what its masks prune (one conversion for both)
+                same = zero[n] is masks[n] and keep.dtype == original.dtype and keep.device == original.device
+                original.mul_(keep if same else pw.mask_like(zero[n], original))
+            buffer.copy_(keep)
 
     def _write(self, update: MaskUpdate) -> None:
         # an update zeroes what its masks prune; a release keeps the zeros of the last masks, then unmasks
