@@ -51,23 +51,29 @@ def _assert_same(model_a, cb_a, model_b, cb_b):
     assert int(model_a.optimizer.iterations.numpy()) == int(model_b.optimizer.iterations.numpy()) == 32
 
 
-def test_resume_from_model_checkpoint_weights_equals_uninterrupted(K, digits, tmp_path):
+def _checkpoint_then_resume(K, digits, tmp_path, epochs, first_cb, resumed_cb):
+    """Train ``epochs`` epochs with ModelCheckpoint(save_weights_only), then do what a new process would:
+    new model, new callback, attach, load. Returns (reference model, its callback, resumed model)."""
     X, y = _data(digits)
     init = _fresh(K).get_weights()
     ref, ref_cb = _reference(K, digits, init)
     path = str(tmp_path / ("ckpt.weights.h5" if K.__name__ == "keras" else "ckpt"))
     first = _fresh(K, init)
-    first.fit(X, y, batch_size=32, epochs=2, verbose=0, shuffle=False,
-              callbacks=[PruningCallback(CFG), K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
-    # a new process would do exactly this: new model, new callback, attach, load, continue
+    first.fit(X, y, batch_size=32, epochs=epochs, verbose=0, shuffle=False,
+              callbacks=[first_cb, K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
     resumed = _fresh(K, seed=5)
     if K.__name__ == "keras":
         resumed.optimizer.build(resumed.trainable_variables)
-    cb = PruningCallback(CFG)
-    cb.attach(resumed)
+    resumed_cb.attach(resumed)
     resumed.load_weights(path)
+    return ref, ref_cb, resumed
+
+
+def test_resume_from_model_checkpoint_weights_equals_uninterrupted(K, digits, tmp_path):
+    cb = PruningCallback(CFG)
+    ref, ref_cb, resumed = _checkpoint_then_resume(K, digits, tmp_path, 2, PruningCallback(CFG), cb)
     assert cb.last_update_step == 15                       # mask state restored from the checkpoint
-    resumed.fit(X, y, batch_size=32, epochs=4, initial_epoch=2, verbose=0, shuffle=False, callbacks=[cb])
+    resumed.fit(*_data(digits), batch_size=32, epochs=4, initial_epoch=2, verbose=0, shuffle=False, callbacks=[cb])
     _assert_same(ref, ref_cb, resumed, cb)
 
 
@@ -76,22 +82,11 @@ def test_resume_across_update_paths_equals_uninterrupted(K, digits, tmp_path, fi
     """A checkpoint written on one update path resumes exactly on the other. Host first: the checkpoint
     after epoch 3 (step 24) lacks the update due at 24 (the host makes it at the next batch start or
     at on_train_end, after the save), so the resumed in-graph run makes it at its first epoch start."""
-    X, y = _data(digits)
-    init = _fresh(K).get_weights()
-    ref, ref_cb = _reference(K, digits, init)
-    path = str(tmp_path / ("ckpt.weights.h5" if K.__name__ == "keras" else "ckpt"))
-    first = _fresh(K, init)
-    first.fit(X, y, batch_size=32, epochs=3, verbose=0, shuffle=False,
-              callbacks=[PruningCallback(CFG, update_in_graph=first_in_graph),
-                         K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
-    resumed = _fresh(K, seed=5)
-    if K.__name__ == "keras":
-        resumed.optimizer.build(resumed.trainable_variables)
     cb = PruningCallback(CFG, update_in_graph=not first_in_graph)
-    cb.attach(resumed)
-    resumed.load_weights(path)
+    ref, ref_cb, resumed = _checkpoint_then_resume(
+        K, digits, tmp_path, 3, PruningCallback(CFG, update_in_graph=first_in_graph), cb)
     assert cb.last_update_step == (24 if first_in_graph else 20)
-    resumed.fit(X, y, batch_size=32, epochs=4, initial_epoch=3, verbose=0, shuffle=False, callbacks=[cb])
+    resumed.fit(*_data(digits), batch_size=32, epochs=4, initial_epoch=3, verbose=0, shuffle=False, callbacks=[cb])
     _assert_same(ref, ref_cb, resumed, cb)
 
 
