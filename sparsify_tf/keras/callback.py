@@ -15,8 +15,8 @@ How it works:
   step just reached (:mod:`.graph_update`: one comparison per step, the core
   runs through ``tf.numpy_function`` only when an update is due, the masks
   are written with graph ops; no per-batch host work). Otherwise, and at the
-  first batch of every ``fit`` (the starting step, a resume), the host path
-  runs at a batch start: the protocol says whether an update (or the release)
+  start of every epoch (the starting step, a checkpoint restored in between),
+  the host path runs: the protocol says whether an update (or the release)
   is due since the last one, also one that fell inside a block of
   ``steps_per_execution`` steps, and computes the masks from the
   canonical-layout weights; the callback writes them back with one compiled
