@@ -155,8 +155,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         # them: when the train step will update the masks itself, the per-batch Python call is saved
         # and the host catches up at each epoch start instead (see on_epoch_begin).
         m = self._model if self._bound_model() is not None else None
-        self._batch_hooks = (not self.update_in_graph or m is None or not _model_strategy_is_default(m)
-                             or in_graph_unsupported(m) is not None)
+        self._batch_hooks = not self.update_in_graph or m is None or in_graph_unsupported(m) is not None
         return self._batch_hooks
 
     def _implements_test_batch_hooks(self) -> bool:
@@ -500,7 +499,7 @@ class PruningCallback(_keras3.callbacks.Callback):
                 self._graph_core = (self.protocol, host_update_fn(model, self.protocol))
             build_graph_update(model, self._state, self._graph_core[1], self._next_due, self._graph_updated)
 
-    def _graph_updated(self, done_before: int, done: int, keep: list[np.ndarray]) -> None:
+    def _graph_updated(self, done: int, keep: list[np.ndarray]) -> None:
         """Host side of an update made in the graph (inside the numpy_function)."""
         self._seen_state = (done, keep)
         self._next = _as_bound(self.protocol.next_step())
@@ -517,11 +516,6 @@ class PruningCallback(_keras3.callbacks.Callback):
         keep = [pw.from_canonical(update.masks[pw.path]) for pw in pws]
         apply(tf.constant(np.concatenate([k.ravel() for k in keep])), step)
         self._seen_state = (update.step, keep)
-
-
-def _model_strategy_is_default(model: Any) -> bool:
-    s = getattr(model, "distribute_strategy", None)
-    return s is None or type(s).__name__.startswith("_Default")
 
 
 def _as_bound(next_step: int) -> float:

@@ -10,10 +10,10 @@ one TF graph mode runs) and writes what it returns with graph ops: the masks,
 zeros in the weights and their optimizer slots, the done step and the next
 due step. An update at the end of step ``s - 1`` is the update at the start of
 step ``s``: the masks, weights and every later step are those of the host
-path, bit for bit (the parity tests compare them).
+path, bit for bit (tested).
 
-:class:`~sparsify_tf.keras.PruningCallback` keeps the host path for the first
-batch of every ``fit`` (the update at the starting step, a resume or restored
+:class:`~sparsify_tf.keras.PruningCallback` keeps the host path at the start
+of every epoch (the update at the starting step, a resume or restored
 checkpoint), and for all batches when the step runs under a distribution
 strategy (every replica would run the core) or XLA (``numpy_function`` does not
 compile): :func:`in_graph_unsupported` says which.
@@ -42,7 +42,8 @@ __all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVE
 
 def in_graph_unsupported(model: Any) -> str | None:
     """Why the mask update cannot run inside this model's train step (None: it can)."""
-    if tf.distribute.has_strategy():
+    strategy = getattr(model, "distribute_strategy", None)
+    if tf.distribute.has_strategy() or (strategy is not None and not type(strategy).__name__.startswith("_Default")):
         return "the model trains under a distribution strategy"
     jit = getattr(model, "_jit_compile", None)                 # tf-keras
     if "jit_compile" in dir(type(model)):                      # Keras 3 (a property that resolves "auto")
@@ -68,12 +69,12 @@ def host_update_fn(model: Any, protocol: PruningProtocol) -> Callable:
 
 
 def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Variable,
-                       on_update: Callable[[int, int, list[np.ndarray]], None]) -> Any:
+                       on_update: Callable[[int, list[np.ndarray]], None]) -> Any:
     """Add the guarded mask update to the train step being traced (call it after the optimizer step).
 
-    ``core`` comes from :func:`host_update_fn`. ``on_update(done_before, done_after, masks)`` runs on
-    the host, inside the update, after the core has acted (``masks``: the new masks in the TF
-    layout, bool).
+    ``core`` comes from :func:`host_update_fn`. ``on_update(done, masks)`` runs on the host, inside
+    the update, when the core has changed the masks (``done``: the step of the update; ``masks``:
+    the new masks in the TF layout, bool).
     """
     pws = list(state.pweights)
     n = len(pws)
@@ -89,7 +90,7 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
         out = core(step, done, fp, *canon)
         back = [np.ascontiguousarray(pw.from_canonical(a)) for pw, a in zip(pws + pws, out[:2 * n])]
         if int(out[-2]) != int(done):
-            on_update(int(done), int(out[-2]), [b != 0 for b in back[:n]])
+            on_update(int(out[-2]), [b != 0 for b in back[:n]])
         return [*back, out[-2], out[-1]]
 
     def update() -> tf.Tensor:

@@ -104,7 +104,7 @@ def test_subclassed_model_steps_per_execution_4_loses_no_update(K, digits, in_gr
     cb = PruningCallback(cfg, update_in_graph=in_graph)
     orig, orig_graph = cb._update, cb._graph_updated
     cb._update = lambda step: (updates.append(("host", step)), orig(step))
-    cb._graph_updated = lambda before, done, keep: (updates.append(("graph", done)), orig_graph(before, done, keep))
+    cb._graph_updated = lambda done, keep: (updates.append(("graph", done)), orig_graph(done, keep))
     model.fit(X, y, batch_size=32, epochs=2, verbose=0, callbacks=[cb])    # 16 steps, callbacks at 0, 4, 8, 12
     if in_graph:       # inside the 4-step loop: every update point at its own step
         assert [u for u in updates if u[0] == "graph"] == [("graph", 1), ("graph", 6), ("graph", 11)]
@@ -210,7 +210,7 @@ def test_updates_in_the_train_step_need_no_host_work_between_epoch_starts(K, dig
         step, update, graph_updated = cb._step, cb._update, cb._graph_updated
         cb._step = lambda: reads.append(step()) or reads[-1]
         cb._update = lambda s: host.append(s) or update(s)
-        cb._graph_updated = lambda before, done, keep: graph.append(done) or graph_updated(before, done, keep)
+        cb._graph_updated = lambda done, keep: graph.append(done) or graph_updated(done, keep)
         model.fit(X[:1408], y[:1408], batch_size=64, epochs=2, verbose=0, shuffle=False,
                   callbacks=[cb, zero_checker(K, cb, model, checked)])
         results[in_graph] = [w.numpy() for w in model.weights]

@@ -41,7 +41,8 @@ SCRIPT = textwrap.dedent("""
             seen.append(bool(ok))
         m.fit(X, y, batch_size=32, epochs=2, verbose=0, shuffle=False,
               callbacks=[cb, K.callbacks.LambdaCallback(on_train_batch_end=check)])
-        out = {"replicas": strategy.num_replicas_in_sync, "zero_every_batch": all(seen), "n_checks": len(seen)}
+        out = {"replicas": strategy.num_replicas_in_sync, "zero_every_batch": all(seen), "n_checks": len(seen),
+               "host_path": cb._in_graph is False and cb._batch_hooks is True}
         for pw, mv in zip(cb._state.pweights, cb._state.masks):
             masks = [c.numpy() for c in tf_variable(mv).values]
             comps = [c.numpy() for c in tf_variable(pw.variable).values]
@@ -62,6 +63,7 @@ def test_mirrored_strategy_two_logical_cpus_identical_masks_exact_sparsity():
     for flavor, out in result.items():
         assert out["replicas"] == 2, flavor
         assert out["zero_every_batch"] and out["n_checks"] == 16, flavor
+        assert out["host_path"], flavor        # every replica would run the core: updates stay on the host
         for path in ("fc1/kernel", "out/kernel"):
             w = out[path]
             assert w["same_masks"] and w["same_weights"], (flavor, path)
