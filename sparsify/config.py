@@ -22,15 +22,17 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .criteria import CRITERIA
+from .criteria import registered_criteria
 from .patterns import BLOCK_REDUCTIONS, get_pattern
 from .schedules import Schedule, ScheduleSettings, build_schedule, registered_schedules, schedule_kind
 from .yaml_io import load_yaml_mapping, yaml_loader  # re-exported: sparsify.config.yaml_loader stays importable
 
-__all__ = ["PruningConfig", "SCOPES", "SCHEDULE_TYPES", "DEFAULT_TARGET_SPARSITY", "default_target_sparsity",
+__all__ = ["PruningConfig", "SCOPES", "REGROWTH", "PRUNED_GRADIENTS", "SCHEDULE_TYPES", "DEFAULT_TARGET_SPARSITY", "default_target_sparsity",
            "yaml_loader", "load_yaml_mapping"]
 
-SCOPES = ("global", "local")
+SCOPES = ("global", "local", "row")
+REGROWTH = ("none", "rigl", "set")
+PRUNED_GRADIENTS = ("none", "straight_through")
 
 
 def __getattr__(name: str) -> Any:
@@ -78,8 +80,9 @@ class PruningConfig:
             channels); ``"N:M"`` N pruned of every M consecutive weights along
             the last axis (``"2:4"`` keeps 2 of 4, which is NVIDIA's "2:4
             sparsity").
-        pruning_scope: ``"local"`` (every layer the same ratio) or ``"global"``
-            (one threshold over all layers).
+        pruning_scope: ``"local"`` (every layer the same ratio), ``"global"``
+            (one threshold over all layers) or ``"row"`` (every output row of every
+            layer the same ratio, as Wanda compares weights; pattern ``"1x1"``).
         start_step, end_step: schedule window (optimizer steps).
         pruning_frequency: steps between mask updates (<= 0: every step).
         sparsity_decay_type: the schedule from ``init_sparsity`` i to
@@ -95,12 +98,28 @@ class PruningConfig:
         max_sparsity_ratio_per_layer, min_sparsity_ratio_per_layer: per-layer clamps.
         op_names: regexes (``re.search``) selecting weights by name.
         excluded_op_names: regexes removing weights from the selection.
-        criterion: ``"magnitude"``, ``"snip"`` or ``"snip_momentum"``.
+        criterion: a registered criterion (:mod:`sparsify.criteria`): ``"magnitude"``,
+            ``"snip"``, ``"snip_momentum"``, ``"wanda"`` (``|w|`` times the input channel's
+            activation norm) or one registered with ``register_criterion``.
         criterion_momentum: averaging factor of ``snip_momentum``.
         block_score_reduce: how a block scores its elements: sum, mean or max.
         skip_incompatible_layers: leave layers the pattern does not fit dense
             instead of raising.
-        monotone: pruned weights stay pruned (new masks are subsets of old).
+        monotone: pruned weights stay pruned (new masks are subsets of old, except
+            where regrowth grows them). ``False``: every update ranks all weights, pruned
+            ones by the values they keep under the mask, so a pruned weight can come back.
+        regrowth: ``"none"``; ``"rigl"`` (RigL, Evci et al. 2020) or ``"set"`` (SET): at
+            every update before ``end_step``, after the scheduled sparsity, a fraction of
+            the kept weights with the lowest scores is dropped and as many pruned ones
+            are grown: those with the largest gradient magnitude (RigL) or at random
+            (SET). Grown weights start at zero with zeroed optimizer state. Pattern
+            ``"1x1"``.
+        regrowth_fraction: the fraction of kept weights replaced at ``start_step``; it
+            decays along a cosine to 0 at ``end_step``.
+        pruned_gradient: what a pruned weight's stored value receives in training:
+            ``"none"`` (no gradient: it keeps its value, as in torch.ao) or
+            ``"straight_through"`` (the dense gradient, as in straight-through /
+            dense-to-sparse training; PyTorch only).
 
     Example:
         >>> PruningConfig(pattern="2:4", target_sparsity=0.5).pattern_obj().N
@@ -126,6 +145,9 @@ class PruningConfig:
     block_score_reduce: str = "sum"
     skip_incompatible_layers: bool = False
     monotone: bool = True
+    regrowth: str = "none"
+    regrowth_fraction: float = 0.3
+    pruned_gradient: str = "none"
 
     def __post_init__(self) -> None:
         if not isinstance(self.pattern, str):
@@ -137,7 +159,7 @@ class PruningConfig:
         if self.target_sparsity is None:
             self.target_sparsity = default_target_sparsity(pat)
         for name in ("target_sparsity", "init_sparsity", "max_sparsity_ratio_per_layer",
-                     "min_sparsity_ratio_per_layer", "criterion_momentum"):
+                     "min_sparsity_ratio_per_layer", "criterion_momentum", "regrowth_fraction"):
             self._ratio(name)
         for name in ("start_step", "end_step", "pruning_frequency"):
             v = getattr(self, name)
@@ -151,7 +173,9 @@ class PruningConfig:
         if self.end_step < self.start_step and not (self.end_step == -1 and kind.open_end):
             raise ValueError(f"end_step must be >= start_step ({self.start_step}), got {self.end_step}")
         self._choice("pruning_scope", SCOPES)
-        self._choice("criterion", CRITERIA)
+        self._choice("criterion", registered_criteria())
+        self._choice("regrowth", REGROWTH)
+        self._choice("pruned_gradient", PRUNED_GRADIENTS)
         self._choice("block_score_reduce", BLOCK_REDUCTIONS)
         if not _is_num(self.exponent) or not math.isfinite(self.exponent) or self.exponent <= 0:
             raise ValueError(f"exponent must be a positive number, got {self.exponent!r}")
@@ -166,6 +190,13 @@ class PruningConfig:
         if self.init_sparsity > self.target_sparsity:
             raise ValueError(f"init_sparsity ({self.init_sparsity}) must be <= target_sparsity ({self.target_sparsity})")
         pat.check_ratio(self.target_sparsity, "target_sparsity")      # e.g. at most N/M for "N:M"
+        for what, active in (("pruning_scope='row'", self.pruning_scope == "row"),
+                             (f"regrowth={self.regrowth!r}", self.regrowth != "none")):
+            if active and self.pattern != "1x1":
+                raise ValueError(f"{what} works on single weights: pattern must be '1x1', got {self.pattern!r}")
+        if self.regrowth != "none" and self.end_step < 0:
+            raise ValueError(f"regrowth={self.regrowth!r} decays its fraction to 0 at end_step: end_step must be "
+                             f">= 0, got {self.end_step}")
 
     # ----- validation helpers ----------------------------------------------------------
     def _ratio(self, name: str) -> None:

@@ -1,25 +1,143 @@
-"""Importance criteria: element scores that patterns rank (lowest pruned first).
+"""Importance criteria, a registry: element scores that patterns rank (lowest pruned first).
 
-Pure functions written with array operators only, so they work unchanged on
-NumPy arrays and on framework tensors that an adapter keeps on its device.
+A criterion is a function registered by name with what it *needs* from the
+adapters, among :data:`NEEDS`:
+
+* ``weight``: the canonical weight, dense (pruned entries hold their stored values);
+* ``grad``: the gradient of the loss w.r.t. the weight the model uses (the last backward pass);
+* ``state``: the criterion's running state (None at first); it then returns ``(scores, new_state)``
+  and is evaluated after every backward pass, so the state runs over the steps;
+* ``activation``: per-input-channel statistics (the L2 norm of the layer's inputs over the
+  samples seen since the last update), shaped to broadcast against the canonical weight:
+  ``(1, in)`` for a Linear, ``(1, in, 1, ...)`` for a convolution.
+
+The function takes those as keyword arguments (plus ``config``, the
+:class:`~sparsify.config.PruningConfig`, and anything else it should ignore via
+``**_``) and returns scores of the weight's shape: higher = keep. Criteria
+written with array operators only work unchanged on NumPy arrays and on
+framework tensors, so an adapter may evaluate a per-step criterion on its
+device. Registering a criterion is all it takes for every adapter to use it
+(see ``docs/design.md``, "Add a criterion").
 
 Example:
     >>> import numpy as np
-    >>> magnitude(np.array([-2.0, 1.0])).tolist()
-    [2.0, 1.0]
-    >>> snip(np.array([-2.0, 1.0]), np.array([0.5, -3.0])).tolist()
-    [1.0, 3.0]
+    >>> @register_criterion("distance_from_tenth", needs=("weight",))
+    ... def distance(weight, **_):
+    ...     return abs(weight - 0.1)
+    >>> get_criterion("distance_from_tenth").scores(weight=np.array([0.1, 1.0])).tolist()
+    [0.0, 0.9]
+    >>> get_criterion("snip").needs
+    ('weight', 'grad')
+    >>> unregister_criterion("distance_from_tenth")
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["CRITERIA", "GRADIENT_CRITERIA", "magnitude", "snip", "snip_momentum", "needs_gradients"]
+__all__ = ["Criterion", "NEEDS", "register_criterion", "unregister_criterion", "get_criterion",
+           "registered_criteria", "magnitude", "snip", "snip_momentum", "wanda", "needs_gradients",
+           "CRITERIA", "GRADIENT_CRITERIA"]
 
-CRITERIA = ("magnitude", "snip", "snip_momentum")
-GRADIENT_CRITERIA = ("snip", "snip_momentum")
+#: What a criterion may ask the adapters for.
+NEEDS = ("weight", "grad", "state", "activation")
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """A registered criterion: its name, what it needs, and the function.
+
+    Attributes:
+        name: the config value (``criterion=name``).
+        needs: the inputs the adapters collect for it (a subset of :data:`NEEDS`).
+        fn: the scoring function (keyword arguments, see the module docstring).
+    """
+
+    name: str
+    needs: tuple[str, ...]
+    fn: Callable[..., Any]
+
+    @property
+    def per_step(self) -> bool:
+        """True when scores are evaluated after every backward pass (gradients or a running state),
+        False when they are evaluated at each mask update from what the adapter reads then."""
+        return "grad" in self.needs or "state" in self.needs
+
+    def scores(self, *, config: Any = None, **inputs: Any) -> Any:
+        """Scores from ``inputs`` (exactly the needs; ``state`` may be None); with ``state`` in the
+        needs, ``(scores, new_state)``.
+
+        Raises:
+            ValueError: an input the criterion needs is missing.
+        """
+        missing = [k for k in self.needs if k not in inputs or (inputs[k] is None and k != "state")]
+        if missing:
+            raise ValueError(f"criterion {self.name!r} needs {list(self.needs)}; missing {missing}")
+        return self.fn(config=config, **{k: inputs[k] for k in self.needs})
+
+
+_REGISTRY: dict[str, Criterion] = {}
+
+
+def register_criterion(name: str, needs: tuple[str, ...] | list[str] = ("weight",)) -> Callable:
+    """Decorator registering ``fn`` as criterion ``name`` (usable as ``PruningConfig(criterion=name)``).
+
+    Args:
+        name: a new criterion name.
+        needs: what the function takes, among :data:`NEEDS` (``weight`` is usually one of them).
+
+    Raises:
+        ValueError: the name is taken or not a non-empty string, or ``needs`` holds something
+            not in :data:`NEEDS`.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"criterion name must be a non-empty string, got {name!r}")
+    if name in _REGISTRY:
+        raise ValueError(f"criterion {name!r} is already registered; unregister_criterion({name!r}) first")
+    if isinstance(needs, str) or not isinstance(needs, (tuple, list)) or not needs:
+        raise ValueError(f"needs must be a non-empty tuple of names among {NEEDS}, got {needs!r}")
+    bad = [n for n in needs if n not in NEEDS]
+    if bad or len(set(needs)) != len(needs):
+        raise ValueError(f"needs must name distinct inputs among {NEEDS}, got {tuple(needs)!r}")
+
+    def decorate(fn: Callable) -> Callable:
+        if not callable(fn):
+            raise TypeError(f"register_criterion({name!r}) decorates a function, got {type(fn).__name__}")
+        _REGISTRY[name] = Criterion(name, tuple(needs), fn)
+        return fn
+    return decorate
+
+
+def unregister_criterion(name: str) -> None:
+    """Remove a criterion registered with :func:`register_criterion` (built-ins included)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"criterion {name!r} is not registered (registered: {registered_criteria()})")
+    del _REGISTRY[name]
+
+
+def registered_criteria() -> tuple[str, ...]:
+    """The registered criterion names, built-ins first."""
+    return tuple(_REGISTRY)
+
+
+def get_criterion(name: str) -> Criterion:
+    """The registered :class:`Criterion` called ``name``.
+
+    Raises:
+        ValueError: no such criterion (the registered names are listed).
+    """
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"criterion must be one of {registered_criteria()}, got {name!r}") from None
+
+
+def needs_gradients(criterion: str) -> bool:
+    """True if ``criterion`` is evaluated from gradients or a running state (the adapter collects
+    them after every backward pass)."""
+    return get_criterion(criterion).per_step
 
 
 def magnitude(weight: Any) -> Any:
@@ -37,7 +155,13 @@ def magnitude(weight: Any) -> Any:
 
 
 def snip(weight: Any, grad: Any) -> Any:
-    """``|w * g|``: first-order estimate of the loss change from removing w (SNIP)."""
+    """``|w * g|``: first-order estimate of the loss change from removing w (SNIP).
+
+    Example:
+        >>> import numpy as np
+        >>> snip(np.array([-2.0, 1.0]), np.array([0.5, -3.0])).tolist()
+        [1.0, 3.0]
+    """
     return abs(weight * grad)
 
 
@@ -57,8 +181,38 @@ def snip_momentum(previous: Any, weight: Any, grad: Any, momentum: float = 0.9) 
     return fresh if previous is None else previous * momentum + fresh
 
 
-def needs_gradients(criterion: str) -> bool:
-    """True if ``criterion`` needs gradients (the adapter must collect them)."""
-    if criterion not in CRITERIA:
-        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
-    return criterion in GRADIENT_CRITERIA
+def wanda(weight: Any, activation: Any) -> Any:
+    """``|w_ij| * ||x_j||_2`` (Wanda, Sun et al. 2023): a weight matters as much as the inputs it scales.
+
+    ``activation`` holds the per-input-channel L2 norms, broadcastable to the weight.
+
+    Example:
+        >>> import numpy as np
+        >>> wanda(np.array([[1.0, -2.0]]), np.array([[3.0, 0.5]])).tolist()
+        [[3.0, 1.0]]
+    """
+    return abs(weight) * activation
+
+
+register_criterion("magnitude", needs=("weight",))(lambda weight, **_: magnitude(weight))
+register_criterion("snip", needs=("weight", "grad"))(lambda weight, grad, **_: snip(weight, grad))
+
+
+@register_criterion("snip_momentum", needs=("weight", "grad", "state"))
+def _snip_momentum(weight: Any, grad: Any, state: Any, config: Any = None, **_: Any) -> tuple[Any, Any]:
+    momentum = 0.9 if config is None else config.criterion_momentum
+    avg = snip_momentum(state, weight, grad, momentum)
+    return avg, avg
+
+
+register_criterion("wanda", needs=("weight", "activation"))(lambda weight, activation, **_: wanda(weight, activation))
+
+
+
+def __getattr__(name: str) -> Any:
+    # CRITERIA / GRADIENT_CRITERIA: the registry now (a criterion registered later shows up too)
+    if name == "CRITERIA":
+        return registered_criteria()
+    if name == "GRADIENT_CRITERIA":
+        return tuple(n for n, c in _REGISTRY.items() if c.per_step)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .config import PruningConfig
-from .criteria import magnitude, needs_gradients
+from .criteria import get_criterion, needs_gradients
+from .regrowth import regrow, regrowth_fraction
 
 __all__ = ["PruningEngine", "select_names"]
 
@@ -52,8 +53,14 @@ class PruningEngine:
 
     @property
     def needs_gradients(self) -> bool:
-        """True when the criterion needs gradients (snip, snip_momentum)."""
+        """True when the criterion is evaluated per step from gradients (snip, snip_momentum)."""
         return needs_gradients(self.config.criterion)
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What the adapters collect for this config: the criterion's needs, plus ``grad`` for RigL."""
+        extra = {"grad"} if self.config.regrowth == "rigl" else set()
+        return frozenset(get_criterion(self.config.criterion).needs) | extra
 
     def select_layers(self, names: Iterable[str], shapes: Mapping[str, tuple[int, ...]] | None = None,
                       min_ndim: int = 2) -> list[str]:
@@ -108,19 +115,60 @@ class PruningEngine:
                       scores: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Boolean masks (True = kept, canonical layout) for an update at ``step``.
 
-        ``scores`` defaults to the magnitude of ``weights``; gradient criteria
-        pass their own. With ``monotone`` (the default) earlier pruned weights
-        stay pruned.
+        ``scores`` defaults to the criterion's scores of ``weights``; per-step
+        criteria (gradients, running state) pass their own. With ``monotone``
+        (the default) earlier pruned weights stay pruned. See :meth:`compute_update`.
+        """
+        return self.compute_update(weights, step, pre_masks, scores)[0]
+
+    def criterion_scores(self, weights: Mapping[str, np.ndarray],
+                         activations: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """The criterion's element scores of ``weights`` (criteria evaluated at the update).
+
+        Raises:
+            ValueError: the criterion is evaluated per step (the adapter passes its scores), or an
+                activation statistic it needs is missing.
+        """
+        crit = get_criterion(self.config.criterion)
+        if crit.per_step:
+            raise ValueError(f"criterion {self.config.criterion!r} needs scores computed from gradients; "
+                             "pass scores=...")
+        out = {}
+        for n, w in weights.items():
+            inputs: dict[str, Any] = {"weight": w}
+            if "activation" in crit.needs:
+                if activations is None or n not in activations:
+                    raise ValueError(f"criterion {self.config.criterion!r} needs the input activation statistics of "
+                                     f"{n!r}; none were collected (run forward passes before the update)")
+                inputs["activation"] = np.asarray(activations[n])
+            out[n] = crit.scores(config=self.config, **inputs)
+        return out
+
+    def compute_update(self, weights: Mapping[str, np.ndarray], step: int,
+                       pre_masks: Mapping[str, np.ndarray] | None = None,
+                       scores: Mapping[str, np.ndarray] | None = None,
+                       grads: Mapping[str, np.ndarray] | None = None,
+                       activations: Mapping[str, np.ndarray] | None = None,
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """``(masks, grown)`` of an update at ``step``: the scheduled masks, then regrowth.
+
+        Args:
+            weights: canonical weights (dense: pruned entries hold the values they keep under the mask).
+            step: the update step.
+            pre_masks: the previous masks (monotone: a subset of them stays; regrowth swaps).
+            scores: element scores of a per-step criterion; default: the criterion of ``weights``.
+            grads: gradients (``regrowth="rigl"``).
+            activations: per-input-channel statistics (criteria that need ``activation``).
+
+        Returns:
+            The masks and, per layer, the entries regrowth grew (all False without regrowth).
         """
         weights = {n: _numeric(f"weights[{n!r}]", w) for n, w in weights.items()}
         if scores is None:
-            if self.needs_gradients:
-                raise ValueError(f"criterion {self.config.criterion!r} needs scores computed from gradients; "
-                                 "pass scores=...")
-            scores = {n: magnitude(w) for n, w in weights.items()}
+            scores = self.criterion_scores(weights, activations)
         else:
             _same_layers("scores", scores, weights)
-            scores = {n: _numeric(f"scores[{n!r}]", scores[n], weights[n].shape) for n in weights}
+        scores = {n: _numeric(f"scores[{n!r}]", scores[n], weights[n].shape) for n in weights}
         pre = None
         if pre_masks is not None:
             unknown = [n for n in pre_masks if n not in weights]
@@ -137,7 +185,17 @@ class PruningEngine:
                                        self.target_sparsity(step),
                                        None if pre is None else {n: m for n, m in pre.items() if n not in empty})
         masks.update({n: np.ones(weights[n].shape, dtype=bool) for n in empty})
-        return {n: masks[n] for n in weights}
+        masks = {n: masks[n] for n in weights}
+        fraction = regrowth_fraction(self.config, step)
+        if fraction > 0:
+            if self.config.regrowth == "rigl":
+                if grads is None:
+                    raise ValueError("regrowth='rigl' grows the pruned weights with the largest gradients, but no "
+                                     "gradients were collected: run a backward pass before the update")
+                _same_layers("grads", grads, weights)
+                grads = {n: _numeric(f"grads[{n!r}]", grads[n], weights[n].shape) for n in weights}
+            return regrow(masks, scores, grads, fraction, self.config.regrowth, step)
+        return masks, {n: np.zeros(m.shape, dtype=bool) for n, m in masks.items()}
 
 
 def _numeric(what: str, array: Any, shape: tuple[int, ...] | None = None) -> np.ndarray:

@@ -76,12 +76,15 @@ class MaskUpdate:
             the last pruning masks for a release (so released weights start
             from the pruned values).
         released: True when this call released the masks (``leave_enabled=False``).
+        grown: entries regrowth grew (True), per layer: the adapter sets them to zero in the
+            weights and their optimizer slots (they are kept in ``masks``). Empty without regrowth.
     """
 
     step: int
     masks: dict[str, np.ndarray]
     zero: dict[str, np.ndarray]
     released: bool = False
+    grown: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def sparsity_figures(masks: Arrays, prefix: str = "sparsity") -> dict[str, float]:
@@ -268,15 +271,22 @@ class PruningProtocol:
         """Sparsity an update at ``step`` prunes to (the schedule at the last update point)."""
         return self.engine.target_sparsity(_check_step(step))
 
-    def advance(self, step: int, weights: ArraysOrReader = None, scores: ArraysOrReader = None) -> MaskUpdate | None:
+    def advance(self, step: int, weights: ArraysOrReader = None, scores: ArraysOrReader = None, *,
+                grads: ArraysOrReader = None, activations: ArraysOrReader = None) -> MaskUpdate | None:
         """Apply what is due at ``step``: an update, a release, both, or nothing (None).
 
         Args:
             step: the current step (optimizer steps done).
             weights: canonical-layout weights keyed by name, or a zero-argument
-                callable returning them (called only when an update is due).
-            scores: element scores (same forms), required by gradient criteria;
-                when given, ``weights`` are not read. Default: magnitude of ``weights``.
+                callable returning them (called only when an update is due). Dense:
+                pruned entries hold the values they keep under the mask (zeros when the
+                framework stores none), which ``monotone=False`` ranks.
+            scores: element scores (same forms), required by per-step criteria;
+                when given (and regrowth is off), ``weights`` are not read. Default: the
+                criterion's scores of ``weights``.
+            grads: gradients (same forms), for ``regrowth="rigl"``.
+            activations: per-input-channel statistics (same forms, broadcastable to the
+                weights), for criteria that need ``activation`` (``"wanda"``).
 
         Returns:
             A :class:`MaskUpdate` to write back, or None when nothing changed.
@@ -288,14 +298,19 @@ class PruningProtocol:
         release = self._release_due(step)
         if not update and not release:
             return None
-        masks = self._masks
+        masks, grown = self._masks, {}
         if update:
             s = _read(scores)
-            w = _read(weights) if s is None else None       # scores replace the weights' magnitude
+            w = _read(weights) if s is None or self.config.regrowth != "none" else None
             if w is None and s is None:
                 raise ValueError(f"an update is due at step {step}: pass the weights (or scores)")
-            arrays = self._checked("scores" if s is not None else "weights", s if s is not None else w)
-            masks = self.new_masks(arrays, step, s is not None)
+            if s is not None:
+                s = self._checked("scores", s)
+            w = s if w is None else self._checked("weights", w)
+            g = _read(grads) if self.config.regrowth == "rigl" else None
+            a = _read(activations) if "activation" in self.engine.needs else None
+            masks, grown = self.new_masks(w, step, s, None if g is None else self._checked("grads", g),
+                                          None if a is None else dict(a))
             masks = {n: np.require(masks[n], dtype=bool, requirements=['C', 'W']) for n in self.names}
         zero = masks
         if release:
@@ -303,7 +318,7 @@ class PruningProtocol:
         self._masks = masks
         self._done = step
         self._released = release
-        return MaskUpdate(step, dict(masks), dict(zero), release)
+        return MaskUpdate(step, dict(masks), dict(zero), release, dict(grown))
 
     # ----- extension points (sharded weights: sparsify.distributed) -------------------------
     def held_shapes(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -311,10 +326,15 @@ class PruningProtocol:
         ``shapes`` (all of them here; a subclass holding shards returns its rows' shapes)."""
         return dict(shapes)
 
-    def new_masks(self, arrays: Mapping[str, np.ndarray], step: int, from_scores: bool) -> dict[str, np.ndarray]:
-        """The masks of an update at ``step`` from checked weights (or scores, ``from_scores``),
-        with the current masks as the previous ones. A subclass may compute them elsewhere."""
-        return self.engine.compute_masks(arrays, step, pre_masks=self._masks, scores=arrays if from_scores else None)
+    def new_masks(self, weights: Mapping[str, np.ndarray], step: int, scores: Mapping[str, np.ndarray] | None,
+                  grads: Mapping[str, np.ndarray] | None = None,
+                  activations: Mapping[str, np.ndarray] | None = None,
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """``(masks, grown)`` of an update at ``step`` from checked weights (and scores of a per-step
+        criterion, gradients, activation statistics), with the current masks as the previous ones.
+        A subclass may compute them elsewhere."""
+        return self.engine.compute_update(weights, step, pre_masks=self._masks, scores=scores, grads=grads,
+                                          activations=activations)
 
     def _checked(self, what: str, arrays: Arrays) -> dict[str, np.ndarray]:
         if not isinstance(arrays, Mapping):

@@ -21,6 +21,8 @@ Example:
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -31,12 +33,32 @@ def _count_load(module: "MaskParametrization", incompatible_keys: object) -> Non
     module.loads += 1
 
 
+class _StraightThrough(torch.autograd.Function):
+    """``original * mask`` forward; the dense gradient backward (pruned weights keep training)."""
+
+    @staticmethod
+    def forward(ctx: Any, original: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return original * mask
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
 class MaskParametrization(nn.Module):
     """Parametrization ``weight = original * mask`` with the mask as an in-place buffer.
+
+    The stored weight (``original``) stays dense under the mask: pruned entries
+    keep their values, so a later update can rank them again (``monotone=False``).
+    Their gradient is none (``straight_through=False``: ``d(original * mask)``) or
+    the dense gradient (``straight_through=True``). With ``capture_grad`` set, the
+    next backward pass records the dense gradient of the weight the model uses
+    (``dense_grad``), which regrowth (RigL) ranks the pruned weights by.
 
     Args:
         mask: initial mask, boolean or 0/1 floats (True / 1 = kept). It is
             stored as a buffer named ``mask`` in the weight's dtype.
+        straight_through: pass the dense gradient to pruned entries.
 
     Example:
         >>> p = MaskParametrization(torch.tensor([True, False]))
@@ -46,8 +68,13 @@ class MaskParametrization(nn.Module):
 
     mask: torch.Tensor
 
-    def __init__(self, mask: torch.Tensor) -> None:
+    def __init__(self, mask: torch.Tensor, straight_through: bool = False) -> None:
         super().__init__()
+        if not isinstance(straight_through, bool):
+            raise TypeError(f"straight_through must be True or False, got {straight_through!r}")
+        self.straight_through = straight_through
+        self.capture_grad = False
+        self.dense_grad: torch.Tensor | None = None
         if not isinstance(mask, torch.Tensor):
             raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
         m = mask.detach().clone()
@@ -58,8 +85,14 @@ class MaskParametrization(nn.Module):
         self.register_load_state_dict_post_hook(_count_load)
 
     def forward(self, original: torch.Tensor) -> torch.Tensor:
-        """``original * mask`` (gradients of pruned entries are therefore zero)."""
-        return original * self.mask
+        """``original * mask`` (gradients of pruned entries are zero unless ``straight_through``)."""
+        out = _StraightThrough.apply(original, self.mask) if self.straight_through else original * self.mask
+        if self.capture_grad and out.requires_grad:
+            out.register_hook(self._record_grad)
+        return out
+
+    def _record_grad(self, grad: torch.Tensor) -> None:
+        self.dense_grad = grad.detach().clone()
 
     @torch.no_grad()
     def set_mask(self, mask: torch.Tensor) -> None:

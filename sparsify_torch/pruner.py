@@ -30,11 +30,13 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from sparsify import PruningConfig, PruningEngine, criteria
+from sparsify import PruningConfig, PruningEngine
+from sparsify.criteria import get_criterion
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
+from .statistics import ActivationNorms, check_activation_layers
 from .tensorboard import SparsityWriter
 
 if TYPE_CHECKING:                   # pragma: no cover
@@ -82,17 +84,20 @@ def check_num_steps(num_steps: Any) -> int:
 
 def gradient_score(config: PruningConfig, previous: torch.Tensor | None, weight: torch.Tensor,
                    grad: torch.Tensor) -> torch.Tensor:
-    """The score of a gradient criterion after a backward pass: ``snip`` of this pass, or the
-    ``snip_momentum`` running average from the committed ``previous`` one (None before the first).
+    """The score of a per-step criterion after a backward pass, evaluated on torch tensors: e.g. ``snip``
+    of this pass, or the ``snip_momentum`` running average from the committed ``previous`` one (None
+    before the first). A criterion with a running state returns its new state as its scores' next
+    ``previous`` (for ``snip_momentum`` they are the same tensor).
 
     Example:
         >>> cfg = PruningConfig(criterion="snip")
         >>> gradient_score(cfg, None, torch.tensor([2.0, -1.0]), torch.tensor([0.5, 3.0])).tolist()
         [1.0, 3.0]
     """
-    if config.criterion == "snip":
-        return criteria.snip(weight, grad)
-    return criteria.snip_momentum(previous, weight, grad, config.criterion_momentum)
+    crit = get_criterion(config.criterion)
+    inputs = {"weight": weight, "grad": grad, "state": previous}
+    out = crit.scores(config=config, **{k: v for k, v in inputs.items() if k in crit.needs})
+    return out[1] if "state" in crit.needs else out
 
 
 def _dist_group_size(group: Any) -> int:
@@ -126,9 +131,10 @@ class PrunerBase:
         """Step of the last mask update (-1 if none yet)."""
         return self.protocol.done_step
 
-    def _advance(self, step: int, scores: Any) -> None:
+    def _advance(self, step: int, scores: Any, grads: Any = None, activations: Any = None) -> None:
         """Advance the protocol to ``step``; write the masks and the TensorBoard figures of an update."""
-        update = self.protocol.advance(step, weights=self._weights, scores=scores)
+        update = self.protocol.advance(step, weights=self._weights, scores=scores, grads=grads,
+                                       activations=activations)
         if update is not None:
             self._write(update)
             if self._writer is not None:
@@ -163,8 +169,9 @@ class Pruner(PrunerBase):
     """
 
     def __init__(self, model: nn.Module, protocol: PruningProtocol, layers: list[PrunableWeight],
-                 process_group: Any = None, log_dir: Any = None) -> None:
+                 process_group: Any = None, log_dir: Any = None, optimizer: Any = None) -> None:
         self.model = model
+        self.optimizer = optimizer
         self._writer = None if log_dir is None else SparsityWriter(log_dir)   # TensorBoard, like Keras' log_dir
         self.protocol = protocol
         self.config = protocol.config
@@ -177,15 +184,22 @@ class Pruner(PrunerBase):
         self._pending: dict[str, torch.Tensor] = {}
         self._hooks: list[Any] = []
         self._loads = [self._par(n).loads for n in self.names]
+        needs = protocol.engine.needs
+        self._activations = ActivationNorms(layers) if "activation" in needs else None
+        self._capture_grads = "grad" in needs and not protocol.engine.needs_gradients   # RigL: dense gradients
+        if self._activations is not None:
+            self._hooks.append(self._activations)
         if protocol.engine.needs_gradients:
             for name in self.names:
                 self._hooks.append(self._original(name).register_post_accumulate_grad_hook(self._grad_hook(name)))
         else:
             try:
-                self._maybe_update(0, {})  # an update point at step 0 applies right away
+                if not self._waits_for_data():
+                    self._maybe_update(0, {})  # an update point at step 0 applies right away
             except BaseException:
                 self._release_resources()   # prune() fails: no hook or open event file is left behind
                 raise
+        self._arm_capture()
 
     # ----- access -------------------------------------------------------------------------
     def _original(self, name: str) -> torch.Tensor:
@@ -261,42 +275,79 @@ class Pruner(PrunerBase):
 
     # ----- schedule -----------------------------------------------------------------------
     def _weights(self) -> dict[str, np.ndarray]:
-        """Canonical NumPy views of the weights (no copy for float32 CPU weights).
+        """Canonical NumPy views of the stored weights, dense under the mask (no copy for float32 CPU
+        weights): pruned entries hold the values they keep, which ``monotone=False`` ranks."""
+        return {n: pw.to_canonical(pw.part(self._original(n).detach())) for n, pw in self._layers.items()}
 
-        With monotone masks the pruned entries never matter (they rank lowest), so
-        the raw weights are read; otherwise the masked ones, as the model sees them.
-        """
+    def _dense_grads(self) -> dict[str, np.ndarray]:
+        """Canonical dense gradients of the weights the model used in the last backward pass (RigL)."""
         out = {}
         for n, pw in self._layers.items():
-            w = pw.part(self._original(n).detach())
-            if not self.config.monotone:
-                w = w * pw.part(self._par(n).mask)
-            out[n] = pw.to_canonical(w)
+            g = self._par(n).dense_grad
+            if g is None:
+                raise RuntimeError(f"regrowth={self.config.regrowth!r} needs the gradient of {n!r} at the update, but "
+                                   "no backward pass ran since the last one: call loss.backward() before pruner.step()")
+            out[n] = pw.to_canonical(pw.part(g))
         return out
+
+    def _activation_norms(self) -> dict[str, np.ndarray]:
+        if not self._activations.seen():
+            raise RuntimeError(f"criterion {self.config.criterion!r} needs the inputs of every pruned layer, but some "
+                               "saw no forward pass since the last update: run the model before pruner.step()")
+        return self._activations.canonical()
+
+    def _waits_for_data(self) -> bool:
+        """True when an update needs statistics no pass produced yet (activations, dense gradients)."""
+        return self._activations is not None or self._capture_grads
+
+    def _arm_capture(self) -> None:
+        """Record dense gradients only in the backward pass before an update (RigL)."""
+        if self._capture_grads and not self._removed:
+            nxt = self.protocol.next_step()
+            on = nxt >= 0 and nxt <= self._step + 1
+            for n in self.names:
+                self._par(n).capture_grad = on
 
     def _scores_now(self, gradient_scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
         """Gradient-criterion scores (from ``gradient_scores``), or magnitudes, all-reduced over the process group."""
         if self.engine.needs_gradients:
             scores = self._gradient_scores(gradient_scores)
         else:
-            scores = {n: criteria.magnitude(pw.part(self._original(n) * self._par(n).mask))
-                      for n, pw in self._layers.items()}
+            acts = self._activation_norms() if self._activations is not None else None
+            core = self.engine.criterion_scores(self._weights(), acts)
+            scores = {n: self._layers[n].from_canonical(np.asarray(s, dtype=np.float32)) for n, s in core.items()}
         return {n: self._layers[n].to_canonical(s) for n, s in self._reduce(scores).items()}
 
     @torch.no_grad()
     def _set_masks(self, masks: Mapping[str, np.ndarray], zero: Mapping[str, np.ndarray] | None = None) -> None:
-        """Copy canonical masks into the buffers in place; zero the weights where ``zero`` is False."""
+        """Copy canonical masks into the buffers in place; zero the stored weights where ``zero`` is False."""
         for n, pw in self._layers.items():
             buffer, original = pw.part(self._par(n).mask), pw.part(self._original(n))
-            keep = pw.mask_like(masks[n], buffer)
-            if zero is not None:     # an update zeroes what its masks prune (one conversion for both)
-                same = zero[n] is masks[n] and keep.dtype == original.dtype and keep.device == original.device
-                original.mul_(keep if same else pw.mask_like(zero[n], original))
-            buffer.copy_(keep)
+            if zero is not None:
+                original.mul_(pw.mask_like(zero[n], original))
+            buffer.copy_(pw.mask_like(masks[n], buffer))
+
+    @torch.no_grad()
+    def _zero_grown(self, grown: Mapping[str, np.ndarray]) -> None:
+        """Grown weights start at zero, with zeroed optimizer state."""
+        for n, g in grown.items():
+            if not g.any():
+                continue
+            pw = self._layers[n]
+            original = self._original(n)
+            keep = pw.mask_like(~g, original)
+            pw.part(original).mul_(keep)
+            state = self.optimizer.state.get(original, {}) if self.optimizer is not None else {}
+            for v in state.values():
+                if isinstance(v, torch.Tensor) and v.shape == original.shape:
+                    pw.part(v).mul_(keep.to(v.dtype))
 
     def _write(self, update: MaskUpdate) -> None:
-        # an update zeroes what its masks prune; a release keeps the zeros of the last masks, then unmasks
-        self._set_masks(update.masks, update.zero)
+        # the stored weights stay dense under the mask; a release bakes the zeros of the last masks, then unmasks
+        self._set_masks(update.masks, update.zero if update.released else None)
+        self._zero_grown(update.grown)
+        if self._activations is not None:
+            self._activations.reset()
 
     def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
         """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
@@ -304,7 +355,9 @@ class Pruner(PrunerBase):
             return
         self._sync()
         needs_scores = self.engine.needs_gradients or _dist_group_size(self._group) > 1
-        self._advance(step, (lambda: self._scores_now(gradient_scores)) if needs_scores else None)
+        self._advance(step, (lambda: self._scores_now(gradient_scores)) if needs_scores else None,
+                      grads=self._dense_grads if self._capture_grads else None,
+                      activations=self._activation_norms if self._activations is not None else None)
 
     def step(self, num_steps: int = 1) -> None:
         """Count ``num_steps`` optimizer steps and update the masks if an update point was reached.
@@ -326,6 +379,7 @@ class Pruner(PrunerBase):
         self._maybe_update(step, scores)          # raises before anything changes
         self._scores, self._step = scores, step
         self._pending.clear()
+        self._arm_capture()
 
     # ----- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -405,7 +459,7 @@ def _has_mask_param(model: nn.Module) -> bool:
 
 
 def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
-          process_group: Any = None, log_dir: Any = None) -> "Pruner | ShardedPruner":
+          process_group: Any = None, log_dir: Any = None, optimizer: Any = None) -> "Pruner | ShardedPruner":
     """Register mask parametrizations on the selected weights of ``model``.
 
     Weights of Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d, Embedding(Bag)
@@ -436,6 +490,16 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         log_dir: optional TensorBoard directory: ``sparsity/total`` and
             ``sparsity/<weight>`` scalars at every mask update (as Keras'
             ``PruningCallback(log_dir=)``), through ``torch.utils.tensorboard``.
+        optimizer: the ``torch.optim.Optimizer`` training the model; required with
+            ``regrowth`` (grown weights start with zeroed optimizer state).
+
+    The stored weights stay dense under the masks (``parametrizations.weight.original``):
+    the model computes with ``original * mask``, :meth:`Pruner.remove` and exports bake
+    the product, and ``monotone=False`` lets a pruned weight come back by the value it
+    kept. A pruned weight gets no gradient unless ``pruned_gradient="straight_through"``.
+    ``criterion="wanda"`` reads the inputs of each pruned layer (forward pre-hooks,
+    summed since the last update); ``regrowth="rigl"`` records the dense gradient in
+    the backward pass before each update.
 
     Returns:
         The :class:`Pruner` (a ``ShardedPruner`` for FSDP2 weights); call its
@@ -458,6 +522,11 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         raise TypeError("model is a TorchScript module (torch.jit.script/trace); its weights cannot be "
                         "parametrized: call prune() on the eager model, train, Pruner.remove(), then script it")
     config = PruningConfig.coerce(config)
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if config.regrowth != "none" and optimizer is None:
+        raise ValueError(f"regrowth={config.regrowth!r} zeroes the optimizer state of grown weights: pass the "
+                         "optimizer, prune(model, config, optimizer=opt)")
     if _has_mask_param(model):
         raise ValueError("model is already pruned (it has MaskParametrization layers); call Pruner.remove() "
                          "before pruning it again")
@@ -477,10 +546,19 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             if process_group is not None:
                 raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
                                  "over their own device mesh: pass process_group=None")
+            unsupported = [f"{k}={getattr(config, k)!r}" for k, plain in
+                           (("regrowth", "none"), ("pruned_gradient", "none")) if getattr(config, k) != plain]
+            if "activation" in get_criterion(config.criterion).needs:
+                unsupported.append(f"criterion={config.criterion!r}")
+            if unsupported:
+                raise ValueError(f"{', '.join(unsupported)} is not supported on FSDP2 (DTensor) weights yet; "
+                                 "prune the unsharded model, or use the defaults")
             return prune_sharded(model, config, candidates, params, log_dir=log_dir)
     by_name = {w.name: w for w in candidates}
     protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
     layers = [by_name[n] for n in protocol.names]
+    if "activation" in protocol.engine.needs:
+        check_activation_layers(layers, config.criterion)
     owner: dict[int, PrunableWeight] = {}     # parameter -> first weight reading it
     tensors = list(dict.fromkeys((w.module, w.tensor_name) for w in layers))
     for w in layers:
@@ -503,9 +581,10 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     try:
         for module, tensor_name in tensors:
             p = module._parameters[tensor_name]
-            parametrize.register_parametrization(module, tensor_name, MaskParametrization(torch.ones_like(p.detach())))
+            parametrize.register_parametrization(module, tensor_name, MaskParametrization(
+                torch.ones_like(p.detach()), straight_through=config.pruned_gradient == "straight_through"))
             done.append((module, tensor_name))
-        return Pruner(model, protocol, layers, process_group, log_dir)
+        return Pruner(model, protocol, layers, process_group, log_dir, optimizer)
     except BaseException:
         for module, tensor_name in done:   # nothing half-applied
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)

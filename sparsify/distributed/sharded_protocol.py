@@ -28,7 +28,6 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..config import PruningConfig
-from ..criteria import magnitude
 from ..protocol import PruningProtocol, counted_sparsity_figures
 from .collective import Collective
 from .sharded_selection import RowShard, sharded_masks
@@ -87,22 +86,31 @@ class ShardedPruningProtocol(PruningProtocol):
         return "Sharded" + super().__repr__() + f" (rank {self.collective.rank} of {self.collective.world_size})"
 
     # ----- masks over shards -----------------------------------------------------------------
-    def new_masks(self, arrays: Mapping[str, np.ndarray], step: int, from_scores: bool) -> dict[str, np.ndarray]:
-        if not from_scores and self.engine.needs_gradients:
-            raise ValueError(f"criterion {self.config.criterion!r} needs scores computed from gradients; "
-                             "pass scores=...")
-        scores = dict(arrays) if from_scores else {n: magnitude(a) for n, a in arrays.items()}
+    def new_masks(self, weights: Mapping[str, np.ndarray], step: int, scores: Mapping[str, np.ndarray] | None,
+                  grads: Mapping[str, np.ndarray] | None = None,
+                  activations: Mapping[str, np.ndarray] | None = None,
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        if self.config.regrowth != "none":
+            raise ValueError(f"regrowth={self.config.regrowth!r} is not supported on sharded weights (FSDP2) yet; "
+                             "use regrowth='none'")
+        if scores is None:
+            scores = self.engine.criterion_scores(weights, activations)
         pre = self.masks if self.config.monotone else None
         live = [n for n in self.names if int(np.prod(self.shapes[n])) > 0]
-        out = sharded_masks(self.engine.pattern, {n: scores[n] for n in live}, self.shards,
-                            self.engine.target_sparsity(step), self.collective,
-                            None if pre is None else {n: pre[n] for n in live}, sample_size=self.sample_size)
+        if self.config.pruning_scope == "row":        # rows are compared within themselves: no collective
+            out = self.engine.pattern.get_masks({n: scores[n] for n in live}, self.engine.target_sparsity(step),
+                                                None if pre is None else {n: pre[n] for n in live})
+        else:
+            out = sharded_masks(self.engine.pattern, {n: scores[n] for n in live}, self.shards,
+                                self.engine.target_sparsity(step), self.collective,
+                                None if pre is None else {n: pre[n] for n in live}, sample_size=self.sample_size)
         out.update({n: np.ones(self.local_shapes[n], dtype=bool) for n in self.names if n not in out})
-        return out
+        return out, {}
 
-    def advance(self, step: int, weights: Any = None, scores: Any = None):
+    def advance(self, step: int, weights: Any = None, scores: Any = None, *, grads: Any = None,
+                activations: Any = None):
         """:meth:`sparsify.PruningProtocol.advance` with this rank's rows; collective (every rank calls it)."""
-        update = super().advance(step, weights, scores)
+        update = super().advance(step, weights, scores, grads=grads, activations=activations)
         if update is not None:
             self._count()
         return update

@@ -94,9 +94,10 @@ class Pattern:
     def __init__(self, config: Any = None) -> None:
         self.pattern: str = config_value(config, "pattern", "1x1")
         scope = config_value(config, "pruning_scope", "local")
-        if scope not in ("global", "local"):
-            raise ValueError(f"pruning_scope must be 'global' or 'local', got {scope!r}")
+        if scope not in ("global", "local", "row"):
+            raise ValueError(f"pruning_scope must be 'global', 'local' or 'row', got {scope!r}")
         self.is_global: bool = scope == "global"
+        self.scope: str = scope
         self.max_sparsity_ratio_per_layer: float = validate_ratio(
             "max_sparsity_ratio_per_layer", config_value(config, "max_sparsity_ratio_per_layer", 0.98))
         self.min_sparsity_ratio_per_layer: float = validate_ratio(
@@ -367,6 +368,9 @@ class Pattern:
             if pre_masks is None:
                 raise ValueError("keep_pre_mask=True needs pre_masks")
             return {k: np.asarray(v, dtype=bool).copy() for k, v in pre_masks.items()}
+        if self.scope == "row":
+            from .row_scope import row_masks
+            return row_masks(self, scores, target_sparsity_ratio, pre_masks, max_sparsity_ratio_per_layer)
         fn = self.get_masks_global if self.is_global else self.get_masks_local
         return fn(scores, target_sparsity_ratio, pre_masks, max_sparsity_ratio_per_layer)
 
