@@ -289,6 +289,19 @@ class PruningConfig:
         """A validated copy with ``changes`` applied."""
         return type(self).from_dict({**self.to_dict(), **changes})
 
+    def oneshot(self) -> "PruningConfig":
+        """This config pruning straight to ``target_sparsity`` at step 0, with no schedule window and no
+        regrowth: what the one-shot entry points (``prune_oneshot``) use. The default window would give
+        a target of 0 at step 0.
+
+        Example:
+            >>> cfg = PruningConfig(target_sparsity=0.5, start_step=100, end_step=1000).oneshot()
+            >>> cfg.start_step, cfg.end_step, float(cfg.schedule().sparsity(0))
+            (0, 0, 0.5)
+        """
+        return self.replace(start_step=0, end_step=0, init_sparsity=0.0, sparsity_decay_type="gradual",
+                            regrowth="none", leave_enabled=True)
+
     # ----- derived objects -------------------------------------------------------------
     def schedule(self) -> Schedule:
         """The schedule this config describes (``sparsity_decay_type`` from the schedule registry).

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights
 from .parametrization import MaskParametrization
+from .oneshot import prune_oneshot
 from .pruner import Pruner, prune
 
-__all__ = ["MaskParametrization", "Pruner", "prune", "prunable_weights", "PrunableWeight", "SUPPORTED_MODULES"]
+__all__ = ["MaskParametrization", "Pruner", "prune", "prune_oneshot", "prunable_weights", "PrunableWeight", "SUPPORTED_MODULES"]

@@ -1,7 +1,10 @@
 import numpy as np
 import pytest
 
-from sparsify.criteria import CRITERIA, magnitude, needs_gradients, snip, snip_momentum
+import sparsify.criteria as criteria_module
+from sparsify import PruningConfig, PruningEngine
+from sparsify.criteria import (get_criterion, magnitude, needs_gradients, register_criterion, registered_criteria,
+                               snip, snip_momentum, unregister_criterion, wanda)
 
 
 def test_values():
@@ -14,8 +17,10 @@ def test_values():
 
 
 def test_errors_and_registry():
-    assert CRITERIA == ("magnitude", "snip", "snip_momentum")
-    assert needs_gradients("snip") and not needs_gradients("magnitude")
+    assert registered_criteria()[:4] == ("magnitude", "snip", "snip_momentum", "wanda")
+    assert criteria_module.CRITERIA == registered_criteria()
+    assert needs_gradients("snip") and needs_gradients("snip_momentum")
+    assert not needs_gradients("magnitude") and not needs_gradients("wanda")
     with pytest.raises(ValueError, match="criterion must be one of"):
         needs_gradients("taylor")
     with pytest.raises(ValueError, match="momentum must be in"):
@@ -28,3 +33,51 @@ def test_magnitude_of_the_most_negative_integer_is_its_true_magnitude(dtype):
     w = np.array([low, -1, 0, 5], dtype=dtype)
     assert magnitude(w).tolist() == [-low, 1, 0, 5]
     assert int(magnitude(w[0])) == -low             # NumPy scalars too
+
+
+def test_wanda_scales_each_input_column_by_its_activation_norm():
+    w = np.array([[1.0, -2.0, 0.5], [-4.0, 1.0, 1.0]])
+    norms = np.array([[1.0, 3.0, 0.0]])
+    assert wanda(w, norms).tolist() == [[1.0, 6.0, 0.0], [4.0, 3.0, 0.0]]
+    assert get_criterion("wanda").needs == ("weight", "activation")
+
+
+def test_a_registered_criterion_drives_the_engine_and_the_config():
+    @register_criterion("test_distance", needs=("weight",))
+    def distance(weight, **_):
+        return abs(weight - 0.1)
+    try:
+        cfg = PruningConfig(criterion="test_distance", target_sparsity=0.5, end_step=0)
+        masks = PruningEngine(cfg).compute_masks({"w": np.array([[0.1, 1.0, 0.2, -0.3]])}, step=0)
+        assert masks["w"].tolist() == [[False, True, False, True]]      # distances 0, 0.9, 0.1, 0.4
+    finally:
+        unregister_criterion("test_distance")
+    with pytest.raises(ValueError, match="criterion must be one of .* got 'test_distance'"):
+        PruningConfig(criterion="test_distance")
+
+
+def test_a_state_criterion_returns_its_new_state():
+    cfg = PruningConfig(criterion="snip_momentum", criterion_momentum=0.5)
+    scores, state = get_criterion("snip_momentum").scores(config=cfg, weight=np.array([2.0]), grad=np.array([1.0]),
+                                                          state=None)
+    assert scores.tolist() == state.tolist() == [1.0]
+
+
+@pytest.mark.parametrize("name,needs,match", [
+    ("", ("weight",), "non-empty string"),
+    ("magnitude", ("weight",), "already registered"),
+    ("x", ("weights",), "needs must name distinct inputs"),
+    ("x", ("weight", "weight"), "needs must name distinct inputs"),
+    ("x", "weight", "needs must be a non-empty tuple"),
+])
+def test_bad_registrations_are_refused(name, needs, match):
+    with pytest.raises(ValueError, match=match):
+        register_criterion(name, needs=needs)
+    assert "x" not in registered_criteria()
+
+
+def test_missing_inputs_are_named():
+    with pytest.raises(ValueError, match=r"criterion 'wanda' needs \['weight', 'activation'\]; missing \['activation'\]"):
+        get_criterion("wanda").scores(weight=np.ones(2))
+    with pytest.raises(ValueError, match="needs the input activation statistics of 'w'"):
+        PruningEngine({"criterion": "wanda", "end_step": 0}).compute_masks({"w": np.ones((2, 2))}, step=0)
