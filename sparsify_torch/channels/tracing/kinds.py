@@ -21,6 +21,11 @@ Example:
     >>> register_layer_kind(Scale, LayerKind.PER_CHANNEL, in_dims={"factor": 0})
     >>> layer_kind(Scale(4)), layer_kind(nn.Conv2d(4, 4, 3, groups=4)), layer_kind(nn.ReLU())
     (<LayerKind.PER_CHANNEL: 'norm'>, <LayerKind.DEPTHWISE: 'dw'>, <LayerKind.TRACED: ''>)
+    >>> from sparsify_torch.channels import calibrate_and_prune_model_equal
+    >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), Scale(8), nn.ReLU(), nn.Conv2d(8, 2, 1))
+    >>> small = calibrate_and_prune_model_equal(net, [torch.randn(2, 3, 8, 8)], lambda out, x: out.pow(2).mean())
+    >>> small[0].out_channels, tuple(small[1].factor.shape), small[3].in_channels
+    (4, (4,), 4)
     >>> unregister_layer_kind(Scale)
 """
 from __future__ import annotations

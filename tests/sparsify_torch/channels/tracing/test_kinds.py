@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from sparsify_torch.channels import calibrate_model_for_pruning, get_labels_for_uniform_pruning, prune_model
+from sparsify_torch.channels.serialization import load_pruned_model, save_pruned_model
 from sparsify_torch.channels.tracing import (LayerKind, custom_layer, input_channel_dim, layer_kind,
                                              register_layer_kind, unregister_layer_kind)
 
@@ -120,7 +121,7 @@ def test_registered_per_channel_and_conv_like_layers_prune_exactly(registered):
     assert pruned(x).shape == (2, 2, 6, 6)
 
 
-def test_registered_channels_last_linear_prunes_exactly(registered):
+def test_registered_channels_last_linear_prunes_and_saves(registered, tmp_path):
     torch.manual_seed(0)
     x = torch.randn(2, 5, 4)
     pruned, info = prune_half(TokenNet().eval(), x)
@@ -131,6 +132,10 @@ def test_registered_channels_last_linear_prunes_exactly(registered):
         (4, (4, 4), 4, 3, 3)
     b_reads = next(s for s in groups["a"].slots if s.name == "b" and s.role == "in")
     assert b_reads.dim == -1 and input_channel_dim(pruned.b) == -1  # where calibration puts its gates
+    path = tmp_path / "small.pt"
+    save_pruned_model(pruned, path)  # the registered counts n_in/n_out are saved with the widths
+    again = load_pruned_model(path, TokenNet)
+    assert (again.a.n_out, again.b.n_in, again.b.n_out) == (4, 4, 3) and torch.equal(again(x), pruned(x))
 
 
 def test_registration_follows_subclasses_and_can_be_undone(registered):
