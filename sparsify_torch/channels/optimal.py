@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from sparsify.channel_selection import (architecture_search_space, default_architecture_optimization_strategy,
-                                        get_least_important_labels_by_config, strategy_min_channels)
+                                        least_important_labels, strategy_min_channels)
 
 from .graph import resolve_entry_point
 from .info import ModelPruningInfo
@@ -310,7 +310,7 @@ class _Search:
         if kept in self.results:
             return self.results[kept]
         selector = self.selector
-        labels = get_least_important_labels_by_config(self.info, [n - k for n, k in zip(self.sizes, kept)],
+        labels = least_important_labels(self.info, [n - k for n, k in zip(self.sizes, kept)],
                                                       self.min_channels)
         candidate = prune_model(selector.model, self.info, labels, inplace=False, check=False)  # a throwaway copy
         step = selector.n_latency_calls + 1
