@@ -34,6 +34,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Type, Union
 
+import torch
 from torch import nn
 
 __all__ = ["LayerKind", "CustomLayer", "register_layer_kind", "unregister_layer_kind", "custom_layer", "layer_kind",
@@ -104,19 +105,31 @@ class CustomLayer:
     out_channels: str = ""
 
     def n_in(self, module: nn.Module) -> int:
-        """Input channel count of ``module``."""
-        return self._count(module, self.in_channels, self.in_dims)
+        """Input channel count of ``module``.
+
+        Raises:
+            ValueError: the registered attribute or tensor is missing from ``module``.
+        """
+        return self._count(module, "in", self.in_channels, self.in_dims)
 
     def n_out(self, module: nn.Module) -> int:
-        """Output channel count of ``module``."""
-        return self._count(module, self.out_channels, self.out_dims)
+        """Output channel count of ``module`` (see :meth:`n_in`)."""
+        return self._count(module, "out", self.out_channels, self.out_dims)
 
     @staticmethod
-    def _count(module: nn.Module, attribute: str, dims: Mapping[str, int]) -> int:
+    def _count(module: nn.Module, side: str, attribute: str, dims: Mapping[str, int]) -> int:
         if attribute:
-            return int(getattr(module, attribute))
+            value = getattr(module, attribute, None)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{type(module).__name__} was registered with {side}_channels={attribute!r}, but "
+                                 f"its {attribute!r} is {value!r}, not an integer")
+            return value
         name, dim = next(iter(dims.items()))
-        return int(getattr(module, name).shape[dim])
+        tensor = getattr(module, name, None)
+        if not isinstance(tensor, torch.Tensor) or not -tensor.dim() <= dim < tensor.dim():
+            raise ValueError(f"{type(module).__name__} was registered with {side}_dims={dict(dims)!r}, but its "
+                             f"{name!r} is not a tensor with a dimension {dim} (pass {side}_channels=...)")
+        return int(tensor.shape[dim])
 
 
 _REGISTERED: Dict[type, CustomLayer] = {}

@@ -149,6 +149,20 @@ def test_registration_follows_subclasses_and_can_be_undone(registered):
     assert layer_kind(Bigger(3)) is LayerKind.PER_CHANNEL
 
 
+def test_a_registration_that_does_not_fit_the_module_is_named(registered):
+    class Wide(Dense):
+        def __init__(self):
+            super().__init__(4, 8)
+            del self.n_out
+
+    register_layer_kind(Scale, LayerKind.PER_CHANNEL, in_dims={"scale": 0})  # the tensor is called "factor"
+    with pytest.raises(ValueError, match=r"Scale was registered with in_dims=\{'scale': 0\}, but its 'scale' is not a "
+                                         r"tensor with a dimension 0 \(pass in_channels=...\)"):
+        custom_layer(Scale(3)).n_in(Scale(3))
+    with pytest.raises(ValueError, match="Wide was registered with out_channels='n_out', but its 'n_out' is None"):
+        custom_layer(Wide()).n_out(Wide())
+
+
 def test_a_built_in_base_class_can_be_traced_through():
     class Gate(nn.Linear):  # a Linear subclass whose forward is not a linear layer's
         def forward(self, x):
