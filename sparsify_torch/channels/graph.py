@@ -207,11 +207,11 @@ def _group_members(trace: ChannelTrace, roots: np.ndarray, group_of: Callable[[n
             slots.setdefault(int(g), []).append(MemberSlot(name, role, kind, pos[sel], local[lab[sel]], size, dim))
 
     for rec in trace.units.values():
-        if rec.kind is LayerKind.OPAQUE:
+        if rec.kind == LayerKind.OPAQUE:
             continue
         if rec.out_atoms.size:
             add(rec.out_atoms, rec.name, "out", rec.kind, int(rec.out_atoms.size), 1)
-        if rec.kind.produces_channels:
+        if LayerKind(rec.kind).produces_channels:
             add(rec.in_positions, rec.name, "in", rec.kind, rec.in_size, rec.in_dim)
         elif rec.in_size:
             add(rec.in_positions, rec.name, "through", rec.kind, rec.in_size, rec.in_dim)
@@ -284,7 +284,7 @@ def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, 
             has_out[r] = True
             guf.union(np.repeat(r[:1], count - 1), r[1:])
     for rec in trace.units.values():
-        if rec.kind.passes_channels:
+        if LayerKind(rec.kind).passes_channels:
             r = roots[rec.in_positions[rec.in_positions >= 0]]
             if r.size > 1:
                 guf.union(np.repeat(r[:1], r.size - 1), r[1:])
@@ -298,7 +298,7 @@ def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, 
     n_in_group = dict(zip(*np.unique(grp_of_labels, return_counts=True)))
     # root: the first producer or depthwise layer (module order) holding every label of the group, else the
     # first producer
-    candidates = sorted((rec for rec in trace.units.values() if rec.out_atoms.size or rec.kind is LayerKind.DEPTHWISE),
+    candidates = sorted((rec for rec in trace.units.values() if rec.out_atoms.size or rec.kind == LayerKind.DEPTHWISE),
                         key=lambda r: (order.get(r.name, len(order)), r.name))
     group_root_unit: Dict[int, Any] = {}
     fallback: Dict[int, Any] = {}
