@@ -3,6 +3,8 @@ import warnings
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from sparsify_torch.channels import calibrate_model_for_pruning, get_labels_for_uniform_pruning, prune_model
@@ -136,6 +138,26 @@ def test_registered_channels_last_linear_prunes_and_saves(registered, tmp_path):
     save_pruned_model(pruned, path)  # the registered counts n_in/n_out are saved with the widths
     again = load_pruned_model(path, TokenNet)
     assert (again.a.n_out, again.b.n_in, again.b.n_out) == (4, 4, 3) and torch.equal(again(x), pruned(x))
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(2, 9), st.integers(2, 9), st.integers(1, 3), st.floats(0.1, 0.9))
+def test_registered_layers_keep_their_sizes_consistent(hidden, width, tokens, ratio):
+    register_layer_kind(Dense, LayerKind.LINEAR, channel_dim=-1, in_dims={"weight": 1}, out_dims={"weight": 0},
+                        in_channels="n_in", out_channels="n_out")
+    try:
+        net = nn.Sequential(Dense(3, hidden), nn.GELU(), Dense(hidden, width), nn.Tanh(), nn.Linear(width, 2))
+        x = torch.randn(2, tokens, 3, generator=torch.Generator().manual_seed(hidden * width))
+        info = calibrate_model_for_pruning(net, [x], mse_loss)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            small = prune_model(net, info, get_labels_for_uniform_pruning(info, ratio), inplace=False)  # checked
+    finally:
+        unregister_layer_kind(Dense)
+    assert small[0].n_out == small[0].weight.shape[0] == small[2].n_in == small[2].weight.shape[1]
+    assert small[2].n_out == small[2].weight.shape[0] == small[4].in_features
+    assert (small[0].n_out, small[2].n_out) == (hidden - min(int(ratio * hidden + 0.5), hidden - 1),
+                                                width - min(int(ratio * width + 0.5), width - 1))
 
 
 def test_registration_follows_subclasses_and_can_be_undone(registered):
