@@ -23,7 +23,7 @@ from typing import List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from sparsify.channel_selection import (GroupedScores, MinChannels, check_pruning_config, max_prunable_per_group,
+from sparsify.channel_selection import (GroupedScores, MinChannels, check_pruning_counts, max_prunable_per_group,
                                         n_channels_to_prune)
 
 __all__ = ["PruningConfigValue", "is_ratio_config", "validate_pruning_config", "pruning_config_counts",
@@ -85,7 +85,7 @@ def validate_pruning_config(pruning_config: PruningConfigValue, pruning_info: Op
         if floats[i] and not (math.isfinite(float(v)) and 0.0 <= float(v) < 1.0):
             raise ValueError(f"pruning_config[{i}] = {v!r} is not a fraction in [0, 1)")
     if pruning_info is not None:
-        check_pruning_config(pruning_config_counts(values, pruning_info, min_channels), pruning_info, min_channels)
+        check_pruning_counts(pruning_config_counts(values, pruning_info, min_channels), pruning_info, min_channels)
 
 
 def pruning_config_counts(pruning_config: PruningConfigValue, pruning_info: GroupedScores,

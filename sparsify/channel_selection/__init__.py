@@ -21,14 +21,13 @@ Example:
     >>> import numpy as np
     >>> info = ChannelScores([np.array([0, 1, 2, 3]), np.array([4, 5])],
     ...                      [np.array([3., 1., 2., 0.]), np.array([5., 4.])])
-    >>> get_labels_for_uniform_pruning(info, 0.5)
+    >>> uniform_pruning_labels(info, 0.5)
     [1, 3, 5]
-    >>> get_least_important_labels_by_config(info, [1, 0])
+    >>> least_important_labels(info, [1, 0])
     [3]
 """
-from .labels import (check_pruning_config, check_pruning_ratio, get_criteria_label_dict,
-                     get_labels_for_uniform_pruning, get_least_important_labels_by_config,
-                     iterate_over_gate_criteria, max_prunable_per_group, n_channels_to_prune)
+from .labels import (check_pruning_counts, check_pruning_ratio, criterion_by_label, iter_group_scores,
+                     least_important_labels, max_prunable_per_group, n_channels_to_prune, uniform_pruning_labels)
 from .order import (cumulative_pruning_cost, least_important_indices, max_channels_to_prune, pruning_order,
                     segment_min_channels)
 from .scores import ChannelScores, GroupedScores, MinChannels, group_segments, group_sizes
@@ -47,11 +46,11 @@ __all__ = [
     "max_prunable_per_group",
     "check_pruning_ratio",
     "n_channels_to_prune",
-    "iterate_over_gate_criteria",
-    "get_criteria_label_dict",
-    "get_labels_for_uniform_pruning",
-    "check_pruning_config",
-    "get_least_important_labels_by_config",
+    "iter_group_scores",
+    "criterion_by_label",
+    "uniform_pruning_labels",
+    "check_pruning_counts",
+    "least_important_labels",
     "default_architecture_optimization_strategy",
     "split_labels_by_group",
     "segments_from_layer_channels",

@@ -5,12 +5,12 @@ Example:
     >>> from sparsify.channel_selection import ChannelScores
     >>> info = ChannelScores([np.array([0, 1, 2, 3]), np.array([4, 5])],
     ...                      [np.array([3., 1., 2., 0.]), np.array([5., 4.])])
-    >>> get_labels_for_uniform_pruning(info, 0.5)
+    >>> uniform_pruning_labels(info, 0.5)
     [1, 3, 5]
-    >>> get_least_important_labels_by_config(info, [1, 0])
+    >>> least_important_labels(info, [1, 0])
     [3]
     >>> concat = ChannelScores([np.arange(5)], [np.array([3., 4., 5., 0., 1.])], [np.array([0, 0, 0, 1, 1])])
-    >>> get_labels_for_uniform_pruning(concat, 0.6)  # 3, then 4 would empty segment 1: 0 goes instead
+    >>> uniform_pruning_labels(concat, 0.6)  # 3, then 4 would empty segment 1: 0 goes instead
     [0, 1, 3]
 """
 from __future__ import annotations
@@ -25,9 +25,9 @@ from ..selection import exact_prune_count
 from .order import max_channels_to_prune, pruning_order, segment_min_channels
 from .scores import GroupedScores, MinChannels, group_segments, group_sizes
 
-__all__ = ["max_prunable_per_group", "n_channels_to_prune", "check_pruning_ratio", "iterate_over_gate_criteria",
-           "get_criteria_label_dict", "get_labels_for_uniform_pruning", "check_pruning_config",
-           "get_least_important_labels_by_config"]
+__all__ = ["max_prunable_per_group", "n_channels_to_prune", "check_pruning_ratio", "iter_group_scores",
+           "criterion_by_label", "uniform_pruning_labels", "check_pruning_counts",
+           "least_important_labels"]
 
 
 def max_prunable_per_group(pruning_info: GroupedScores, min_channels: MinChannels = 1) -> List[int]:
@@ -66,34 +66,34 @@ def check_pruning_ratio(pruning_ratio: float) -> None:
         raise ValueError(f"pruning_ratio must be a number in [0, 1), got {pruning_ratio!r}")
 
 
-def iterate_over_gate_criteria(pruning_info: GroupedScores) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+def iter_group_scores(pruning_info: GroupedScores) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
     """Yield ``(labels, criteria)`` for every prunable group, in group order.
 
     Example:
         >>> from sparsify.channel_selection import ChannelScores
         >>> info = ChannelScores([np.array([0, 1])], [np.array([1., 2.])])
-        >>> [(lab.tolist(), crit.tolist()) for lab, crit in iterate_over_gate_criteria(info)]
+        >>> [(lab.tolist(), crit.tolist()) for lab, crit in iter_group_scores(info)]
         [([0, 1], [1.0, 2.0])]
     """
     for labels, criteria in zip(pruning_info.group_labels, pruning_info.group_criteria):
         yield np.asarray(labels), np.asarray(criteria, dtype=np.float64)
 
 
-def get_criteria_label_dict(pruning_info: GroupedScores) -> Dict[int, float]:
+def criterion_by_label(pruning_info: GroupedScores) -> Dict[int, float]:
     """Map every prunable label to its criterion.
 
     Example:
         >>> from sparsify.channel_selection import ChannelScores
-        >>> get_criteria_label_dict(ChannelScores([np.array([4, 7])], [np.array([1., 2.])]))
+        >>> criterion_by_label(ChannelScores([np.array([4, 7])], [np.array([1., 2.])]))
         {4: 1.0, 7: 2.0}
     """
     out: Dict[int, float] = {}
-    for labels, criteria in iterate_over_gate_criteria(pruning_info):
+    for labels, criteria in iter_group_scores(pruning_info):
         out.update(zip(labels.tolist(), criteria.tolist()))
     return out
 
 
-def get_labels_for_uniform_pruning(pruning_info: GroupedScores, pruning_ratio: float,
+def uniform_pruning_labels(pruning_info: GroupedScores, pruning_ratio: float,
                                    min_channels: MinChannels = 1) -> List[int]:
     """Prune the same fraction of every prunable group, least important first.
 
@@ -108,19 +108,19 @@ def get_labels_for_uniform_pruning(pruning_info: GroupedScores, pruning_ratio: f
     Example:
         >>> from sparsify.channel_selection import ChannelScores
         >>> info = ChannelScores([np.array([0, 1, 2, 3])], [np.array([3., 1., 2., 0.])])
-        >>> get_labels_for_uniform_pruning(info, 0.5)
+        >>> uniform_pruning_labels(info, 0.5)
         [1, 3]
         >>> info = ChannelScores([np.arange(4)], [np.array([3., 1., 2., 0.])], [np.array([0, 0, 0, 1])])
-        >>> get_labels_for_uniform_pruning(info, 0.5), get_labels_for_uniform_pruning(info, 0.9)
+        >>> uniform_pruning_labels(info, 0.5), uniform_pruning_labels(info, 0.9)
         ([1, 2], [1, 2])
     """
     check_pruning_ratio(pruning_ratio)
     cfg = [min(n_channels_to_prune(n, pruning_ratio), most) if n else 0
            for n, most in zip(group_sizes(pruning_info), max_prunable_per_group(pruning_info, min_channels))]
-    return get_least_important_labels_by_config(pruning_info, cfg, min_channels)
+    return least_important_labels(pruning_info, cfg, min_channels)
 
 
-def check_pruning_config(pruning_cfg: Sequence[int], pruning_info: GroupedScores,
+def check_pruning_counts(pruning_cfg: Sequence[int], pruning_info: GroupedScores,
                          min_channels: MinChannels = 1) -> None:
     """Validate a pruning config: one count of channels to prune per prunable group.
 
@@ -132,13 +132,13 @@ def check_pruning_config(pruning_cfg: Sequence[int], pruning_info: GroupedScores
     Example:
         >>> from sparsify.channel_selection import ChannelScores
         >>> info = ChannelScores([np.array([0, 1, 2])], [np.zeros(3)])
-        >>> check_pruning_config([2], info)
-        >>> check_pruning_config([3], info)
+        >>> check_pruning_counts([2], info)
+        >>> check_pruning_counts([3], info)
         Traceback (most recent call last):
         ...
         ValueError: pruning_cfg[0] = 3 is not allowed: group 0 has 3 channels, so at most 2 can be pruned
         >>> concat = ChannelScores([np.arange(3)], [np.zeros(3)], [np.array([0, 0, 1])])
-        >>> check_pruning_config([2], concat)  # doctest: +ELLIPSIS
+        >>> check_pruning_counts([2], concat)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         ValueError: pruning_cfg[0] = 2 is not allowed: group 0 has 3 channels, so at most 1 can be pruned (its 2 ...
@@ -161,7 +161,7 @@ def check_pruning_config(pruning_cfg: Sequence[int], pruning_info: GroupedScores
                              f"so at most {max(most, 0)} can be pruned{why}")
 
 
-def get_least_important_labels_by_config(pruning_info: GroupedScores, pruning_cfg: Sequence[int],
+def least_important_labels(pruning_info: GroupedScores, pruning_cfg: Sequence[int],
                                          min_channels: MinChannels = 1) -> List[int]:
     """Labels of the ``pruning_cfg[i]`` least important channels of every group ``i``.
 
@@ -173,15 +173,15 @@ def get_least_important_labels_by_config(pruning_info: GroupedScores, pruning_cf
         >>> from sparsify.channel_selection import ChannelScores
         >>> info = ChannelScores([np.array([0, 1, 2]), np.array([3, 4])],
         ...                      [np.array([1., 1., 0.]), np.array([2., 1.])])
-        >>> get_least_important_labels_by_config(info, [2, 1])
+        >>> least_important_labels(info, [2, 1])
         [0, 2, 4]
         >>> concat = ChannelScores([np.arange(5)], [np.array([3., 4., 5., 0., 1.])], [np.array([0, 0, 0, 1, 1])])
-        >>> get_least_important_labels_by_config(concat, [2])
+        >>> least_important_labels(concat, [2])
         [0, 3]
     """
-    check_pruning_config(pruning_cfg, pruning_info, min_channels)
+    check_pruning_counts(pruning_cfg, pruning_info, min_channels)
     out: List[int] = []
-    for (labels, criteria), seg, k in zip(iterate_over_gate_criteria(pruning_info), group_segments(pruning_info),
+    for (labels, criteria), seg, k in zip(iter_group_scores(pruning_info), group_segments(pruning_info),
                                           pruning_cfg):
         if k:
             out.extend(labels[np.sort(pruning_order(criteria, seg, min_channels)[: int(k)])].tolist())

@@ -35,6 +35,7 @@ from .info import ModelPruningInfo
 from .model_state import ModelSnapshot
 from .progress import check_show_tqdm, progress_bar
 from .samples import default_sample_to_model_inputs, default_sample_to_n_samples, map_tensors
+from .tracing import input_channel_dim
 
 __all__ = ["PruningCalibrator", "calibrate_model_for_pruning", "run_calibration", "check_importance"]
 
@@ -178,7 +179,7 @@ class PruningCalibrator:
 
 
 def _make_gate_hook(module: nn.Module, entries):
-    dim = -1 if isinstance(module, nn.Linear) else 1
+    dim = input_channel_dim(module)
     needed = max(int(idx.max()) for _, idx, _ in entries) + 1
 
     def hook(_module, args):

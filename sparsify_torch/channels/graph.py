@@ -1,7 +1,7 @@
 """Channel groups: which channels of a model can be removed, and what removing them touches.
 
 One forward pass of the traced method (the *entry point*) is followed op by op
-(:mod:`.trace`). Channels that must be removed together form a *label* (a
+(:mod:`.tracing`). Channels that must be removed together form a *label* (a
 residual add joins the channels it adds; a grouped convolution joins the same
 position of every block; a channel shuffle joins the positions it pairs). The
 labels of one producing layer (and of every layer joined to it) form a
@@ -32,13 +32,10 @@ from torch import nn
 from sparsify.channel_groups import LabelUnionFind, rectangular_dim
 from sparsify.channel_selection import segments_from_layer_channels
 
-from .trace import ChannelTrace, trace_channels
+from .tracing import ChannelTrace, LayerKind, trace_channels
 
 __all__ = ["MemberSlot", "ConsumerSlot", "ChannelGroup", "resolve_entry_point", "analyze_channel_groups",
            "build_dependency_graph", "preserved_state"]
-
-_CONSUMER_KINDS = ("conv", "linear", "convt", "gconv")
-_THROUGH_KINDS = ("dw", "norm", "lnorm", "gnorm")
 
 
 @dataclass(frozen=True)
@@ -51,7 +48,7 @@ class MemberSlot:
             channels of a conv/linear), ``"through"`` (channels a BatchNorm,
             LayerNorm, GroupNorm, PReLU or depthwise convolution passes on) or
             ``"param"`` (a dimension of a free parameter, e.g. a layer scale).
-        kind: the layer kind (see :func:`.trace.unit_kind`) or ``"param"``.
+        kind: the :class:`~.tracing.LayerKind` of the layer, or ``"param"``.
         positions: indices in that dimension that belong to the group.
         labels: the group-local label of each position.
         size: size of that dimension when the model was traced.
@@ -178,7 +175,7 @@ def preserved_state(model: nn.Module, params_require_grad: Optional[bool] = None
 
 def build_dependency_graph(model: nn.Module, entry_point: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
                            call: Optional[Callable] = None, max_ops: int = 2_000_000) -> ChannelTrace:
-    """Trace ``entry_point`` once and follow every channel (see :mod:`.trace`).
+    """Trace ``entry_point`` once and follow every channel (see :mod:`.tracing`).
 
     ``call`` replaces the entry-point method (the calibrator passes the original
     while the method is patched). Runs in the model's current mode under
@@ -210,11 +207,11 @@ def _group_members(trace: ChannelTrace, roots: np.ndarray, group_of: Callable[[n
             slots.setdefault(int(g), []).append(MemberSlot(name, role, kind, pos[sel], local[lab[sel]], size, dim))
 
     for rec in trace.units.values():
-        if rec.kind == "opaque":
+        if rec.kind == LayerKind.OPAQUE:
             continue
         if rec.out_atoms.size:
             add(rec.out_atoms, rec.name, "out", rec.kind, int(rec.out_atoms.size), 1)
-        if rec.kind in _CONSUMER_KINDS:
+        if LayerKind(rec.kind).produces_channels:
             add(rec.in_positions, rec.name, "in", rec.kind, rec.in_size, rec.in_dim)
         elif rec.in_size:
             add(rec.in_positions, rec.name, "through", rec.kind, rec.in_size, rec.in_dim)
@@ -287,7 +284,7 @@ def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, 
             has_out[r] = True
             guf.union(np.repeat(r[:1], count - 1), r[1:])
     for rec in trace.units.values():
-        if rec.kind in _THROUGH_KINDS:
+        if LayerKind(rec.kind).passes_channels:
             r = roots[rec.in_positions[rec.in_positions >= 0]]
             if r.size > 1:
                 guf.union(np.repeat(r[:1], r.size - 1), r[1:])
@@ -301,7 +298,7 @@ def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, 
     n_in_group = dict(zip(*np.unique(grp_of_labels, return_counts=True)))
     # root: the first producer or depthwise layer (module order) holding every label of the group, else the
     # first producer
-    candidates = sorted((rec for rec in trace.units.values() if rec.out_atoms.size or rec.kind == "dw"),
+    candidates = sorted((rec for rec in trace.units.values() if rec.out_atoms.size or rec.kind == LayerKind.DEPTHWISE),
                         key=lambda r: (order.get(r.name, len(order)), r.name))
     group_root_unit: Dict[int, Any] = {}
     fallback: Dict[int, Any] = {}

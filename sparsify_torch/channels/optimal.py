@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from sparsify.channel_selection import (architecture_search_space, default_architecture_optimization_strategy,
-                                        get_least_important_labels_by_config, strategy_min_channels)
+                                        least_important_labels, strategy_min_channels)
 
 from .graph import resolve_entry_point
 from .info import ModelPruningInfo
@@ -247,9 +247,6 @@ class OptimalPruningLabelSelector(TopKPruningLabelSelector):
         is at or above the baseline and the search stopped early)."""
         return self._minimal_latency
 
-    def _min_channels(self):
-        return strategy_min_channels(self.architecture_optimization_strategy)
-
     # --- the search --------------------------------------------------------------------------------
     def get_config_for_pruning(self, pruning_info: ModelPruningInfo) -> List[int]:
         """Run the search; return the number of channels to prune in each prunable group."""
@@ -257,11 +254,14 @@ class OptimalPruningLabelSelector(TopKPruningLabelSelector):
             raise TypeError("OptimalPruningLabelSelector measures pruned copies of the model, so it needs the "
                             f"ModelPruningInfo of a calibration, got {type(pruning_info).__name__}")
         space = architecture_search_space(pruning_info, self.architecture_optimization_strategy)  # kept counts
-        search = _Search(self, pruning_info, space)
+        self.n_latency_calls = 0
+        self._baseline_latency = self._minimal_latency = None
+        search = _Search(self, pruning_info, space, strategy_min_channels(self.architecture_optimization_strategy))
         try:
             kept = search.run()
         finally:
             search.close()
+            self._baseline_latency, self._minimal_latency = search.baseline_latency, search.minimal_latency
         return [n - k for n, k in zip(search.sizes, kept)]
 
 
@@ -276,10 +276,13 @@ def _uniform_kept(space: Sequence[Sequence[int]], ratio: float) -> Tuple[int, ..
 
 
 class _Search:
-    """One run of the latency search: candidates measured once each, the best feasible one kept."""
+    """One run of the latency search: candidates measured once each, the best feasible one kept.
+
+    ``baseline_latency`` and ``minimal_latency`` are set as they are measured (the selector reports them).
+    """
 
     def __init__(self, selector: OptimalPruningLabelSelector, info: ModelPruningInfo,
-                 space: List[List[int]]) -> None:
+                 space: List[List[int]], min_channels) -> None:
         self.selector = selector
         self.info = info
         self.space = space
@@ -288,12 +291,12 @@ class _Search:
         self.n_configs = math.prod(len(space[i]) for i in self.dims)
         self.target = selector.target_latency
         self.budget = selector.n_search_steps
-        self.min_channels = selector._min_channels()
+        self.min_channels = min_channels
         self.results: Dict[Tuple[int, ...], Tuple[float, float]] = {}  # kept -> (latency, score)
         self.evaluate = selector.evaluation_function
         self.bar = progress_bar(selector.show_tqdm, total=self.budget, desc="latency search", unit="model")
-        selector.n_latency_calls = 0
-        selector._baseline_latency = selector._minimal_latency = None
+        self.baseline_latency: Optional[float] = None
+        self.minimal_latency: Optional[float] = None
 
     def close(self) -> None:
         self.bar.close()
@@ -307,7 +310,7 @@ class _Search:
         if kept in self.results:
             return self.results[kept]
         selector = self.selector
-        labels = get_least_important_labels_by_config(self.info, [n - k for n, k in zip(self.sizes, kept)],
+        labels = least_important_labels(self.info, [n - k for n, k in zip(self.sizes, kept)],
                                                       self.min_channels)
         candidate = prune_model(selector.model, self.info, labels, inplace=False, check=False)  # a throwaway copy
         step = selector.n_latency_calls + 1
@@ -354,17 +357,16 @@ class _Search:
 
     # --- the phases --------------------------------------------------------------------------------
     def run(self) -> Tuple[int, ...]:
-        selector = self.selector
         full = tuple(self.sizes)
-        selector._baseline_latency = self.measure(full)[0]
-        if self.target >= selector._baseline_latency:
+        self.baseline_latency = self.measure(full)[0]
+        if self.target >= self.baseline_latency:
             return full
         minimal = tuple(choices[0] for choices in self.space)
-        selector._minimal_latency = self.measure(minimal)[0]
-        if self.target < selector._minimal_latency:
+        self.minimal_latency = self.measure(minimal)[0]
+        if self.target < self.minimal_latency:
             raise ValueError(f"target_latency={self.target:g} is below the latency of the smallest network the "
-                             f"search space allows ({selector._minimal_latency:g}; baseline "
-                             f"{selector._baseline_latency:g}); lower the strategy's minimum channels or raise "
+                             f"search space allows ({self.minimal_latency:g}; baseline "
+                             f"{self.baseline_latency:g}); lower the strategy's minimum channels or raise "
                              "the target")
         history = [full, minimal] + self.bisect_uniform()
         if self.remaining() > 0 and len(self.results) < self.n_configs:

@@ -19,8 +19,7 @@ from typing import List, Optional
 
 from sparsify.channel_config import PruningConfigValue, pruning_config_counts, validate_pruning_config
 from sparsify.channel_selection import GroupedScores
-from sparsify.channel_selection import get_labels_for_uniform_pruning as _uniform_labels
-from sparsify.channel_selection import get_least_important_labels_by_config as _labels_by_counts
+from sparsify.channel_selection import least_important_labels, uniform_pruning_labels
 
 __all__ = ["check_pruning_config", "get_least_important_labels_by_config", "get_labels_for_uniform_pruning"]
 
@@ -47,7 +46,7 @@ def get_least_important_labels_by_config(pruning_info: GroupedScores,
     Raises:
         ValueError: the config does not fit the groups.
     """
-    return _labels_by_counts(pruning_info, pruning_config_counts(pruning_config, pruning_info))
+    return least_important_labels(pruning_info, pruning_config_counts(pruning_config, pruning_info))
 
 
 def get_labels_for_uniform_pruning(pruning_info: GroupedScores, pruning_ratio: float = 0.5) -> List[int]:
@@ -56,4 +55,4 @@ def get_labels_for_uniform_pruning(pruning_info: GroupedScores, pruning_ratio: f
     Raises:
         ValueError: ``pruning_ratio`` outside [0, 1).
     """
-    return _uniform_labels(pruning_info, pruning_ratio)
+    return uniform_pruning_labels(pruning_info, pruning_ratio)

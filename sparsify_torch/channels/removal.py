@@ -1,4 +1,4 @@
-"""Removing channels from one layer: convolutions, linear layers, normalisations and free parameters.
+"""Removing channels from one layer: convolutions, linear layers, normalisations, registered layers, parameters.
 
 Every function builds new parameter tensors (the old ones are left untouched,
 so a snapshot of the module's attributes restores it exactly) and updates the
@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
-from .trace import unit_kind
+from .tracing import CustomLayer, LayerKind, custom_layer, layer_kind
 
 __all__ = ["remove_channels", "remove_from_tensor", "keep_indices"]
 
@@ -83,8 +83,11 @@ def remove_channels(module: nn.Module, out_positions: Sequence[int] = (), in_pos
     """
     out_positions, in_positions = sorted(set(out_positions)), sorted(set(in_positions))
     through_positions = sorted(set(through_positions))
-    kind = unit_kind(module)
-    if isinstance(module, nn.modules.conv._ConvNd):
+    spec = custom_layer(module)
+    kind = layer_kind(module)
+    if spec is not None and spec.in_dims:
+        _custom(module, spec, out_positions, in_positions or through_positions)
+    elif isinstance(module, nn.modules.conv._ConvNd):
         _conv(module, kind, out_positions, in_positions, through_positions)
     elif isinstance(module, nn.Linear):
         if in_positions:
@@ -95,7 +98,7 @@ def remove_channels(module: nn.Module, out_positions: Sequence[int] = (), in_pos
             if module.bias is not None:
                 remove_from_tensor(module, "bias", 0, out_positions)
             module.out_features -= len(out_positions)
-    elif kind in ("norm", "lnorm", "gnorm") and through_positions:
+    elif kind in (LayerKind.PER_CHANNEL, LayerKind.LAYER_NORM, LayerKind.GROUP_NORM) and through_positions:
         _norm(module, through_positions)
     elif out_positions or in_positions or through_positions:
         raise TypeError(f"cannot remove channels from a {type(module).__name__}")
@@ -103,7 +106,7 @@ def remove_channels(module: nn.Module, out_positions: Sequence[int] = (), in_pos
 
 def _conv(module: nn.modules.conv._ConvNd, kind: str, out_positions, in_positions, through_positions) -> None:
     name = type(module).__name__
-    if kind == "dw":
+    if kind is LayerKind.DEPTHWISE:
         if not through_positions:
             return
         mult = module.out_channels // module.in_channels
@@ -130,6 +133,19 @@ def _conv(module: nn.modules.conv._ConvNd, kind: str, out_positions, in_position
         if module.bias is not None:
             remove_from_tensor(module, "bias", 0, out_positions)
         module.out_channels -= len(out_positions)
+
+
+def _custom(module: nn.Module, spec: CustomLayer, out_positions, in_positions) -> None:
+    """A layer registered with ``register_layer_kind``: its tensors lose the positions, its counts shrink."""
+    for positions, dims, count in ((in_positions, spec.in_dims, spec.in_channels),
+                                   (out_positions, spec.out_dims, spec.out_channels)):
+        if not positions:
+            continue
+        for name, dim in dims.items():
+            if isinstance(getattr(module, name, None), torch.Tensor):
+                remove_from_tensor(module, name, dim, positions)
+        if count:
+            setattr(module, count, int(getattr(module, count)) - len(positions))
 
 
 def _norm(module: nn.Module, positions) -> None:

@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence
 from sparsify.channel_config import (PruningConfigValue, pruning_config_counts, uniform_pruning_config,
                                      validate_pruning_config)
 from sparsify.channel_selection import (GroupedScores, MinChannels, check_pruning_ratio,
-                                        get_least_important_labels_by_config)
+                                        least_important_labels)
 
 __all__ = ["PruningLabelSelector", "TopKPruningLabelSelector", "UniformPruningLabelSelector"]
 
@@ -176,7 +176,7 @@ class TopKPruningLabelSelector(PruningLabelSelector):
             ValueError: the config does not fit the groups.
         """
         counts = pruning_config_counts(pruning_config, pruning_info)
-        return get_least_important_labels_by_config(pruning_info, counts)
+        return least_important_labels(pruning_info, counts)
 
     def _min_channels(self) -> MinChannels:
         """What every segment (source layer of a concatenation) keeps; subclasses may demand more."""
@@ -186,7 +186,7 @@ class TopKPruningLabelSelector(PruningLabelSelector):
         """Prune the least important channels of each group as :meth:`get_config_for_pruning` says."""
         config = list(self.get_config_for_pruning(pruning_info))
         counts = pruning_config_counts(config, pruning_info, self._min_channels())
-        labels = get_least_important_labels_by_config(pruning_info, counts, self._min_channels())
+        labels = least_important_labels(pruning_info, counts, self._min_channels())
         self._pruning_cfg = config
         return labels
 

@@ -8,7 +8,9 @@ pruning changed layer widths. :func:`save_pruned_model` stores instead
 * the ``state_dict`` (tensors only),
 * per module, the integer attributes channel pruning changes
   (``in_channels``/``out_channels``, ``in_features``/``out_features``,
-  ``num_features``, ``groups``, ... see :data:`ATTRIBUTES`) and its type name,
+  ``num_features``, ``groups``, ... see :data:`ATTRIBUTES`, plus the channel
+  counts named when a layer type was registered with
+  :func:`~.tracing.register_layer_kind`) and its type name,
 * optionally the dense model's constructor, as ``"package.module:function"``
   plus keyword arguments of plain values.
 
@@ -39,6 +41,8 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
+from .tracing import custom_layer
+
 __all__ = ["FORMAT", "VERSION", "ATTRIBUTES", "TRUSTED_PACKAGES", "pruned_model_document", "save_pruned_model",
            "load_pruned_model", "restore_pruned_architecture"]
 
@@ -54,6 +58,12 @@ ATTRIBUTES = ("in_channels", "out_channels", "groups", "in_features", "out_featu
 TRUSTED_PACKAGES = ("torchvision", "timm")
 
 _PLAIN = (bool, int, float, str, type(None))
+
+
+def _width_attributes(module: nn.Module) -> tuple:
+    spec = custom_layer(module)
+    named = (spec.in_channels, spec.out_channels) if spec is not None else ()
+    return ATTRIBUTES + tuple(a for a in named if a and a not in ATTRIBUTES)
 
 
 def _is_int_attr(v: Any) -> bool:
@@ -104,7 +114,7 @@ def pruned_model_document(model: nn.Module, constructor: str | None = None,
     modules = {}
     for name, m in model.named_modules():
         attrs = {a: (list(getattr(m, a)) if isinstance(getattr(m, a), (tuple, list)) else getattr(m, a))
-                 for a in ATTRIBUTES if hasattr(m, a) and _is_int_attr(getattr(m, a))}
+                 for a in _width_attributes(m) if hasattr(m, a) and _is_int_attr(getattr(m, a))}
         if attrs:
             modules[name] = {"type": type(m).__name__, "attributes": attrs}
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -200,7 +210,7 @@ def restore_pruned_architecture(model: nn.Module, document: Mapping[str, Any]) -
                              f"{entry.get('type') if isinstance(entry, Mapping) else entry!r}")
         attrs = entry.get("attributes", {})
         for a, v in attrs.items():
-            if a not in ATTRIBUTES or not _is_int_attr(v):
+            if a not in _width_attributes(m) or not _is_int_attr(v):
                 raise ValueError(f"module {name!r}: attribute {a!r} = {v!r} is not an allowed integer width")
             setattr(m, a, tuple(v) if isinstance(getattr(m, a, None), tuple) or isinstance(v, list) else v)
     state = document["state_dict"]

@@ -35,7 +35,7 @@ from torch import nn
 
 from .info import ModelPruningInfo
 from .removal import remove_channels, remove_from_tensor
-from .trace import STORED_SPLIT_OWNERS, unit_kind
+from .tracing import STORED_SPLIT_OWNERS, LayerKind, custom_layer, layer_kind
 from .verify import compare_outputs, masked_reference, masking, recording_calls, removed_positions, run_entry_point
 
 __all__ = ["prune_model", "PruningCheckError", "select_and_prune"]
@@ -157,9 +157,12 @@ def _prune_model(model: nn.Module, pruning_info: ModelPruningInfo, prune_labels:
 
 # --- plan: what goes where, validated before any change ----------------------------------------------------
 def _size(module: Any, role: str, kind: str) -> Optional[int]:
+    spec = custom_layer(module)
+    if spec is not None:
+        return spec.n_out(module) if role == "out" else spec.n_in(module)
     if role == "out":
         return getattr(module, "out_channels", getattr(module, "out_features", None))
-    if role == "in" or kind == "dw":
+    if role == "in" or kind == LayerKind.DEPTHWISE:
         return getattr(module, "in_channels", getattr(module, "in_features", None))
     for attr in ("num_features", "num_channels", "num_parameters"):
         if hasattr(module, attr):
@@ -175,7 +178,7 @@ def _plan(model: nn.Module, info: ModelPruningInfo, per_group: Dict[int, np.ndar
     for g in per_group:
         group = info.groups[g]
         root = modules.get(group.root_name)
-        n_now = getattr(root, "out_channels", getattr(root, "out_features", None))
+        n_now = _size(root, "out", layer_kind(root)) if root is not None else None
         if root is None or n_now != group.n_channels:
             raise ValueError(f"model does not match pruning_info: group {g} root {group.root_name!r} should have "
                              f"{group.n_channels} output channels, found {n_now}")
@@ -185,7 +188,7 @@ def _plan(model: nn.Module, info: ModelPruningInfo, per_group: Dict[int, np.ndar
                 found = None if t is None else int(t.shape[slot.dim]) if t.dim() > slot.dim else None
             else:
                 m = modules.get(slot.name)
-                found = None if m is None or unit_kind(m) != slot.kind else _size(m, slot.role, slot.kind)
+                found = None if m is None or layer_kind(m) != slot.kind else _size(m, slot.role, slot.kind)
             if found != slot.size:
                 raise ValueError(f"model does not match pruning_info: {slot.name!r} ({slot.role}) should have "
                                  f"{slot.size} channels, found {found}")
@@ -267,6 +270,9 @@ def _check(model: nn.Module, info: ModelPruningInfo, per_group: Dict[int, np.nda
 
 
 def _out_dim(module: nn.Module, output: torch.Tensor) -> int:
+    spec = custom_layer(module)
+    if spec is not None:
+        return spec.channel_dim % output.dim()
     if isinstance(module, nn.Linear):
         return output.dim() - 1
     return 1 if output.dim() >= 2 else 0
@@ -289,7 +295,7 @@ def _first_divergent_layer(model, info, per_group, plan, pruned_record, snapshot
             continue
         module = modules[name]
         removed = plan.get((name, "out"), set()) | plan.get((name, "through"), set())
-        if unit_kind(module) == "dw" and plan.get((name, "through")):
+        if layer_kind(module) is LayerKind.DEPTHWISE and plan.get((name, "through")):
             mult = module.out_channels // module.in_channels if module.in_channels else 1
             removed = {p * mult + j for p in plan[(name, "through")] for j in range(mult)}
         dim = _out_dim(module, want)

@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_flatten
 
 from .graph import preserved_state, resolve_entry_point
 from .info import ModelPruningInfo
+from .tracing import LayerKind
 
 __all__ = ["run_entry_point", "masked_reference", "masking", "compare_outputs", "removed_positions", "tolerance",
            "recording_calls"]
@@ -109,7 +110,7 @@ def masking(model: nn.Module, info: ModelPruningInfo, removed: Dict[int, np.ndar
                 continue
             if slot.role == "in":
                 zero.setdefault(slot.name, (slot.dim, set()))[1].update(hit)
-            elif slot.role == "through" and slot.kind in ("lnorm", "gnorm"):
+            elif slot.role == "through" and slot.kind in (LayerKind.LAYER_NORM, LayerKind.GROUP_NORM):
                 norms.setdefault(slot.name, (slot.dim, set()))[1].update(hit)
     handles = []
 

@@ -19,7 +19,7 @@ if __name__ == "__main__":
 
 from sparsify import PruningEngine, get_pattern                                        # noqa: E402
 from sparsify.channel_selection import (ChannelScores, cumulative_pruning_cost,        # noqa: E402
-                                        get_labels_for_uniform_pruning, pruning_order)
+                                        pruning_order, uniform_pruning_labels)
 from sparsify.criteria import snip_momentum                                            # noqa: E402
 from sparsify.schedules import ScheduleSettings, build_schedule, registered_schedules  # noqa: E402
 from sparsify.selection import lowest_k_keep                                           # noqa: E402
@@ -112,7 +112,7 @@ def mask_digests() -> dict[str, str]:
         labels.append(np.arange(start, start + c.size))
         start += c.size
     info = ChannelScores(labels, crit, [np.arange(c.size) % 3 for c in crit])
-    out["channels/selection"] = _digest(np.array(get_labels_for_uniform_pruning(info, 0.6)),
+    out["channels/selection"] = _digest(np.array(uniform_pruning_labels(info, 0.6)),
                                         *[pruning_order(c, np.arange(c.size) % 3) for c in crit],
                                         *[cumulative_pruning_cost(c) for c in crit])
     return out

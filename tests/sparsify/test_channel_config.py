@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from sparsify.channel_config import (is_ratio_config, pruning_config_counts, uniform_pruning_config,
                                      validate_pruning_config)
-from sparsify.channel_selection import ChannelScores, get_labels_for_uniform_pruning, n_channels_to_prune
+from sparsify.channel_selection import ChannelScores, n_channels_to_prune, uniform_pruning_labels
 
 
 def test_module_does_not_import_torch_or_tensorflow():
@@ -86,4 +86,4 @@ def test_uniform_config_matches_uniform_labels(sizes, ratio):
     info = scores(*sizes)
     counts = uniform_pruning_config(info, ratio)
     assert counts == [n_channels_to_prune(n, ratio) for n in sizes]
-    assert sum(counts) == len(get_labels_for_uniform_pruning(info, ratio))
+    assert sum(counts) == len(uniform_pruning_labels(info, ratio))

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from conftest import mse_loss
-from sparsify.channel_selection import ChannelScores, get_labels_for_uniform_pruning
+from sparsify.channel_selection import ChannelScores, uniform_pruning_labels
 from sparsify_torch.channels import (OptimalPruningLabelSelector, TopKPruningLabelSelector,
                                      UniformPruningLabelSelector,
                                      calibrate_and_prune_model_equal, calibrate_model_for_pruning, prune_model)
@@ -56,7 +56,7 @@ def test_uniform_keeps_a_channel_in_both_branches(data):
     crit = info.group_criteria[1]
     assert crit[6:].max() < crit[:6].min()  # the small branch is the least important
     # the naive choice (segments ignored) takes both small channels: labels 4 + 6, 4 + 7
-    naive = get_labels_for_uniform_pruning(ChannelScores(info.group_labels, info.group_criteria), 0.5)
+    naive = uniform_pruning_labels(ChannelScores(info.group_labels, info.group_criteria), 0.5)
     assert {10, 11} <= set(naive)
     before = {k: v.clone() for k, v in net.state_dict().items()}
     with pytest.raises(ValueError, match="would prune all 2 channels of segment 1 \\(labels 10..11\\) of group 1"):

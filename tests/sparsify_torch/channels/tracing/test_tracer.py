@@ -8,10 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import mse_loss
 from sparsify_torch.channels import calibrate_model_for_pruning, get_labels_for_uniform_pruning, prune_model
 from sparsify_torch.channels.graph import analyze_channel_groups, build_dependency_graph
-from sparsify_torch.channels.trace import FREE, unit_kind
+from sparsify_torch.channels.tracing import FREE, LayerKind, layer_kind, op_rules
+
+
+def mse_loss(out, sample):
+    return out.float().pow(2).mean()
 
 
 def info_of(net, x):
@@ -257,17 +260,15 @@ def test_attention_modules_fix_their_inputs():
 
 
 def test_trace_budget_and_internal_errors(monkeypatch):
-    from sparsify_torch.channels.trace import _Tracer
-
     net = Broadcasts().eval()
     x = torch.zeros(1, 3, 4, 4)
     with pytest.raises(RuntimeError, match="tracing stopped after 3 aten ops"):
         build_dependency_graph(net, "forward", (x,), {}, max_ops=3)
 
-    def broken(self, *args):
+    def broken(*args):
         raise KeyError("boom")
 
-    monkeypatch.setattr(_Tracer, "pointwise", broken)
+    monkeypatch.setattr(op_rules, "pointwise", broken)  # the rule the table gives pointwise ops
     trace = build_dependency_graph(net, "forward", (x,), {})
     assert trace.errors and "could not be followed (KeyError: 'boom')" in trace.errors[0]
     with torch.no_grad():
@@ -277,10 +278,11 @@ def test_trace_budget_and_internal_errors(monkeypatch):
     assert not a.prunable and "could not be followed" in a.reason
 
 
-def test_unit_kinds():
-    assert [unit_kind(m) for m in (nn.Conv2d(2, 2, 1), nn.Conv2d(4, 8, 1, groups=4), nn.Conv2d(4, 8, 1, groups=2),
+def test_layer_kinds():
+    assert [layer_kind(m) for m in (nn.Conv2d(2, 2, 1), nn.Conv2d(4, 8, 1, groups=4), nn.Conv2d(4, 8, 1, groups=2),
                                    nn.ConvTranspose2d(2, 3, 2), nn.Linear(2, 2), nn.BatchNorm2d(2), nn.LayerNorm(2),
                                    nn.GroupNorm(2, 4), nn.PReLU(3), nn.PReLU(), nn.MultiheadAttention(4, 2),
                                    nn.Sequential())] == \
         ["conv", "dw", "gconv", "convt", "linear", "norm", "lnorm", "gnorm", "norm", "", "opaque", ""]
+    assert layer_kind(nn.Conv2d(4, 8, 1, groups=4)) is LayerKind.DEPTHWISE and str(LayerKind.DEPTHWISE) == "dw"
     assert FREE == -1
