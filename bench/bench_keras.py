@@ -185,7 +185,7 @@ def count_differences(arch: str, freq: int, target: float) -> list[str]:
 
     tfmot's sparsity comes from its own ``PolynomialDecay`` (float32) and its kept count is
     ``max(round(n * (1 - sparsity)), 1)`` in float32 (``pruning_impl._update_mask``); ours is
-    ``min(floor(s * n + 0.5), n - 1)`` with the core's float64 schedule value.
+    ``min(ceil(s * n - 0.5), n - 1)`` with the core's float64 schedule value.
     """
     import tensorflow_model_optimization as tfmot
     import tf_keras

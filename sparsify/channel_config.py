@@ -3,7 +3,7 @@
 A *pruning config* has one entry per prunable group, in group order, and is
 either a sequence of integers (the number of channels to prune in each group)
 or a sequence of floats (the fraction of each group's channels to prune, in
-[0, 1)). A fraction ``r`` of ``n`` channels means ``min(floor(r * n + 0.5), n - 1)``
+[0, 1)). A fraction ``r`` of ``n`` channels means ``min(ceil(r * n - 0.5), n - 1)``
 channels (DESIGN 2.5), further limited by what the group's segments (source
 layers of a concatenation) must keep. NumPy only.
 
@@ -13,7 +13,7 @@ Example:
     >>> info = ChannelScores([np.arange(4), np.arange(4, 10)], [np.zeros(4), np.zeros(6)])
     >>> validate_pruning_config([0.5, 0.25])
     >>> pruning_config_counts([0.5, 0.25], info), pruning_config_counts([1, 5], info)
-    ([2, 2], [1, 5])
+    ([2, 1], [1, 5])
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def pruning_config_counts(pruning_config: PruningConfigValue, pruning_info: Grou
                           min_channels: MinChannels = 1) -> List[int]:
     """The number of channels to prune in each group: counts as given, fractions converted.
 
-    A fraction becomes ``min(floor(r * n + 0.5), n - 1)`` channels, limited to
+    A fraction becomes ``min(ceil(r * n - 0.5), n - 1)`` channels, limited to
     what the group may lose while each segment keeps ``min_channels`` (like
     uniform pruning). Counts are returned unchanged (validate them with
     :func:`validate_pruning_config`).
@@ -126,7 +126,7 @@ def uniform_pruning_config(pruning_info: GroupedScores, pruning_ratio: float,
     Example:
         >>> from sparsify.channel_selection import ChannelScores
         >>> uniform_pruning_config(ChannelScores([np.arange(4), np.arange(4, 7)], [np.zeros(4), np.zeros(3)]), 0.5)
-        [2, 2]
+        [2, 1]
     """
     n_groups = len(pruning_info.group_labels)
     if isinstance(pruning_ratio, bool) or not isinstance(pruning_ratio, Real) \

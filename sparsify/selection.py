@@ -1,7 +1,7 @@
 """Exact, linear-time selection of the lowest-scoring units.
 
 Pruning fraction ``s`` of ``n`` units prunes exactly
-``k = min(floor(s * n + 0.5), n - 1)`` of them (:func:`exact_prune_count`).
+``k = min(ceil(s * n - 0.5), n - 1)`` of them (rounded half down) (:func:`exact_prune_count`).
 Among equal scores the unit with the lower flat index goes first, so the
 result never depends on threads or on the sort algorithm.
 
@@ -37,15 +37,19 @@ _SMALL_ELIGIBLE = 1 << 18  # the same with ``eligible`` (the eligible scores are
 
 
 def exact_prune_count(sparsity: float, n_units: int, keep_one: bool = True) -> int:
-    """Number of units to prune: ``min(floor(sparsity * n + 0.5), n - 1)``.
+    """Number of units to prune: ``min(ceil(sparsity * n - 0.5), n - 1)``.
+
+    The nearest integer to ``sparsity * n``; an exact half rounds *down*, so the
+    extra unit is kept (as tfmot and torch.ao do: 90% of 125 weights prunes
+    112, not 113). See ``docs/design.md``, canonical rule 5.
 
     Example:
-        >>> exact_prune_count(0.9, 10), exact_prune_count(0.95, 3)
-        (9, 2)
+        >>> exact_prune_count(0.9, 10), exact_prune_count(0.95, 3), exact_prune_count(0.9, 125)
+        (9, 2, 112)
     """
     if n_units <= 0:
         return 0
-    k = int(math.floor(float(sparsity) * n_units + 0.5))
+    k = int(math.ceil(float(sparsity) * n_units - 0.5))
     upper = n_units - 1 if keep_one else n_units
     return max(0, min(k, upper))
 

@@ -21,6 +21,7 @@ from typing import Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
+from ..selection import exact_prune_count
 from .order import max_channels_to_prune, pruning_order, segment_min_channels
 from .scores import GroupedScores, MinChannels, group_segments, group_sizes
 
@@ -43,16 +44,16 @@ def max_prunable_per_group(pruning_info: GroupedScores, min_channels: MinChannel
 
 
 def n_channels_to_prune(n_channels: int, pruning_ratio: float) -> int:
-    """Exact count rule (DESIGN 2.5): ``min(floor(ratio * n + 0.5), n - 1)``.
+    """Exact count rule (docs/design.md, rule 5): ``min(ceil(ratio * n - 0.5), n - 1)``.
 
     Example:
-        >>> n_channels_to_prune(10, 0.25), n_channels_to_prune(3, 0.99)
-        (3, 2)
+        >>> n_channels_to_prune(10, 0.25), n_channels_to_prune(10, 0.26), n_channels_to_prune(3, 0.99)
+        (2, 3, 2)
     """
     check_pruning_ratio(pruning_ratio)
     if not isinstance(n_channels, Integral) or n_channels < 1:
         raise ValueError(f"n_channels must be a positive integer, got {n_channels!r}")
-    return int(min(math.floor(pruning_ratio * n_channels + 0.5), n_channels - 1))
+    return exact_prune_count(pruning_ratio, n_channels)
 
 
 def check_pruning_ratio(pruning_ratio: float) -> None:
@@ -96,7 +97,7 @@ def get_labels_for_uniform_pruning(pruning_info: GroupedScores, pruning_ratio: f
                                    min_channels: MinChannels = 1) -> List[int]:
     """Prune the same fraction of every prunable group, least important first.
 
-    Each group of n channels loses ``min(floor(ratio * n + 0.5), n - 1)``
+    Each group of n channels loses ``min(ceil(ratio * n - 0.5), n - 1)``
     channels, so at least one channel survives; a group that spans several
     segments (a concatenation) loses at most what leaves ``min_channels`` in
     every segment, and exactly the requested count whenever that allows it.

@@ -270,7 +270,7 @@ def _uniform_kept(space: Sequence[Sequence[int]], ratio: float) -> Tuple[int, ..
     out = []
     for choices in space:
         n = choices[-1]
-        want = n - min(math.floor(ratio * n + 0.5), n)
+        want = n - min(math.ceil(ratio * n - 0.5), n)
         out.append(next((c for c in choices if c >= want), choices[-1]))
     return tuple(out)
 

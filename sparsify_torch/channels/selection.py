@@ -194,7 +194,7 @@ class TopKPruningLabelSelector(PruningLabelSelector):
 class UniformPruningLabelSelector(TopKPruningLabelSelector):
     """Prune the same fraction ``pruning_ratio`` of every prunable group.
 
-    A group of ``n`` channels loses ``min(floor(ratio * n + 0.5), n - 1)``; a
+    A group of ``n`` channels loses ``min(ceil(ratio * n - 0.5), n - 1)``; a
     group spanning a concatenation keeps a channel in each source layer.
 
     Raises:

@@ -12,8 +12,8 @@ Rules encoded here (DESIGN.md section 2, docs/core.md):
   weights along the last axis of the 2-D view;
 * a block scores the sum of its element scores (magnitudes), an N:M group the sum of its N
   smallest; ties go to the lower flat index (row-major), so units are ordered by (score, index);
-* exact counts: fraction s of n units prunes ``k = min(floor(s*n + 0.5), n - 1)``; ``"N:M"`` at
-  ratio r <= N/M prunes the lowest fraction r/(N/M) of the groups N:M (``floor(f*G + 0.5)`` of
+* exact counts: fraction s of n units prunes ``k = min(ceil(s*n - 0.5), n - 1)`` (halves round down); ``"N:M"`` at
+  ratio r <= N/M prunes the lowest fraction r/(N/M) of the groups N:M (``ceil(f*G - 0.5)`` of
   G groups, all of them at r = N/M) and leaves the others dense;
 * monotone: units pruned at an earlier update score lowest (-inf) and the new mask is intersected
   with the old one;
@@ -89,22 +89,22 @@ def parse_pattern(name: str) -> Blocks | NofM:
     return Blocks(*(None if g == "channel" else int(g) for g in m.groups()))
 
 
-def _round_half_up(x: float) -> int:
-    """floor(x + 0.5), refusing values whose rounding a last-bit difference could flip."""
-    v = x + 0.5
-    if v != math.floor(v) and abs(v - round(v)) < 1e-9:
+def _round_half_down(x: float) -> int:
+    """ceil(x - 0.5), refusing values whose rounding a last-bit difference could flip."""
+    v = x - 0.5
+    if v != math.ceil(v) and abs(v - round(v)) < 1e-9:
         raise ValueError(f"reference: {x!r} is too close to a rounding boundary to be a fair test case")
-    return math.floor(v)
+    return math.ceil(v)
 
 
 def exact_count(fraction: float, n: int) -> int:
-    """Units pruned for ``fraction`` of ``n`` units: min(floor(s*n + 0.5), n - 1).
+    """Units pruned for ``fraction`` of ``n`` units: min(ceil(s*n - 0.5), n - 1).
 
     Example:
         >>> exact_count(0.5, 5), exact_count(0.98, 120), exact_count(0.9, 4)
-        (3, 118, 3)
+        (2, 118, 3)
     """
-    return min(_round_half_up(fraction * n), n - 1)
+    return min(_round_half_down(fraction * n), n - 1)
 
 
 def units(shape: tuple[int, int], pattern: Blocks | NofM) -> list[np.ndarray]:
@@ -183,7 +183,7 @@ def local_masks(views: Mapping[str, np.ndarray], pattern: str, sparsity: float,
         unit_scores = _unit_scores(scores, layer_units, spec)
         n = len(layer_units)
         if isinstance(spec, NofM):
-            k = min(_round_half_up(_group_fraction(sparsity, spec) * n), n)
+            k = min(_round_half_down(_group_fraction(sparsity, spec) * n), n)
         else:
             k = exact_count(sparsity, n)
         mask = _prune(view.shape, scores, layer_units, _lowest(unit_scores, k), spec)
@@ -216,7 +216,7 @@ def global_masks(views: Mapping[str, np.ndarray], pattern: str, sparsity: float,
     sizes = [len(p[1]) for p in per_layer]
     total = sum(sizes)
     if isinstance(spec, NofM):
-        target = min(_round_half_up(_group_fraction(sparsity, spec) * total), total)
+        target = min(_round_half_down(_group_fraction(sparsity, spec) * total), total)
         if spec.n / spec.m > max_ratio:
             raise ValueError("reference: an N:M cap below N/M is not modelled")
         hi = list(sizes)

@@ -28,8 +28,8 @@ def test_block_patterns_on_the_documented_4x6_weight(pattern, sparsity, expected
     assert picture(local_masks({"w": W46}, pattern, sparsity)["w"]).splitlines() == expected
 
 
-def test_exact_counts_round_half_up_and_keep_one_unit():
-    assert [exact_count(s, 10) for s in (0.0, 0.04, 0.05, 0.25, 0.96, 0.99)] == [0, 0, 1, 3, 9, 9]
+def test_exact_counts_round_half_down_and_keep_one_unit():
+    assert [exact_count(s, 10) for s in (0.0, 0.04, 0.05, 0.25, 0.26, 0.96, 0.99)] == [0, 0, 0, 2, 3, 9, 9]
     ones = np.ones((1, 4))
     assert local_masks({"w": ones}, "1x1", 0.9)["w"].tolist() == [[False, False, False, True]]
 

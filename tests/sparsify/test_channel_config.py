@@ -53,7 +53,7 @@ def test_invalid_forms(config, match):
 
 def test_counts_from_fractions_follow_the_exact_count_rule():
     info = scores(4, 10, 3)
-    assert pruning_config_counts([0.5, 0.25, 0.9], info) == [2, 3, 2]  # 2.5 -> 3 (floor(x + 0.5)); 2.7 -> n - 1
+    assert pruning_config_counts([0.5, 0.25, 0.9], info) == [2, 2, 2]  # 2.5 -> 2 (halves round down); 2.7 -> n - 1
     assert pruning_config_counts([1, 9, 0], info) == [1, 9, 0]
     with pytest.raises(ValueError, match="pruning_config has 2 entries but there are 3 prunable groups"):
         pruning_config_counts([0.5, 0.5], info)
@@ -74,7 +74,7 @@ def test_validate_against_groups():
 
 
 def test_uniform_pruning_config():
-    assert uniform_pruning_config(scores(4, 3), 0.5) == [2, 2]
+    assert uniform_pruning_config(scores(4, 3), 0.5) == [2, 1]   # 1.5 -> 1: halves round down
     assert uniform_pruning_config(scores(), 0.5) == []
     with pytest.raises(ValueError, match="pruning_ratio must be a number in \\[0, 1\\), got 1.0"):
         uniform_pruning_config(scores(4), 1.0)

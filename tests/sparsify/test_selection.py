@@ -15,8 +15,10 @@ def reference(scores, k):
 
 
 def test_exact_prune_count_rounds_half_up_and_keeps_one():
-    assert exact_prune_count(0.5, 3) == 2          # floor(1.5 + 0.5)
-    assert exact_prune_count(0.25, 2) == 1         # floor(0.5 + 0.5)
+    assert exact_prune_count(0.5, 3) == 1          # 1.5: halves round down (the extra unit is kept)
+    assert exact_prune_count(0.25, 2) == 0         # 0.5 -> 0
+    assert exact_prune_count(0.9, 125) == 112      # 112.5 -> 112, as tfmot and torch.ao prune
+    assert exact_prune_count(0.9, 1875) == 1687    # 1687.5 -> 1687
     assert exact_prune_count(0.9, 10) == 9
     assert exact_prune_count(0.99, 10) == 9        # at least one unit survives
     assert exact_prune_count(0.99, 10, keep_one=False) == 10

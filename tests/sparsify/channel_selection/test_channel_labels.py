@@ -15,8 +15,8 @@ def two_groups():
                          [np.array([3.0, 1.0, 2.0, 0.0]), np.array([0.5, 0.5, 0.1])])
 
 
-@pytest.mark.parametrize("n,ratio,expected", [(10, 0.25, 3), (4, 0.5, 2), (3, 0.99, 2), (1, 0.5, 0), (7, 0.0, 0),
-                                              (8, 0.5, 4), (5, 0.5, 3)])
+@pytest.mark.parametrize("n,ratio,expected", [(10, 0.25, 2), (10, 0.26, 3), (4, 0.5, 2), (3, 0.99, 2), (1, 0.5, 0), (7, 0.0, 0),
+                                              (8, 0.5, 4), (5, 0.5, 2)])
 def test_n_channels_to_prune(n, ratio, expected):
     assert n_channels_to_prune(n, ratio) == expected
 
@@ -31,7 +31,7 @@ def test_ratio_outside_range_is_value_error(ratio):
 
 def test_uniform_labels_literal():
     info = two_groups()
-    assert get_labels_for_uniform_pruning(info, 0.5) == [1, 3, 4, 6]
+    assert get_labels_for_uniform_pruning(info, 0.5) == [1, 3, 6]   # 3 channels: 1.5 -> 1 (halves round down)
     assert get_labels_for_uniform_pruning(info, 0.25) == [3, 6]
     assert get_labels_for_uniform_pruning(info, 0.0) == []
     assert get_labels_for_uniform_pruning(info, 0.99) == [1, 2, 3, 4, 6]
@@ -94,7 +94,7 @@ def test_uniform_properties(raw, ratio):
     assert labels == sorted(set(labels))
     for lab, crit in iterate_over_gate_criteria(info):
         chosen = [x for x in labels if lab[0] <= x <= lab[-1]]
-        assert len(chosen) == min(int(np.floor(ratio * lab.size + 0.5)), lab.size - 1)
+        assert len(chosen) == min(int(np.ceil(ratio * lab.size - 0.5)), lab.size - 1)
         kept = sorted(set(lab.tolist()) - set(chosen))
         assert kept  # one channel always survives
         if chosen:  # everything pruned is at most as important as everything kept
@@ -128,10 +128,10 @@ def concat_groups():
 def test_concat_uniform_never_empties_a_source_layer_literal():
     info = concat_groups()
     naive = ChannelScores(info.group_labels, info.group_criteria)  # same scores, segments unknown
-    assert get_labels_for_uniform_pruning(naive, 0.5) == [1, 3, 6, 7, 8, 9]  # empties the 2-channel layer
+    assert get_labels_for_uniform_pruning(naive, 0.5) == [1, 3, 6, 7, 9]  # empties the 2-channel layer
     # aware: 7 (0.1) goes, 6 (0.5) must stay, so the next cheapest of the big layer, 1 (3.0), goes instead;
     # the group still loses exactly round(0.5 * 8) = 4 channels
-    assert get_labels_for_uniform_pruning(info, 0.5) == [1, 3, 5, 7, 8, 9]
+    assert get_labels_for_uniform_pruning(info, 0.5) == [1, 3, 5, 7, 9]   # group 1: 1.5 -> 1
     assert get_labels_for_uniform_pruning(info, 0.25) == [3, 7, 9]
     # 0.9 asks for 7 of 8 but each layer keeps one: 6 is the most that can go
     assert get_labels_for_uniform_pruning(info, 0.9) == [0, 1, 2, 3, 5, 7, 8, 9]
@@ -171,5 +171,5 @@ def test_segmented_uniform_properties(raw, ratio):
     split = split_labels_by_group(chosen, offsets, [len(g) for g in raw], [True] * len(raw), segments)  # valid
     for g, (lab, seg) in enumerate(zip(labels, segments)):
         n_segments = np.unique(seg).size
-        wanted = min(int(np.floor(ratio * lab.size + 0.5)), lab.size - 1)
+        wanted = min(int(np.ceil(ratio * lab.size - 0.5)), lab.size - 1)
         assert split.get(g, np.zeros(0)).size == min(wanted, lab.size - n_segments)  # exact where possible

@@ -54,4 +54,4 @@ def compile_(model, K, opt="adam", lr=0.01, **kw):
 
 def exact_pruned(s, n):
     """Number of pruned units the core promises for ratio s of n units."""
-    return min(int(np.floor(s * n + 0.5)), n - 1)
+    return min(int(np.ceil(s * n - 0.5)), n - 1)

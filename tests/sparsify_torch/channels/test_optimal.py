@@ -89,7 +89,7 @@ def test_bisection_over_uniform_ratios_comes_before_the_sampler(residual_net, ba
     selector = OptimalPruningLabelSelector(residual_net, latency, target, architecture_optimization_strategy=ONE,
                                            n_search_steps=30)
     selector.select(info)
-    uniform = {tuple(max(1, n - math.floor(r * n + 0.5)) for n in (6, 12, 5)) for r in np.linspace(0, 1, 2001)}
+    uniform = {tuple(max(1, n - math.ceil(r * n - 0.5)) for n in (6, 12, 5)) for r in np.linspace(0, 1, 2001)}
     leading = []
     for config, lat in latency.seen[2:]:
         if config not in uniform:
