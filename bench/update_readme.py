@@ -8,7 +8,9 @@
   a copy of ``bench/RESULTS.md`` (its title dropped);
 * ``docs/api/<module>.md``: one API page (a mkdocstrings ``::: module`` directive) per public module of
   ``sparsify``, ``sparsify_tf`` and ``sparsify_torch``, and the ``API reference`` part of ``mkdocs.yml``'s
-  nav, between ``# api-nav:start`` and ``# api-nav:end``.
+  nav, between ``# api-nav:start`` and ``# api-nav:end``;
+* the ``Guides`` part of that nav (between ``# guides-nav:start`` and ``# guides-nav:end``): the guides of
+  ``GUIDES`` that exist, in that order, then any other page of ``docs/`` under its first heading.
 
 Usage::
 
@@ -19,20 +21,30 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:          # document this checkout's packages, not an installed copy
+    sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "RESULTS.md"
 CONFIG_PAGE = ROOT / "docs" / "config.md"
 BENCH_PAGE = ROOT / "docs" / "benchmarks.md"
 API_DIR = ROOT / "docs" / "api"
 MKDOCS = ROOT / "mkdocs.yml"
 PACKAGES = ("sparsify", "sparsify_tf", "sparsify_torch")
+# The guides in reading order, with their titles in the site's navigation.
+GUIDES = (("The core and its masks", "core.md"), ("Config reference", "config.md"), ("PyTorch", "torch.md"),
+          ("Structured channel pruning", "channels.md"), ("Keras", "keras.md"), ("TensorFlow graphs", "tf_graph.md"),
+          ("Sharded and multi-worker training", "distributed.md"), ("The sparsify command", "cli.md"),
+          ("Shipping a pruned model", "export.md"), ("Migrating from other libraries", "migrating.md"))
+# Pages of docs/ with their own place in the navigation (not guides).
+OTHER_PAGES = ("index.md", "design.md", "benchmarks.md")
 
-__all__ = ["config_reference", "bench_section", "public_modules", "api_page", "api_nav", "render", "outputs",
-           "main"]
+__all__ = ["config_reference", "bench_section", "public_modules", "api_page", "api_nav", "guides_nav", "render",
+           "outputs", "main"]
 
 
 def _descriptions(doc: str) -> dict[str, str]:
@@ -135,6 +147,17 @@ def api_nav(modules: list[str]) -> str:
     return "\n".join(f"      - {m}: api/{m}.md" for m in modules)
 
 
+def guides_nav(docs: Path = ROOT / "docs") -> str:
+    """The ``Guides`` entries of ``mkdocs.yml``'s nav: the ``GUIDES`` that exist, then other pages of ``docs/``."""
+    entries = [(title, name) for title, name in GUIDES if (docs / name).exists()]
+    known = {name for _, name in GUIDES} | set(OTHER_PAGES)
+    for page in sorted(docs.glob("*.md")):
+        if page.name not in known:
+            heading = re.search(r"^# (.+)$", page.read_text(), flags=re.M)
+            entries.append((heading.group(1).replace("`", "") if heading else page.stem, page.name))
+    return "\n".join(f"      - {json.dumps(title)}: {name}" for title, name in entries)
+
+
 def _replace(text: str, name: str, body: str, *, comment: str = "<!-- {} -->", where: str = "") -> str:
     start, end = comment.format(f"{name}:start"), comment.format(f"{name}:end")
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
@@ -151,6 +174,7 @@ def render(path: Path, text: str) -> str:
     if path == BENCH_PAGE:
         return _replace(text, "bench-results", bench_section(), where=path.name)
     if path == MKDOCS:
+        text = _replace(text, "guides-nav", guides_nav(), comment="# {}", where=path.name)
         return _replace(text, "api-nav", api_nav(public_modules()), comment="# {}", where=path.name)
     raise ValueError(f"no generated section in {path}")
 
