@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,6 @@ def extract(path: Path, name: str | None = None) -> list[Block]:
     lines = path.read_text().splitlines()
     name = name or str(path.relative_to(ROOT))
     blocks: list[Block] = []
-    pending: tuple[str, str] | None = None
     text_since = 0               # where the prose since the last block starts
     i = 0
     while i < len(lines):
@@ -85,8 +85,6 @@ def extract(path: Path, name: str | None = None) -> list[Block]:
 
 
 def _dedent(code: str) -> str:
-    import textwrap
-
     return textwrap.dedent(code.strip("\n")) + "\n"
 
 
@@ -176,4 +174,3 @@ def test_page_blocks_run(page, tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, f"{page}: a block failed\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
     assert [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("ok ")] == [b["where"] for b in blocks]
-    print(res.stdout)
