@@ -1,30 +1,50 @@
-"""Refresh the generated sections of README.md.
+"""Refresh the generated parts of the documentation.
 
-* between ``<!-- config-reference:start -->`` and ``<!-- config-reference:end -->``:
-  the config reference, generated from ``dataclasses.fields(PruningConfig)``,
-  the allowed values the config module validates against (the pattern and
-  schedule registries included) and the class docstring's ``Attributes:`` section;
-* between ``<!-- bench-results:start -->`` and ``<!-- bench-results:end -->``:
-  a copy of ``bench/RESULTS.md`` (its title dropped, headings demoted one level).
+* ``docs/config.md``, between ``<!-- config-reference:start -->`` and ``<!-- config-reference:end -->``:
+  the config reference, generated from ``dataclasses.fields(PruningConfig)``, the allowed values the
+  config module validates against (the pattern and schedule registries included) and the class
+  docstring's ``Attributes:`` section;
+* ``docs/benchmarks.md``, between ``<!-- bench-results:start -->`` and ``<!-- bench-results:end -->``:
+  a copy of ``bench/RESULTS.md`` (its title dropped);
+* ``docs/api/<module>.md``: one API page (a mkdocstrings ``::: module`` directive) per public module of
+  ``sparsify``, ``sparsify_tf`` and ``sparsify_torch``, and the ``API reference`` part of ``mkdocs.yml``'s
+  nav, between ``# api-nav:start`` and ``# api-nav:end``;
+* the ``Guides`` part of that nav (between ``# guides-nav:start`` and ``# guides-nav:end``): the guides of
+  ``GUIDES`` that exist, in that order, then any other page of ``docs/`` under its first heading.
 
 Usage::
 
-    python bench/update_readme.py          # rewrite README.md
-    python bench/update_readme.py --check  # exit 1 if README.md is out of date
+    python bench/update_readme.py          # rewrite what is out of date
+    python bench/update_readme.py --check  # exit 1 if anything is out of date
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+if str(ROOT) not in sys.path:          # document this checkout's packages, not an installed copy
+    sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "RESULTS.md"
+CONFIG_PAGE = ROOT / "docs" / "config.md"
+BENCH_PAGE = ROOT / "docs" / "benchmarks.md"
+API_DIR = ROOT / "docs" / "api"
+MKDOCS = ROOT / "mkdocs.yml"
+PACKAGES = ("sparsify", "sparsify_tf", "sparsify_torch")
+# The guides in reading order, with their titles in the site's navigation.
+GUIDES = (("The core and its masks", "core.md"), ("Config reference", "config.md"), ("PyTorch", "torch.md"),
+          ("Structured channel pruning", "channels.md"), ("Keras", "keras.md"), ("TensorFlow graphs", "tf_graph.md"),
+          ("Sharded and multi-worker training", "distributed.md"), ("The sparsify command", "cli.md"),
+          ("Shipping a pruned model", "export.md"), ("Migrating from other libraries", "migrating.md"))
+# Pages of docs/ with their own place in the navigation (not guides).
+OTHER_PAGES = ("index.md", "design.md", "benchmarks.md")
 
-__all__ = ["config_reference", "bench_section", "render", "main"]
+__all__ = ["config_reference", "bench_section", "public_modules", "api_page", "api_nav", "guides_nav", "render",
+           "outputs", "main"]
 
 
 def _descriptions(doc: str) -> dict[str, str]:
@@ -82,51 +102,108 @@ def config_reference() -> str:
         shown = f"`{default!r}`" if not isinstance(default, bool) else f"`{str(default).lower()}`"
         text = desc.get(f.name, "").replace("``", "`").replace("|", "\\|")
         rows.append(f"| `{f.name}` | {shown} | {_allowed(f.name, default)} | {text} |")
-    extra = ("\nLoad a config with `PruningConfig.coerce(x)` (a `PruningConfig`, a dict or a YAML path; a top-level "
-             "`pruning:` key is accepted). Unknown keys and bad values raise `ValueError` naming the key and the "
-             "value. YAML files are read safely, and an unquoted N:M pattern (`pattern: 2:4`) stays a string "
-             "(plain YAML 1.1 would read it as the number 124).")
+    extra = ("\nLoad a config with `PruningConfig.coerce(x)`: a `PruningConfig`, a dict of these keys or a YAML "
+             "file path (a YAML file may also nest the keys under one top-level `pruning:` key; a dict may not). "
+             "Unknown keys and bad values raise `ValueError`, a value of the wrong type (`end_step=\"10\"`) "
+             "`TypeError`, both naming the key and the value. YAML files are read safely, and an unquoted N:M "
+             "pattern (`pattern: 2:4`) stays a string (plain YAML 1.1 would read it as the number 124).")
     return "\n".join(rows) + "\n" + extra
 
 
 def bench_section() -> str:
-    """``bench/RESULTS.md`` without its title, headings demoted one level."""
+    """``bench/RESULTS.md`` without its title and its section markers."""
     if not RESULTS.exists():
         return "_No benchmark has been run yet (bench/RESULTS.md is missing)._"
     text = RESULTS.read_text()
     text = re.sub(r"\A# [^\n]*\n", "", text).strip()
-    text = re.sub(r"<!-- [\w-]+:(start|end) -->\n?", "", text)
-    return re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", text, flags=re.M).strip()
+    return re.sub(r"<!-- [\w-]+:(start|end) -->\n?", "", text).strip()
 
 
-def _replace(text: str, name: str, body: str) -> str:
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+def public_modules(root: Path = ROOT) -> list[str]:
+    """Dotted names of the public modules of the three packages (no part starting with ``_``), sorted.
+
+    Examples:
+        >>> "sparsify.config" in public_modules() and "sparsify.__main__" not in public_modules()
+        True
+    """
+    names = []
+    for package in PACKAGES:
+        for path in (root / package).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            if not any(part.startswith("_") for part in parts):
+                names.append(".".join(parts))
+    return sorted(names)
+
+
+def api_page(module: str) -> str:
+    """The Markdown of ``docs/api/<module>.md``: a title and the mkdocstrings directive."""
+    return f"# `{module}`\n\n::: {module}\n"
+
+
+def api_nav(modules: list[str]) -> str:
+    """The ``API reference`` entries of ``mkdocs.yml``'s nav, one per module."""
+    return "\n".join(f"      - {m}: api/{m}.md" for m in modules)
+
+
+def guides_nav(docs: Path = ROOT / "docs") -> str:
+    """The ``Guides`` entries of ``mkdocs.yml``'s nav: the ``GUIDES`` that exist, then other pages of ``docs/``."""
+    entries = [(title, name) for title, name in GUIDES if (docs / name).exists()]
+    known = {name for _, name in GUIDES} | set(OTHER_PAGES)
+    for page in sorted(docs.glob("*.md")):
+        if page.name not in known:
+            heading = re.search(r"^# (.+)$", page.read_text(), flags=re.M)
+            entries.append((heading.group(1).replace("`", "") if heading else page.stem, page.name))
+    return "\n".join(f"      - {json.dumps(title)}: {name}" for title, name in entries)
+
+
+def _replace(text: str, name: str, body: str, *, comment: str = "<!-- {} -->", where: str = "") -> str:
+    start, end = comment.format(f"{name}:start"), comment.format(f"{name}:end")
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no {start} ... {end} markers")
-    return pattern.sub(lambda _: f"{start}\n{body.strip()}\n{end}", text)
+        raise SystemExit(f"{where} has no {start} ... {end} markers")
+    indent = re.search(r"([ \t]*)" + re.escape(start), text).group(1)
+    return pattern.sub(lambda _: f"{start}\n{body.rstrip()}\n{indent}{end}", text)
 
 
-def render(text: str) -> str:
-    """README text with both generated sections refreshed."""
-    text = _replace(text, "config-reference", config_reference())
-    return _replace(text, "bench-results", bench_section())
+def render(path: Path, text: str) -> str:
+    """``text`` (the content of ``path``) with its generated sections refreshed."""
+    if path == CONFIG_PAGE:
+        return _replace(text, "config-reference", config_reference(), where=path.name)
+    if path == BENCH_PAGE:
+        return _replace(text, "bench-results", bench_section(), where=path.name)
+    if path == MKDOCS:
+        text = _replace(text, "guides-nav", guides_nav(), comment="# {}", where=path.name)
+        return _replace(text, "api-nav", api_nav(public_modules()), comment="# {}", where=path.name)
+    raise ValueError(f"no generated section in {path}")
+
+
+def outputs() -> dict[Path, str]:
+    """Every generated file and the content it should have now."""
+    out = {path: render(path, path.read_text()) for path in (CONFIG_PAGE, BENCH_PAGE, MKDOCS)}
+    for module in public_modules():
+        out[API_DIR / f"{module}.md"] = api_page(module)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is out of date")
+    parser.add_argument("--check", action="store_true", help="exit 1 if anything is out of date")
     args = parser.parse_args(argv)
-    old = README.read_text()
-    new = render(old)
+    wanted = outputs()
+    stale_pages = sorted(p for p in API_DIR.glob("*.md") if p not in wanted)
+    changed = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
     if args.check:
-        if new != old:
-            print("README.md is out of date: run python bench/update_readme.py", file=sys.stderr)
-            return 1
-        return 0
-    if new != old:
-        README.write_text(new)
-        print("README.md updated")
+        for path in changed + stale_pages:
+            print(f"{path.relative_to(ROOT)} is out of date: run python bench/update_readme.py", file=sys.stderr)
+        return 1 if changed or stale_pages else 0
+    for path in changed:
+        path.write_text(wanted[path])
+        print(f"{path.relative_to(ROOT)} updated")
+    for path in stale_pages:      # the page of a module that no longer exists
+        path.unlink()
+        print(f"{path.relative_to(ROOT)} removed")
     return 0
 
 

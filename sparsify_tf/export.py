@@ -122,7 +122,7 @@ def export_frozen_graph(sess: tf1.Session, outputs: Sequence[str | tf.Tensor | t
 
     Raises:
         ValueError: for an empty or unknown output; RuntimeError if a mask,
-        variable or py-function op would remain.
+            variable or py-function op would remain.
     """
     if isinstance(outputs, (str, tf.Tensor, tf.Operation)):
         outputs = [outputs]

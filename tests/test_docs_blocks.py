@@ -1,0 +1,176 @@
+"""Every fenced code block of README.md and docs/*.md runs, as a reader would run it.
+
+How a page marks its blocks (HTML comments, invisible on GitHub and on the site):
+
+* ``<!-- setup: CODE -->`` before a block: Python the block assumes (a small model, data, a file),
+  run just before it. Text may stand between the comment and the block.
+* ``<!-- skip: REASON -->`` before a block: the block is not run; the reason says why (e.g. it needs
+  ``torchrun`` with several processes) and where it is tested instead.
+
+The ``python`` blocks of one page run in order in one namespace (a later block may use an earlier
+block's names), in one fresh process per page with a scratch working directory holding the shipped
+``prune.yaml``. Each line of a ``bash`` block must be a ``sparsify`` command (``&&`` chains allowed,
+``#`` comments dropped); it runs through ``sparsify.cli.main`` in that process and must exit 0. The demo
+runs on 40 steps unless the line sets ``--steps``. ``text`` blocks show output or diagrams and are not
+run; every other fence must be labelled.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LANGUAGES = ("python", "bash", "text")
+_FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
+_DIRECTIVE = re.compile(r"<!--\s*(setup|skip):(.*?)-->", re.S)
+
+
+@dataclasses.dataclass
+class Block:
+    page: str
+    line: int
+    lang: str
+    code: str
+    setup: str = ""
+    skip: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def extract(path: Path, name: str | None = None) -> list[Block]:
+    """The fenced blocks of a Markdown page with the setup or skip comment before each (dedented)."""
+    lines = path.read_text().splitlines()
+    name = name or str(path.relative_to(ROOT))
+    blocks: list[Block] = []
+    text_since = 0               # where the prose since the last block starts
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        directives = _DIRECTIVE.findall("\n".join(lines[text_since:i]))
+        if len(directives) > 1:
+            raise AssertionError(f"{name}:{i + 1}: more than one setup/skip comment before one block")
+        pending = directives[0] if directives else None
+        indent, lang, start = len(m.group(1)), m.group(2), i
+        i += 1
+        body = []
+        while i < len(lines) and not re.match(r"^\s*```\s*$", lines[i]):
+            body.append(lines[i][indent:] if lines[i][:indent].strip() == "" else lines[i])
+            i += 1
+        if i == len(lines):
+            raise AssertionError(f"{name}:{start + 1}: the fence is never closed")
+        block = Block(name, start + 1, lang, "\n".join(body) + "\n")
+        if pending and pending[0] == "setup":
+            block.setup = _dedent(pending[1])
+        elif pending:
+            block.skip = " ".join(pending[1].split())
+        blocks.append(block)
+        i += 1
+        text_since = i
+    return blocks
+
+
+def _dedent(code: str) -> str:
+    return textwrap.dedent(code.strip("\n")) + "\n"
+
+
+ALL_BLOCKS = {path.name: extract(path) for path in PAGES}
+RUNNABLE = [name for name, blocks in ALL_BLOCKS.items()
+            if any(b.lang in ("python", "bash") and b.skip is None for b in blocks)]
+
+# Runs in the page's own process: the blocks come as JSON on stdin.
+_RUNNER = r"""
+import json, os, shlex, sys, traceback
+blocks = json.load(sys.stdin)
+namespace = {"__name__": "__main__"}
+
+def run_command(line, where):
+    from sparsify.cli import main
+    for part in line.split("#")[0].split("&&"):
+        words = shlex.split(part)
+        if not words:
+            continue
+        if words[0] != "sparsify":
+            raise SystemExit(f"{where}: not a sparsify command: {part.strip()!r} (mark the block skip)")
+        args = words[1:]
+        if args[0] == "demo":
+            if "--steps" not in args:
+                args += ["--steps", "40"]
+            if "--no-progress" not in args:
+                args.append("--no-progress")
+        try:
+            rc = main(args)
+        except SystemExit as e:
+            rc = e.code
+        if rc not in (0, None):
+            raise SystemExit(f"{where}: sparsify {' '.join(args)} exited with {rc}")
+
+import time
+for b in blocks:
+    where = b["where"]
+    started = time.perf_counter()
+    try:
+        if b["setup"]:
+            exec(compile(b["setup"], where + " (setup)", "exec"), namespace)
+        if b["lang"] == "python":
+            exec(compile(b["code"], where, "exec"), namespace)
+        else:
+            for line in b["code"].splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    run_command(line, where)
+    except BaseException as e:
+        traceback.print_exc()
+        print(f"BLOCK FAILED: {where}: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
+    print("ok", where, f"{time.perf_counter() - started:.1f} s", flush=True)
+"""
+
+
+def test_every_block_is_labelled_and_every_skip_says_why():
+    assert sum(len(b) for b in ALL_BLOCKS.values()) >= 30      # the parser found the pages' blocks
+    for blocks in ALL_BLOCKS.values():
+        for b in blocks:
+            assert b.lang in LANGUAGES, f"{b.where}: label the fence with one of {LANGUAGES}, got {b.lang!r}"
+            if b.skip is not None:
+                assert len(b.skip.split()) >= 4, f"{b.where}: a skipped block needs a reason, got {b.skip!r}"
+            if b.lang == "text":
+                assert not b.setup and b.skip is None, f"{b.where}: a text block is not run"
+
+
+def test_extract_reads_setup_skip_and_indented_fences(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- setup:\n    n = 2\n-->\nSome prose.\n\n```python\nassert n == 2\n```\n\n"
+                    "* item\n\n  ```bash\n  sparsify --help\n  ```\n<!-- skip: needs two processes "
+                    "(torchrun) -->\n```python\nraise SystemExit\n```\n```text\nout\n```\n")
+    blocks = extract(page, "page.md")
+    assert [(b.lang, b.setup, b.skip) for b in blocks] == [
+        ("python", "n = 2\n", None), ("bash", "", None), ("python", "", "needs two processes (torchrun)"),
+        ("text", "", None)]
+    assert blocks[1].code == "sparsify --help\n"
+
+
+@pytest.mark.parametrize("page", RUNNABLE)
+def test_page_blocks_run(page, tmp_path):
+    blocks = [dataclasses.asdict(b) | {"where": b.where} for b in ALL_BLOCKS[page]
+              if b.lang in ("python", "bash") and b.skip is None]
+    shutil.copy(ROOT / "prune.yaml", tmp_path / "prune.yaml")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0", MPLBACKEND="Agg",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(blocks), cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, f"{page}: a block failed\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
+    assert [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("ok ")] == [b["where"] for b in blocks]
