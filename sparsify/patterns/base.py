@@ -186,6 +186,15 @@ class Pattern:
             check_finite(units, name)               # the selection does not look at units pruned before
         return units, aux
 
+    def unit_view(self, w: np.ndarray) -> np.ndarray:
+        """The 2-D array of a canonical ``w`` whose blocks or groups are this pattern's units
+        (the 2-D view of :mod:`sparsify.layout`; ``"OxIxK"`` rearranges it)."""
+        return to_2d(np.asarray(w))
+
+    def shape_fit(self, shape: tuple[int, ...]) -> str | None:
+        """None if a canonical ``shape`` fits the pattern, else the reason it does not."""
+        return self.fits(view_shape(tuple(shape)))
+
     def conformity(self, nonzero2d: np.ndarray) -> tuple[int, int]:
         """``(units, violations)``: does a 2-D zero structure follow the pattern?
 

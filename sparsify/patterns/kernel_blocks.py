@@ -173,6 +173,12 @@ class PatternKernelBlocks(PatternNxM):
                 return f"{block} {what} per unit do not divide its {inner} {what}"
         return self.fits(self.arranged_shape(shape))
 
+    def unit_view(self, w: np.ndarray) -> np.ndarray:
+        return self.arrange(w)
+
+    def shape_fit(self, shape: tuple[int, ...]) -> str | None:
+        return self.kernel_fit(tuple(shape))
+
     # ----- the public API on the rearranged view ---------------------------------------
     def _unfit(self, name: str, shape: tuple[int, ...]) -> bool:
         """True when the layer is left dense (``skip_incompatible_layers``); raises when it does not fit."""

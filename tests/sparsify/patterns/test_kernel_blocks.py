@@ -130,3 +130,15 @@ def test_errors_name_the_layer_and_the_rule():
     assert skip.check_shape("c", (8, 6, 3, 3)) is False and skip.get_masks({"c": conv(8, 6, 3, 3)}, 0.5)["c"].all()
     with pytest.raises(ValueError, match="selection over shards"):
         get_pattern("1x1xkernel").prepare_units("c", conv(2, 2, 1, 1))
+
+
+def test_report_conformity_sees_the_units():
+    from sparsify.cli.report.statistics import pattern_conformity
+
+    w = conv(4, 4, 3, 3)
+    w[:, 1] = 0.0                                           # input channel 1 removed
+    got = pattern_conformity(w, "channelx1xkernel")
+    assert got == {"fits": True, "conforms": True, "units": 4, "violations": 0, "reason": None}
+    w[0, 2, 0, 0] = 0.0                                     # one more zero inside input channel 2
+    assert pattern_conformity(w, "channelx1xkernel")["violations"] == 1
+    assert pattern_conformity(w, "3x1x1")["reason"] == "3 outputs per unit do not divide its 4 outputs"
