@@ -66,8 +66,10 @@ def seed_pattern(config: Any, max_sparsity_ratio_per_layer: float | None = None)
 
     Example:
         >>> p = seed_pattern("4x1")
-        >>> p.keep_one_unit, p.max_sparsity_ratio_per_layer, seed_pattern({"pattern": "1x1", _CAP: 0.9}).max_sparsity_ratio_per_layer
-        (False, 1.0, 0.9)
+        >>> p.keep_one_unit, p.max_sparsity_ratio_per_layer
+        (False, 1.0)
+        >>> seed_pattern({"pattern": "1x1", "max_sparsity_ratio_per_layer": 0.9}).max_sparsity_ratio_per_layer
+        0.9
     """
     pattern = copy.copy(get_pattern(config))
     cap = max_sparsity_ratio_per_layer

@@ -19,8 +19,10 @@ of several inputs *and* outputs is that block; SparseML's TF code instead took
 ``inputs * outputs`` consecutive outputs of one input.
 
 Example:
-    >>> str(load_mask_creator("channel")), str(BlockPruningMaskCreator([4, 1])), str(DimensionPruningMaskCreator([2, 3]))
-    ('channel', '[4, 1]', 'DimensionPruningMaskCreator:[2, 3]')
+    >>> str(load_mask_creator("channel")), str(BlockPruningMaskCreator([4, 1]))
+    ('channel', '[4, 1]')
+    >>> str(DimensionPruningMaskCreator([2, 3]))
+    'DimensionPruningMaskCreator:[2, 3]'
     >>> DimensionPruningMaskCreator("filter").core_pattern_name((3, 3, 16, 32), "conv")
     '1x1xkernel'
 """

@@ -196,7 +196,8 @@ class PatternKernelBlocks(PatternNxM):
             score = np.asarray(score)
             p = None if pre_masks is None else pre_masks.get(name)
             if p is not None and np.shape(p) != score.shape:
-                raise ValueError(f"layer {name!r}: pre_mask shape {np.shape(p)} differs from scores shape {score.shape}")
+                raise ValueError(f"layer {name!r}: pre_mask shape {np.shape(p)} differs from scores shape "
+                                 f"{score.shape}")
             if self._unfit(name, score.shape):
                 dense[name] = np.ones(score.shape, dtype=bool) if p is None else np.asarray(p, bool).copy()
                 continue
@@ -213,8 +214,8 @@ class PatternKernelBlocks(PatternNxM):
         return not self._unfit(name, tuple(int(d) for d in shape))
 
     def get_mask_single(self, score, exact_sparsity_ratio, pre_mask=None, name="layer"):
-        masks = self.get_masks_local({name: score}, exact_sparsity_ratio, None if pre_mask is None else {name: pre_mask},
-                                     max_sparsity_ratio_per_layer=None, limits=False)
+        pre = None if pre_mask is None else {name: pre_mask}
+        masks = self.get_masks_local({name: score}, exact_sparsity_ratio, pre, limits=False)
         return masks[name]
 
     def get_masks_local(self, scores, target_sparsity_ratio, pre_masks=None, max_sparsity_ratio_per_layer=None,

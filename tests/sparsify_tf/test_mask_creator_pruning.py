@@ -179,8 +179,8 @@ def test_initializer_keeps_units_holding_a_non_zero():
 
 
 @settings(max_examples=20, deadline=None)
-@given(n_in=st.sampled_from([4, 8, 12]), n_out=st.sampled_from([2, 4, 6]), taps=st.sampled_from([(1, 1), (3, 3), (1, 2)]),
-       s=st.floats(0.0, 1.0), seed=st.integers(0, 20))
+@given(n_in=st.sampled_from([4, 8, 12]), n_out=st.sampled_from([2, 4, 6]),
+       taps=st.sampled_from([(1, 1), (3, 3), (1, 2)]), s=st.floats(0.0, 1.0), seed=st.integers(0, 20))
 def test_units_and_counts_hold_for_any_conv(n_in, n_out, taps, s, seed):
     shape = (*taps, n_in, n_out)
     w = distinct(shape, seed)

@@ -52,7 +52,8 @@ def test_inputs_of_one_tap_literal_mask():
 def test_dense_weight_blocks_equal_nxm():
     w = np.random.default_rng(3).random((8, 12))
     for oxi, nxm in (("4x1x1", "4x1"), ("1x4xkernel", "1x4"), ("channelx1x1", "channelx1"), ("2x2x1", "2x2")):
-        np.testing.assert_array_equal(get_pattern(oxi).get_mask_single(w, 0.5), get_pattern(nxm).get_mask_single(w, 0.5))
+        np.testing.assert_array_equal(get_pattern(oxi).get_mask_single(w, 0.5),
+                                      get_pattern(nxm).get_mask_single(w, 0.5))
 
 
 @pytest.mark.parametrize("name", ["channelx1xkernel", "1x1xkernel", "1x4x1", "2x2x1", "1xchannelx1",
