@@ -19,6 +19,10 @@ from .export import export_frozen_graph, export_saved_model
 from .graph_pruning import GraphPruning, prune_graph
 from .graph_utils import get_prunable_ops_and_inputs, is_prunable_op
 from .mask_creator import CoreMaskCreator, get_mask_creator
+from .mask_creator_pruning import (
+    BlockPruningMaskCreator, DimensionPruningMaskCreator, GroupedPruningMaskCreator, PruningMaskCreator,
+    UnstructuredPruningMaskCreator, load_mask_creator,
+)
 from .mask_pruning import (
     PruningOpVars, PruningScope, apply_op_vars_masks, create_constant_op_pruning, create_graph_ops_pruning,
     create_ks_schedule_ops, create_ks_scheduled_constant_graph_ops, create_op_pruning,
@@ -28,6 +32,7 @@ from .mask_pruning import (
 from .optimizer_slots import find_optimizer_slots
 from .pruning_hook import PruningHook
 from .schedule_ops import schedule_tensors
+from .seed_utils import VAR_INDEX_FROM_TRAINABLE, eval_tensor_sparsity, get_op_input_var
 
 __all__ = [
     "prune_graph", "GraphPruning", "PruningHook", "export_frozen_graph", "export_saved_model",
@@ -37,4 +42,7 @@ __all__ = [
     "get_or_create_ks_schedule_ops", "get_scheduled_update_op", "get_or_create_ks_scheduled_graph_ops",
     "create_ks_scheduled_constant_graph_ops", "CoreMaskCreator", "get_mask_creator",
     "get_prunable_ops_and_inputs", "is_prunable_op", "schedule_tensors", "find_optimizer_slots",
+    "PruningMaskCreator", "UnstructuredPruningMaskCreator", "GroupedPruningMaskCreator", "DimensionPruningMaskCreator",
+    "BlockPruningMaskCreator", "load_mask_creator", "VAR_INDEX_FROM_TRAINABLE", "eval_tensor_sparsity",
+    "get_op_input_var",
 ]

@@ -3,18 +3,31 @@
 :class:`CoreMaskCreator` wraps a core :class:`~sparsify.patterns.Pattern` and
 builds a ``tf.numpy_function`` that converts the TF kernel to the canonical
 layout (``sparsify.layout``), asks the pattern for the mask and converts it
-back. It replaces the seed's ``PruningMaskCreator`` objects. A pattern with
-``pruning_scope: global`` computes the masks of several weights in one core
-call (:meth:`CoreMaskCreator.create_sparsity_masks`), one threshold for all.
+back. It is what the seed API (:mod:`sparsify_tf.mask_pruning`) prunes with;
+SparseML's ``PruningMaskCreator`` classes (:mod:`sparsify_tf.mask_creator_pruning`)
+are core mask creators too. A pattern with ``pruning_scope: global`` computes
+the masks of several weights in one core call
+(:meth:`CoreMaskCreator.create_sparsity_masks`), one threshold for all.
+
+Count rules. Given a pattern *name* or a config *dict*, the seed API follows
+the seed (SparseML): sparsity is in [0, 1], 1.0 prunes every unit, and no
+per-layer cap applies unless asked for (``max_sparsity_ratio_per_layer`` in
+the dict or as an argument). Given a ``Pattern`` or a ``PruningConfig``
+object, the core's own rules apply: sparsity in [0, 1), at least one unit of
+a layer kept, and the object's per-layer limits (0.98 by default). Either way
+a layer prunes exactly ``exact_prune_count(s, units)`` units.
 
 Example:
     >>> import numpy as np
     >>> mc = get_mask_creator("2:4")
     >>> mc.masks_numpy({"w": np.array([[4.0], [1.0], [3.0], [2.0]])}, {"w": "dense"}, 0.5)["w"].ravel().tolist()
     [1.0, 0.0, 1.0, 0.0]
+    >>> get_mask_creator("1x1").masks_numpy({"w": np.array([[0.5], [3.0]])}, {"w": "dense"}, 1.0)["w"].ravel().tolist()
+    [0.0, 0.0]
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -24,33 +37,90 @@ from sparsify.criteria import magnitude
 from sparsify.layout import canonical_to_tf, tf_to_canonical
 from sparsify.patterns import Pattern, get_pattern
 
-__all__ = ["CoreMaskCreator", "get_mask_creator", "MaskCreatorLike"]
+__all__ = ["CoreMaskCreator", "get_mask_creator", "MaskCreatorLike", "infer_kind", "seed_pattern"]
 
-MaskCreatorLike = Any  # "CoreMaskCreator | Pattern | str | Mapping"
+MaskCreatorLike = Any  # "CoreMaskCreator | PruningMaskCreator | Pattern | str | Mapping"
+
+_CAP = "max_sparsity_ratio_per_layer"
+
+
+def infer_kind(tf_shape: Sequence[int]) -> str:
+    """The TF layout of a kernel from its rank: ``"dense"`` (2-D) or ``"conv"`` (3-D to 5-D).
+
+    Example:
+        >>> infer_kind((3, 3, 8, 16)), infer_kind((8, 16))
+        ('conv', 'dense')
+    """
+    rank = len(tuple(tf_shape))
+    if rank == 2:
+        return "dense"
+    if 3 <= rank <= 5:
+        return "conv"
+    raise ValueError(f"tensor of shape {tuple(tf_shape)}: a kernel to prune must be 2-D (MatMul) or 3-D to 5-D "
+                     f"(convolution); pass kind= for other layouts")
+
+
+def seed_pattern(config: Any, max_sparsity_ratio_per_layer: float | None = None) -> Pattern:
+    """A core pattern with the seed's count rule: sparsity in [0, 1] (1.0 prunes every unit), no per-layer
+    cap unless ``max_sparsity_ratio_per_layer`` is given (or named in a config dict).
+
+    Example:
+        >>> p = seed_pattern("4x1")
+        >>> p.keep_one_unit, p.max_sparsity_ratio_per_layer
+        (False, 1.0)
+        >>> seed_pattern({"pattern": "1x1", "max_sparsity_ratio_per_layer": 0.9}).max_sparsity_ratio_per_layer
+        0.9
+    """
+    pattern = copy.copy(get_pattern(config))
+    cap = max_sparsity_ratio_per_layer
+    if cap is None and isinstance(config, Mapping):
+        cap = config.get(_CAP)
+    pattern.keep_one_unit = False
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float, np.integer, np.floating))
+                            or not 0.0 <= float(cap) <= 1.0):
+        raise ValueError(f"{_CAP} must be a number in [0, 1], got {cap!r}")
+    pattern.max_sparsity_ratio_per_layer = 1.0 if cap is None else float(cap)
+    if pattern.min_sparsity_ratio_per_layer > pattern.max_sparsity_ratio_per_layer:
+        raise ValueError(f"min_sparsity_ratio_per_layer ({pattern.min_sparsity_ratio_per_layer}) must be <= "
+                         f"{_CAP} ({pattern.max_sparsity_ratio_per_layer})")
+    return pattern
 
 
 class CoreMaskCreator:
     """Computes masks with a core pattern (magnitude scores).
 
     Args:
-        pattern: a pattern name (``"1x1"``, ``"4x1"``, ``"2:4"``, ...), a config
-            dict/``PruningConfig`` or a ``Pattern``.
+        pattern: a pattern name (``"1x1"``, ``"4x1"``, ``"2:4"``, ``"channelx1xkernel"``, ...) or config dict
+            (the seed's count rule, see the module), or a ``PruningConfig``/``Pattern`` (the core's rules).
         monotone: pass the current mask as ``pre_masks`` so pruned weights stay pruned.
+        max_sparsity_ratio_per_layer: a per-layer cap for a name or dict (default: none).
     """
 
-    def __init__(self, pattern: Pattern | str | Mapping[str, Any] = "1x1", monotone: bool = True) -> None:
+    def __init__(self, pattern: Pattern | str | Mapping[str, Any] = "1x1", monotone: bool = True,
+                 max_sparsity_ratio_per_layer: float | None = None) -> None:
         if not isinstance(monotone, bool):
             raise TypeError(f"monotone must be True or False, got {monotone!r}")
-        self.pattern = get_pattern(pattern)
+        self.seed_rules = isinstance(pattern, (str, Mapping))
+        if self.seed_rules:
+            self.pattern = seed_pattern(pattern, max_sparsity_ratio_per_layer)
+        else:
+            if max_sparsity_ratio_per_layer is not None:
+                raise ValueError(f"{_CAP} applies to a pattern name or dict; a {type(pattern).__name__} brings its "
+                                 f"own, got {_CAP}={max_sparsity_ratio_per_layer!r}")
+            self.pattern = get_pattern(pattern)
         self.monotone = monotone
 
     def __repr__(self) -> str:
         return f"CoreMaskCreator({self.pattern!r}, monotone={self.monotone})"
 
+    def pattern_for(self, tf_shape: tuple[int, ...], kind: str, name: str = "layer") -> Pattern:
+        """The core pattern that prunes a weight of ``tf_shape`` and ``kind`` (here: always :attr:`pattern`)."""
+        return self.pattern
+
     def check_shape(self, name: str, tf_shape: tuple[int, ...], kind: str) -> None:
         """``ValueError`` naming the weight now if its shape does not fit the pattern."""
         canon = tf_to_canonical(np.zeros(tuple(tf_shape), dtype=np.float32), kind)
-        self.pattern.get_mask_single(np.ones(canon.shape, dtype=np.float32), 0.0, name=name)
+        self.pattern_for(tuple(tf_shape), kind, name).check_shape(name, canon.shape)
 
     @property
     def is_global(self) -> bool:
@@ -79,13 +149,21 @@ class CoreMaskCreator:
         pre = None
         if self.monotone and pre_masks is not None:
             pre = {n: tf_to_canonical(np.asarray(m), kinds[n]) != 0 for n, m in pre_masks.items()}
-        masks = self.pattern.get_masks({n: magnitude(w) for n, w in canon.items()}, float(sparsity), pre)
+        patterns = {n: self.pattern_for(np.shape(weights[n]), kinds[n], n) for n in weights}
+        scores = {n: magnitude(w) for n, w in canon.items()}
+        if all(p is self.pattern for p in patterns.values()):
+            masks = self.pattern.get_masks(scores, float(sparsity), pre)
+        else:                                       # one pattern per weight: each layer on its own
+            masks = {n: patterns[n].get_masks({n: scores[n]}, float(sparsity),
+                                              None if pre is None else {n: pre[n]})[n] for n in scores}
         return {n: canonical_to_tf(masks[n], kinds[n], np.shape(weights[n])).astype(np.asarray(weights[n]).dtype)
                 for n in weights}
 
     def create_sparsity_mask(self, tensor: tf.Tensor, sparsity: tf.Tensor, pre_mask: tf.Tensor | None = None,
-                             kind: str = "dense", name: str = "layer") -> tf.Tensor:
-        """Graph op computing the mask of ``tensor`` (TF layout) at ``sparsity`` with the core."""
+                             kind: str | None = None, name: str = "layer") -> tf.Tensor:
+        """Graph op computing the mask of ``tensor`` (TF layout; ``kind`` inferred from its rank) at ``sparsity``."""
+        tensor = tf.convert_to_tensor(tensor)
+        kind = infer_kind(tensor.shape.as_list()) if kind is None else kind
         return self.create_sparsity_masks([tensor], sparsity, None if pre_mask is None else [pre_mask],
                                           [kind], [name], op_name="nm_core_mask")[0]
 
@@ -101,6 +179,10 @@ class CoreMaskCreator:
             raise ValueError(f"tensors, kinds and names (and pre_masks) must be non-empty and of equal length, got "
                              f"{n}, {len(kinds)}, {len(names)}"
                              + ("" if pre_masks is None else f", {len(pre_masks)}"))
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        for t, kind, name in zip(tensors, kinds, names):
+            if t.shape.is_fully_defined():
+                self.check_shape(name, tuple(t.shape.as_list()), kind)
         kind_of = dict(zip(names, kinds))
 
         def _fn(s, *arrays):
@@ -116,18 +198,39 @@ class CoreMaskCreator:
 
 
 def get_mask_creator(mask_creator: MaskCreatorLike) -> CoreMaskCreator:
-    """Coerce a ``CoreMaskCreator``, ``Pattern``, pattern name or config dict.
+    """Coerce a mask creator: a ``CoreMaskCreator`` (SparseML's classes included), a user's
+    ``PruningMaskCreator``, a ``Pattern``, a pattern name, a SparseML mask type (``"unstructured"``,
+    ``"channel"``, ``"filter"``, ``"[4, 1]"``) or a config dict.
 
     Raises:
         TypeError/ValueError: naming ``mask_creator`` and what is allowed.
+
+    Example:
+        >>> get_mask_creator("4x1").pattern.pattern, str(get_mask_creator("channel"))
+        ('4x1', 'channel')
     """
+    from .mask_creator_pruning import PruningMaskCreator, UserMaskCreator, load_mask_creator
+
     if isinstance(mask_creator, CoreMaskCreator):
         return mask_creator
-    if isinstance(mask_creator, (Pattern, str, Mapping)) or hasattr(mask_creator, "pattern_obj"):
+    if isinstance(mask_creator, PruningMaskCreator):
+        return UserMaskCreator(mask_creator)
+    if isinstance(mask_creator, str):
         try:
-            return CoreMaskCreator(mask_creator, monotone=bool(getattr(mask_creator, "monotone", True))
-                                   if not isinstance(mask_creator, Mapping) else bool(mask_creator.get("monotone", True)))
+            get_pattern(mask_creator)
+        except ValueError as e:
+            try:
+                return load_mask_creator(mask_creator)
+            except ValueError:
+                raise ValueError(f"mask_creator: {e}; or a SparseML mask type such as 'unstructured', 'channel', "
+                                 f"'filter' or '[4, 1]'") from None
+    if isinstance(mask_creator, (Pattern, str, Mapping)) or hasattr(mask_creator, "pattern_obj"):
+        monotone = mask_creator.get("monotone", True) if isinstance(mask_creator, Mapping) else \
+            getattr(mask_creator, "monotone", True)
+        try:
+            return CoreMaskCreator(mask_creator, monotone=bool(monotone))
         except (ValueError, TypeError) as e:
             raise type(e)(f"mask_creator: {e}") from None
-    raise TypeError(f"mask_creator must be a pattern name such as '1x1', '4x1' or '2:4', a config dict, a "
-                    f"sparsify Pattern or a CoreMaskCreator, got {mask_creator!r}")
+    raise TypeError(f"mask_creator must be a pattern name such as '1x1', '4x1' or '2:4', a SparseML mask type "
+                    f"such as 'unstructured' or '[4, 1]', a config dict, a sparsify Pattern, a PruningMaskCreator "
+                    f"or a CoreMaskCreator, got {mask_creator!r}")

@@ -21,7 +21,13 @@ and the mask values in the core (through :mod:`sparsify_tf.mask_creator`). The f
 
 Seed semantics are kept: the sparsity of an update is the schedule's at the
 current step, and with ``leave_enabled=False`` the ops read the dense weights
-once the step is after ``end_step`` (``is_after_end_step``).
+once the step is after ``end_step`` (``is_after_end_step``). So is the seed's
+count rule: with a ``mask_creator`` given as a name, dict or SparseML class
+(:mod:`sparsify_tf.mask_creator_pruning`) an update prunes exactly
+``exact_prune_count(s, units)`` units for any s in [0, 1] (1.0 prunes all)
+and no per-layer cap applies unless the dict names ``max_sparsity_ratio_per_layer``;
+a ``PruningConfig`` or ``Pattern`` object keeps the core's rules (s < 1, one
+unit kept, its per-layer cap). The schedule's ``final_sparsity`` is < 1.
 
 Example:
     >>> import numpy as np, tensorflow as tf
@@ -127,8 +133,10 @@ def create_op_pruning(op: tf.Operation, op_input: tf.Tensor, sparsity: tf.Tensor
         update_ready: bool scalar tensor, True when the mask must be recomputed.
         leave_enabled, is_after_end_step: see :func:`create_op_pruning_no_update`.
         ks_group: group identifier.
-        mask_creator: a pattern name (``"1x1"``, ``"4x1"``, ``"2:4"``), config dict,
-            ``sparsify.Pattern`` or :class:`~sparsify_tf.mask_creator.CoreMaskCreator`.
+        mask_creator: a SparseML ``PruningMaskCreator`` (``UnstructuredPruningMaskCreator()``,
+            ``DimensionPruningMaskCreator("channel")``, ...) or mask type (``"unstructured"``, ``"[4, 1]"``),
+            a pattern name (``"1x1"``, ``"4x1"``, ``"2:4"``), config dict, ``sparsify.Pattern`` or
+            :class:`~sparsify_tf.mask_creator.CoreMaskCreator`.
 
     Returns:
         ``PruningOpVars(op, op_input, update, mask, masked)``.

@@ -13,7 +13,10 @@ keyed by layer name, in the canonical (PyTorch) layout; patterns work on the
 * one module per family: :mod:`~sparsify.patterns.nxm` (``"NxM"`` blocks,
   ``"channelxM"`` all rows by M columns, ``"Nxchannel"`` N rows by all
   columns) and :mod:`~sparsify.patterns.ninm` (``"N:M"``, N pruned of every M
-  along the last axis: ``"2:4"`` keeps 2 of 4, ``"1:4"`` keeps 3 of 4).
+  along the last axis: ``"2:4"`` keeps 2 of 4, ``"1:4"`` keeps 3 of 4) and
+  :mod:`~sparsify.patterns.kernel_blocks` (``"OxIxK"``, O outputs by I inputs
+  at one kernel tap or over the whole kernel: ``"channelx1xkernel"`` removes
+  input channels of a conv).
 
 Example:
     >>> import numpy as np
@@ -29,9 +32,10 @@ from .registry import (get_pattern, pattern_examples, pattern_family, pattern_su
                        registered_patterns, unregister_pattern)
 from .nxm import PatternNxM                   # registration order: NxM first, then N:M
 from .ninm import PatternNInM
+from .kernel_blocks import PatternKernelBlocks   # then OxIxK
 
 __all__ = [
     "register_pattern", "unregister_pattern", "get_pattern", "registered_patterns", "pattern_examples", "pattern_summaries",
-    "pattern_family", "Pattern", "PatternNxM", "PatternNInM", "BLOCK_REDUCTIONS", "allocate_pruned_units",
+    "pattern_family", "Pattern", "PatternNxM", "PatternNInM", "PatternKernelBlocks", "BLOCK_REDUCTIONS", "allocate_pruned_units",
     "config_value",
 ]

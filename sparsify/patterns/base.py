@@ -90,6 +90,9 @@ class Pattern:
     #: True when a unit is one element (``"1x1"``): layers keep their canonical layout (no 2-D copy);
     #: ties still follow the 2-D view's row-major order.
     elementwise = False
+    #: True (the core rule): ratios lie in [0, 1) and a layer keeps at least one unit. False (the seed
+    #: API's rule, set on a copy by ``sparsify_tf``'s seed API): 1.0 is allowed and prunes every unit.
+    keep_one_unit = True
 
     def __init__(self, config: Any = None) -> None:
         self.pattern: str = config_value(config, "pattern", "1x1")
@@ -184,6 +187,15 @@ class Pattern:
             check_finite(units, name)               # the selection does not look at units pruned before
         return units, aux
 
+    def unit_view(self, w: np.ndarray) -> np.ndarray:
+        """The 2-D array of a canonical ``w`` whose blocks or groups are this pattern's units
+        (the 2-D view of :mod:`sparsify.layout`; ``"OxIxK"`` rearranges it)."""
+        return to_2d(np.asarray(w))
+
+    def shape_fit(self, shape: tuple[int, ...]) -> str | None:
+        """None if a canonical ``shape`` fits the pattern, else the reason it does not."""
+        return self.fits(view_shape(tuple(shape)))
+
     def conformity(self, nonzero2d: np.ndarray) -> tuple[int, int]:
         """``(units, violations)``: does a 2-D zero structure follow the pattern?
 
@@ -200,10 +212,11 @@ class Pattern:
 
     def units_for_ratio(self, ratio: float, n_units: int) -> int:
         """Exact number of units to prune for an element sparsity ``ratio``."""
-        return exact_prune_count(ratio, n_units)
+        return exact_prune_count(ratio, n_units, keep_one=self.keep_one_unit)
 
     def check_ratio(self, ratio: float, what: str = "target_sparsity_ratio") -> float:
-        """``ratio`` as a float in [0, 1) and <= :attr:`max_ratio`; ``ValueError`` naming ``what``.
+        """``ratio`` as a float in [0, 1) (or [0, 1] without :attr:`keep_one_unit`) and <= :attr:`max_ratio`;
+        ``ValueError`` naming ``what``.
 
         Example:
             >>> from sparsify.patterns import get_pattern
@@ -213,8 +226,8 @@ class Pattern:
             ValueError: target_sparsity for pattern '2:4' must be <= N/M = 0.5, got 0.6
         """
         r = float(ratio)
-        if np.isnan(r) or not 0.0 <= r < 1.0:
-            raise ValueError(f"{what} must be in [0, 1), got {ratio!r}")
+        if np.isnan(r) or not (0.0 <= r < 1.0 or (r == 1.0 and not self.keep_one_unit)):
+            raise ValueError(f"{what} must be in {'[0, 1)' if self.keep_one_unit else '[0, 1]'}, got {ratio!r}")
         if r > self.max_ratio + 1e-12:
             label = f"{self.max_ratio_label} = " if self.max_ratio_label else ""
             raise ValueError(f"{what} for pattern {self.pattern!r} must be <= {label}{self.max_ratio:g}, got {ratio!r}")
@@ -291,7 +304,7 @@ class Pattern:
         return validate_ratio("max_sparsity_ratio_per_layer", max_sparsity_ratio_per_layer)
 
     def _limits(self, n_units: int, max_ratio: float) -> tuple[int, int]:
-        ceiling = min(self.max_ratio, _RATIO_CEILING)
+        ceiling = min(self.max_ratio, _RATIO_CEILING if self.keep_one_unit else 1.0)
         lo = self.units_for_ratio(min(self.min_sparsity_ratio_per_layer, ceiling), n_units)
         hi = self.units_for_ratio(min(max_ratio, ceiling), n_units)
         return lo, max(lo, hi)

@@ -6,11 +6,13 @@ own. ``get_pattern`` asks the families in registration order.
 
 Example:
     >>> registered_patterns()
-    ('NxM', 'N:M')
+    ('NxM', 'N:M', 'OxIxK')
     >>> get_pattern("2:4").N, get_pattern({"pattern": "4x1", "pruning_scope": "global"}).is_global
     (2, True)
-    >>> pattern_examples()
+    >>> pattern_examples()[:9]
     ('1x1', '4x1', '1x4', '2x2', 'channelx1', '1xchannel', '2:4', '1:4', '4:8')
+    >>> pattern_examples("OxIxK")
+    ('channelx1xkernel', '1x1xkernel', '1x4x1', '2x2x1', '1xchannelx1')
 """
 from __future__ import annotations
 

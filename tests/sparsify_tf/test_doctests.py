@@ -7,7 +7,8 @@ import importlib
 import pytest
 
 MODULES = ["pruning_scope", "masking", "mask_pruning", "graph_pruning", "pruning_hook", "schedule_ops",
-           "mask_creator", "graph_utils", "graph_update", "optimizer_slots", "export", "layout_ops"]
+           "mask_creator", "mask_creator_pruning", "seed_utils", "graph_utils", "graph_update", "optimizer_slots",
+           "export", "layout_ops"]
 
 
 @pytest.mark.parametrize("name", MODULES)

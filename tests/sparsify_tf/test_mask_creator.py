@@ -23,8 +23,11 @@ def test_check_sparsity_names_the_parameter():
     assert CoreMaskCreator("4x1").check_sparsity(0.95) == 0.95
     with pytest.raises(ValueError, match=r"final_sparsity=0.6 cannot be reached with mask_creator '2:4'"):
         CoreMaskCreator("2:4").check_sparsity(0.6, "final_sparsity")
-    with pytest.raises(ValueError, match=r"sparsity=1.0 cannot be reached with mask_creator '1x1'"):
-        CoreMaskCreator("1x1").check_sparsity(1.0)
+    assert CoreMaskCreator("1x1").check_sparsity(1.0) == 1.0            # a name follows the seed: 1.0 prunes all
+    with pytest.raises(ValueError, match=r"sparsity=1.0 cannot be reached with mask_creator '1x1'.*\[0, 1\)"):
+        CoreMaskCreator(sparsify.get_pattern("1x1")).check_sparsity(1.0)  # a Pattern keeps the core's rule
+    with pytest.raises(ValueError, match=r"sparsity=1.2 cannot be reached.*\[0, 1\]"):
+        CoreMaskCreator("1x1").check_sparsity(1.2)
 
 
 def test_global_masks_in_one_core_call_equal_the_core():
@@ -47,3 +50,50 @@ def test_global_masks_in_one_core_call_equal_the_core():
     np.testing.assert_array_equal(got_a.T != 0, want["a"])
     np.testing.assert_array_equal(got_b.T != 0, want["b"])
     assert (got_a == 0).sum() > (got_b == 0).sum()           # one threshold: the small layer gives more
+
+
+def _dense(n_in, n_out, seed=0):
+    return np.random.default_rng(seed).permutation(n_in * n_out).reshape(n_in, n_out).astype(np.float32) + 1.0
+
+
+def test_a_name_or_dict_has_no_per_layer_cap_unless_it_asks():
+    w = {"w": _dense(10, 5)}                                # 50 weights
+    pruned = lambda mc, s: int((mc.masks_numpy(w, {"w": "dense"}, s)["w"] == 0).sum())
+    assert pruned(get_mask_creator("1x1"), 0.995) == 50     # round(49.75) = 50: the seed's count, no cap
+    assert pruned(get_mask_creator("1x1"), 0.9) == 45
+    assert pruned(get_mask_creator("1x1"), 1.0) == 50
+    assert pruned(get_mask_creator({"pattern": "1x1", "max_sparsity_ratio_per_layer": 0.8}), 0.9) == 40
+    assert pruned(CoreMaskCreator("1x1", max_sparsity_ratio_per_layer=0.5), 0.9) == 25
+    # objects of the core keep the core's rules: its 0.98 cap and one unit kept
+    assert pruned(get_mask_creator(sparsify.get_pattern("1x1")), 0.99) == 49
+    assert pruned(get_mask_creator(sparsify.PruningConfig(pattern="1x1", target_sparsity=0.5)), 0.99) == 49
+    with pytest.raises(ValueError, match="max_sparsity_ratio_per_layer must be a number in"):
+        CoreMaskCreator("1x1", max_sparsity_ratio_per_layer=1.5)
+    with pytest.raises(ValueError, match="applies to a pattern name or dict"):
+        CoreMaskCreator(sparsify.get_pattern("1x1"), max_sparsity_ratio_per_layer=0.5)
+
+
+def test_the_seed_pattern_is_a_copy():
+    shared = sparsify.get_pattern("4x1")
+    mc = get_mask_creator({"pattern": "4x1"})
+    assert mc.pattern is not shared and shared.keep_one_unit and not mc.pattern.keep_one_unit
+
+
+def test_sparseml_mask_types_and_bad_names():
+    assert type(get_mask_creator("unstructured")).__name__ == "UnstructuredPruningMaskCreator"
+    assert str(get_mask_creator("[4, 1]")) == "[4, 1]" and str(get_mask_creator("filter")) == "filter"
+    with pytest.raises(ValueError, match=r"mask_creator: pattern must be one of .*or a SparseML mask type"):
+        get_mask_creator("diagonal")
+    with pytest.raises(TypeError, match="mask_creator must be a pattern name"):
+        get_mask_creator(3)
+
+
+def test_kind_is_inferred_from_the_rank():
+    g = tf.Graph()
+    with g.as_default():
+        k = tf.constant(np.arange(1.0, 9.0, dtype=np.float32).reshape(4, 2))
+        mask = get_mask_creator("1x1").create_sparsity_mask(k, tf.constant(0.5, tf.float64))
+        with pytest.raises(ValueError, match=r"must be 2-D \(MatMul\) or 3-D to 5-D"):
+            get_mask_creator("1x1").create_sparsity_mask(tf.constant([1.0, 2.0]), tf.constant(0.5, tf.float64))
+    with tf1.Session(graph=g) as sess:
+        assert sess.run(mask).ravel().tolist() == [0, 0, 0, 0, 1, 1, 1, 1]

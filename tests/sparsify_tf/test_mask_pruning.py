@@ -12,6 +12,7 @@ import tensorflow as tf
 import sparsify
 import sparsify_tf
 from sparsify_tf import PruningScope
+from sparsify_tf.mask_creator import seed_pattern
 from tf_graph_models import batch, build_mlp, expected_pruned, session_config
 
 tf1 = tf.compat.v1
@@ -219,6 +220,51 @@ def test_global_mask_creator_prunes_across_the_group_in_one_core_call(creator):
         sess.run(update)
         masks = dict(zip(["small/kernel", "large/kernel"], sess.run([v.mask for v in op_vars])))   # op order
     pruned = {n: int((m == 0).sum()) for n, m in masks.items()}
-    want = sparsify.get_pattern(spec).get_masks({"small/kernel": small.T, "large/kernel": large.T}, 0.5)
+    # a dict follows the seed (no per-layer cap: the small layer may go entirely); objects keep the core's rules
+    core = seed_pattern(spec) if creator == "dict" else sparsify.get_pattern(spec)
+    want = core.get_masks({"small/kernel": small.T, "large/kernel": large.T}, 0.5)
     assert pruned == {"small/kernel": int((~want["small/kernel"]).sum()), "large/kernel": int((~want["large/kernel"]).sum())}
     assert pruned["small/kernel"] >= 62 and pruned["small/kernel"] + pruned["large/kernel"] == 64
+
+
+@pytest.mark.parametrize("mask_creator", ["1x1", "unstructured", sparsify_tf.UnstructuredPruningMaskCreator()],
+                         ids=["name", "sparseml-name", "sparseml-class"])
+def test_final_sparsity_099_gives_099_not_the_core_cap(mask_creator):
+    # 64 weights: 0.99 prunes round(63.36) = 63 (the core's 0.98 cap would stop at 62, silently)
+    k = np.arange(1.0, 65.0, dtype=np.float32).reshape(8, 8)
+    g, gs = _graph_with({"fc/kernel": k})
+    with g.as_default():
+        set_step = tf1.assign(gs, tf1.placeholder_with_default(tf.constant(0, tf.int64), []))
+        update, op_vars, _, sparsity = sparsify_tf.get_or_create_ks_scheduled_graph_ops(
+            g, gs, ["fc/kernel"], 0, 4, 1, 0.5, 0.99, 3.0, True, "g", mask_creator)
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        for step in range(6):
+            sess.run(set_step, {set_step.op.inputs[1]: step})
+            sess.run(update)
+        assert sess.run(sparsity) == 0.99
+        mask = sess.run(op_vars[0].mask)
+    assert int((mask == 0).sum()) == 63 and mask.ravel().tolist() == [0.0] * 63 + [1.0]
+
+
+def test_sparsity_one_prunes_everything_with_a_name_and_is_refused_for_a_pattern():
+    k = np.arange(1.0, 17.0, dtype=np.float32).reshape(8, 2)
+    g, _ = _graph_with({"fc/kernel": k})
+    with g.as_default():
+        op = next(o for o in g.get_operations() if o.type == "MatMul")
+        s = tf1.placeholder(tf.float32, [])
+        op_vars = sparsify_tf.create_op_pruning(op, None, s, tf.constant(True), True, None, "g", "1x4")
+    other, _ = _graph_with({"fc/kernel": k})
+    with other.as_default():
+        one, ready = tf.constant(1.0), tf.constant(True)
+        n_ops = len(other.get_operations())
+        with pytest.raises(ValueError, match=r"sparsity=1.0 cannot be reached with mask_creator '1x1'.*\[0, 1\)"):
+            sparsify_tf.create_op_pruning(next(o for o in other.get_operations() if o.type == "MatMul"), None, one,
+                                          ready, True, None, "h", sparsify.get_pattern("1x1"))
+        assert len(other.get_operations()) == n_ops             # refused before anything was added
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(op_vars.update, {s: 0.5})
+        assert (sess.run(op_vars.mask) == 0).sum() == 8
+        sess.run(op_vars.update, {s: 1.0})
+        assert not sess.run(op_vars.mask).any() and not sess.run(op_vars.masked).any()

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from sparsify.layout import tf_to_canonical, to_2d
+from sparsify.layout import tf_to_canonical
 from sparsify.patterns import get_pattern
 from .readers import DEFAULT_MAX_BYTES, FORMATS, read_tensors
 
@@ -86,11 +86,11 @@ def pattern_conformity(w: np.ndarray, pattern: Any) -> dict[str, Any]:
         1
     """
     pat = get_pattern(pattern)
-    w2 = to_2d(np.asarray(w))
-    reason = pat.fits(w2.shape)
+    w = np.asarray(w)
+    reason = pat.shape_fit(w.shape)
     if reason is not None:
         return {"fits": False, "conforms": None, "units": 0, "violations": 0, "reason": reason}
-    units, violations = pat.conformity(w2 != 0)       # every family states its own zero structure
+    units, violations = pat.conformity(pat.unit_view(w) != 0)   # every family states its own units and zeros
     return {"fits": True, "conforms": violations == 0, "units": units, "violations": violations, "reason": None}
 
 
