@@ -135,8 +135,8 @@ def render(data: dict[str, Any], plot_path: str = PLOT, write: bool = True) -> s
 
     runs = data["runs"]
     drawn = report.plot(runs, plot_path) if plot_path else False
-    body = report.render_tables(runs) + "\n\n" + "Seconds per training run (one thread, training only):\n\n" + \
-        report.render_timings(runs)
+    body = (report.render_tables(runs) + "\n\nSeconds per training run (one thread, training only; wall time "
+            "depends on the machine's load, process CPU time much less):\n\n" + report.render_timings(runs))
     body += ("\n\nPaired difference: per seed, arm minus the best peer of the same framework (the peer with the "
              "highest mean); std is the sample std over seeds (ddof=1); 'spread < difference' says whether that "
              "std is below the absolute mean difference. Same NumPy initial weights and batch order for every "

@@ -11,8 +11,9 @@ its first step (the schedule is ignored) and only on rank-2/4 weights; its block
 setting tfmot cannot express on a selected layer is recorded as ``unsupported`` with tfmot's reason.
 
 Example:
-    >>> from bench.accuracy.problems import problem, setting
-    >>> r = run_keras(problem("digits").scaled(20), setting("90"), "default", {}, seed=0)
+    >>> from bench.accuracy.problems import problem, setting, sparsify_config
+    >>> spec, s = problem("digits").scaled(20), setting("90")
+    >>> r = run_keras(spec, s, "default", sparsify_config(spec, s, {}), seed=0)
     >>> r["status"], r["sparsity"] > 0.89
     ('ok', True)
 """
@@ -129,9 +130,9 @@ def run_keras(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None
     model.compile(K.optimizers.Adam(spec.lr), K.losses.SparseCategoricalCrossentropy(from_logits=True))
     xs, ys = tf.constant(x[..., None]), tf.constant(y)
     data = tf.data.Dataset.from_tensor_slices(order).map(lambda i: (tf.gather(xs, i), tf.gather(ys, i)))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model.fit(data.prefetch(2), epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     if arm == "tfmot":
         import tensorflow_model_optimization as tfmot
 
@@ -146,4 +147,4 @@ def run_keras(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None
     for layer in spec.layers(s):
         kernel = np.asarray(model.get_layer(layer.name).get_weights()[0])
         weights[layer.name] = kernel.T if layer.kind == "linear" else np.moveaxis(kernel, (-1, -2), (0, 1))
-    return {**summarize(weights, spec, s, acc, seconds), "single_thread": single_thread()}
+    return {**summarize(weights, spec, s, acc, seconds, cpu), "single_thread": single_thread()}

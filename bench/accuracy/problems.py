@@ -203,12 +203,14 @@ def sparsify_config(spec: Problem, s: Setting, overrides: dict[str, Any]) -> dic
     return {**base, **overrides}
 
 
-def summarize(weights: dict[str, np.ndarray], spec: Problem, s: Setting, acc: float, seconds: float) -> dict:
-    """A run's record from its final canonical weights: sparsity over the selected layers, layers pruned.
+def summarize(weights: dict[str, np.ndarray], spec: Problem, s: Setting, acc: float, seconds: float,
+              cpu_seconds: float) -> dict:
+    """A run's record from its final canonical weights: sparsity over the selected layers, layers pruned,
+    training wall and process CPU seconds.
 
     Example:
         >>> w = {"l0": np.zeros((4, 4)), "l1": np.ones((4, 4)), "l2": np.ones((2, 2))}
-        >>> summarize(w, problem("digits"), setting("90"), 0.5, 1.0)["pruned_layers"]
+        >>> summarize(w, problem("digits"), setting("90"), 0.5, 1.0, 1.0)["pruned_layers"]
         ['l0']
     """
     chosen = selected_layers(spec, s)
@@ -216,4 +218,4 @@ def summarize(weights: dict[str, np.ndarray], spec: Problem, s: Setting, acc: fl
     size = sum(weights[n].size for n in chosen)
     pruned = sorted(n for n, w in weights.items() if (w == 0).mean() > 0.25)
     return {"status": "ok", "accuracy": float(acc), "sparsity": zeros / size, "pruned_layers": pruned,
-            "seconds": float(seconds)}
+            "seconds": float(seconds), "cpu_seconds": float(cpu_seconds)}

@@ -94,14 +94,16 @@ def _setting_rows(idx, dataset: str, fw: str, name: str, runs) -> list[str]:
 
 def render_timings(runs: list[dict[str, Any]]) -> str:
     """Seconds per training run (single thread), median and range per data set, framework and arm."""
-    groups: dict[tuple, list[float]] = defaultdict(list)
+    groups: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for r in runs:
         if r["status"] == "ok":
-            groups[(r["dataset"], r["framework"], r["arm"])].append(r["seconds"])
-    rows = ["| data set | framework | arm | seconds per run (median, min-max) | runs |", "|---|---|---|---|---|"]
-    for (ds, fw, arm), t in sorted(groups.items()):
+            groups[(r["dataset"], r["framework"], r["arm"])].append((r["seconds"], r.get("cpu_seconds", np.nan)))
+    rows = ["| data set | framework | arm | wall seconds per run (median, min-max) | CPU seconds (median) | runs |",
+            "|---|---|---|---|---|---|"]
+    for (ds, fw, arm), pairs in sorted(groups.items()):
+        t, c = [p[0] for p in pairs], [p[1] for p in pairs]
         rows.append(f"| {ds} | {FRAMEWORK_TITLES.get(fw, fw)} | {arm} | {np.median(t):.1f} ({min(t):.1f}-"
-                    f"{max(t):.1f}) | {len(t)} |")
+                    f"{max(t):.1f}) | {np.median(c):.1f} | {len(t)} |")
     return "\n".join(rows)
 
 
@@ -136,6 +138,9 @@ def plot(runs: list[dict[str, Any]], path: str) -> bool:
         dense = [r["accuracy"] for r in idx.get((dataset, fw, "base", "dense"), {}).values()]
         if dense:
             ax.axhline(np.mean(dense), color="gray", linestyle=":", label="dense")
+        ticks = [100 * SETTINGS[n].target for n in unstructured]
+        ax.set_xticks(ticks)
+        ax.set_xlim(min(ticks) - 2.5, max(ticks) + 2.5)
         ax.set_title(f"{dataset}, {FRAMEWORK_TITLES.get(fw, fw)}")
         ax.set_xlabel("target sparsity (%)")
         ax.set_ylabel("test accuracy")

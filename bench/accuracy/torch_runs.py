@@ -6,8 +6,9 @@ channel fastest) and reshapes it in ``forward``: the same function and the same 
 torch.ao's ``(4, 1)`` / ``(1, 4)`` blocks group the same weights as our ``4x1`` / ``2:4``.
 
 Example:
-    >>> from bench.accuracy.problems import problem, setting
-    >>> r = run_torch(problem("digits").scaled(20), setting("90"), "default", {}, seed=0)
+    >>> from bench.accuracy.problems import problem, setting, sparsify_config
+    >>> spec, s = problem("digits").scaled(20), setting("90")
+    >>> r = run_torch(spec, s, "default", sparsify_config(spec, s, {}), seed=0)
     >>> r["status"], r["sparsity"] > 0.89
     ('ok', True)
 """
@@ -81,7 +82,7 @@ def run_torch(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None
     order = torch.from_numpy(batch_order(spec, len(x), seed))
     model = Net(spec.layers(s), init_weights(spec, s, seed), flat=arm == "torch.ao")
     opt = torch.optim.Adam(model.parameters(), lr=spec.lr)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     pruner = ao = None
     if arm == "torch.ao":
         ao, sched = _ao_sparsifier(model, spec, s), schedule(spec, s)
@@ -109,11 +110,11 @@ def run_torch(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None
             ao_update(step)
     if ao is not None:
         ao.squash_mask()
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     with torch.no_grad():
         acc = float((model(xt).argmax(1) == yt).float().mean())
         weights = {layer.name: getattr(model, layer.name).weight.detach().numpy() for layer in spec.layers(s)}
     if pruner is not None:
         pruner.remove()
-    return summarize(weights, spec, s, acc, seconds)
+    return summarize(weights, spec, s, acc, seconds, cpu)
 

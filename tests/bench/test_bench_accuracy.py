@@ -1,4 +1,4 @@
-"""bench/bench_accuracy.py end to end on a very short configuration: digits, torch, 40 steps."""
+"""bench/bench_accuracy.py end to end on a very short configuration: digits, torch, 30 steps."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ from bench import bench_accuracy  # noqa: E402
 from bench.accuracy.problems import batch_order, init_weights, problem, setting  # noqa: E402
 from bench.accuracy.torch_runs import Net  # noqa: E402
 
-SHORT = ["--seeds", "2", "--frameworks", "torch", "--datasets", "digits", "--settings", "90,2:4", "--steps", "40",
+SHORT = ["--seeds", "2", "--frameworks", "torch", "--datasets", "digits", "--settings", "90,2:4", "--steps", "30",
          "--no-write"]
 
 
