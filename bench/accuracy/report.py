@@ -87,6 +87,8 @@ def _setting_rows(idx, dataset: str, fw: str, name: str, runs) -> list[str]:
             verdict = ("yes" if sd < abs(m) else "no") if n > 1 else "n < 2"
         elif arm == best:
             diff = "(best peer)"
+        else:
+            diff = "no peer result at this setting"
         out.append(f"| {name} | {arm} | {acc.mean():.4f} +- {_std(acc):.4f} | {len(acc)} | {sp:.4f} | {diff} | "
                    f"{verdict} |")
     return out
