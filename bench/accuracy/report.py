@@ -1,0 +1,155 @@
+"""Tables and the accuracy-vs-sparsity plot of ``bench/bench_accuracy.py``, from its raw per-run records.
+
+Example:
+    >>> runs = [{"dataset": "digits", "framework": "torch", "arm": a, "setting": "90", "variant": "base",
+    ...          "seed": s, "status": "ok", "accuracy": acc + 0.01 * s, "sparsity": 0.9, "seconds": 1.0}
+    ...         for s in range(3) for a, acc in (("default", 0.9), ("torch.ao", 0.8))]
+    >>> "+0.1000 +- 0.0000" in render_tables(runs)
+    True
+"""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any, Iterable
+
+import numpy as np
+
+from .problems import PEER_ARMS, PROBLEMS, SETTINGS
+
+__all__ = ["render_tables", "render_timings", "plot", "paired_difference"]
+FRAMEWORK_TITLES = {"torch": "torch", "tf_keras": "tf-keras"}
+
+
+def _std(a: np.ndarray) -> float:
+    return float(a.std(ddof=1)) if len(a) > 1 else 0.0
+
+
+def paired_difference(arm: dict[int, float], peer: dict[int, float]) -> tuple[float, float, int]:
+    """Mean and sample std of the per-seed differences ``arm - peer`` over the seeds both have, and their number."""
+    seeds = sorted(set(arm) & set(peer))
+    d = np.array([arm[s] - peer[s] for s in seeds])
+    return (float(d.mean()), _std(d), len(seeds)) if len(d) else (float("nan"), float("nan"), 0)
+
+
+def _index(runs: Iterable[dict[str, Any]]):
+    """``{(dataset, framework, setting-or-variant, arm): {seed: record}}``."""
+    out: dict[tuple, dict[int, dict]] = defaultdict(dict)
+    for r in runs:
+        where = r["variant"] if r["arm"] == "dense" else r["setting"]
+        out[(r["dataset"], r["framework"], where, r["arm"])][r["seed"]] = r
+    return out
+
+
+def _order(names: Iterable[str], ranking: list[str]) -> list[str]:
+    return sorted(set(names), key=lambda n: (ranking.index(n) if n in ranking else len(ranking), n))
+
+
+def render_tables(runs: list[dict[str, Any]]) -> str:
+    """One markdown table per data set and framework: every arm at every setting, paired vs the best peer."""
+    idx = _index(runs)
+    blocks = []
+    for dataset in _order({k[0] for k in idx}, list(PROBLEMS)):
+        for fw in _order({k[1] for k in idx if k[0] == dataset}, list(FRAMEWORK_TITLES)):
+            rows = [f"**{PROBLEMS[dataset].title}, {FRAMEWORK_TITLES.get(fw, fw)}**", "",
+                    "| setting | arm | test accuracy (mean +- std) | n | final sparsity | vs best peer: paired "
+                    "difference (mean +- std, pairs) | spread < difference |", "|---|---|---|---|---|---|---|"]
+            settings = _order({k[2] for k in idx if k[:2] == (dataset, fw) and k[3] != "dense"}, list(SETTINGS))
+            for name in settings:
+                rows += _setting_rows(idx, dataset, fw, name, runs)
+            blocks.append("\n".join(rows))
+    return "\n\n".join(blocks)
+
+
+def _setting_rows(idx, dataset: str, fw: str, name: str, runs) -> list[str]:
+    arms = {k[3]: v for k, v in idx.items() if k[:3] == (dataset, fw, name)}
+    variant = next((r["variant"] for v in arms.values() for r in v.values()), "base")
+    dense = idx.get((dataset, fw, variant, "dense"))
+    ok = {a: {s: r["accuracy"] for s, r in v.items() if r["status"] == "ok"} for a, v in arms.items()}
+    peers = [a for a in ok if a in PEER_ARMS and ok[a]]
+    best = max(peers, key=lambda a: np.mean(list(ok[a].values())), default=None)
+    out = []
+    if dense:
+        acc = np.array([r["accuracy"] for r in dense.values()])
+        out.append(f"| {name} | dense{'' if variant == 'base' else f' ({variant})'} | {acc.mean():.4f} +- "
+                   f"{_std(acc):.4f} | {len(acc)} | 0 | | |")
+    for arm in _order(arms, ["default"]):
+        if not ok[arm]:
+            reason = next(iter(arms[arm].values())).get("reason", "no successful run")
+            out.append(f"| {name} | {arm} | n/a: {reason} | 0 | | | |")
+            continue
+        acc = np.array(list(ok[arm].values()))
+        sp = np.mean([r["sparsity"] for r in arms[arm].values() if r["status"] == "ok"])
+        diff, verdict = "", ""
+        if best is not None and arm != best:
+            m, sd, n = paired_difference(ok[arm], ok[best])
+            diff = f"{m:+.4f} +- {sd:.4f} vs {best} ({n})"
+            verdict = ("yes" if sd < abs(m) else "no") if n > 1 else "n < 2"
+        elif arm == best:
+            diff = "(best peer)"
+        else:
+            diff = "no peer result at this setting"
+        out.append(f"| {name} | {arm} | {acc.mean():.4f} +- {_std(acc):.4f} | {len(acc)} | {sp:.4f} | {diff} | "
+                   f"{verdict} |")
+    return out
+
+
+def render_timings(runs: list[dict[str, Any]]) -> str:
+    """Seconds per training run (single thread), median and range per data set, framework and arm."""
+    groups: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    for r in runs:
+        if r["status"] == "ok":
+            groups[(r["dataset"], r["framework"], r["arm"])].append((r["seconds"], r.get("cpu_seconds", np.nan)))
+    rows = ["| data set | framework | arm | wall seconds per run (median, min-max) | CPU seconds (median) | runs |",
+            "|---|---|---|---|---|---|"]
+    for (ds, fw, arm), pairs in sorted(groups.items()):
+        t, c = [p[0] for p in pairs], [p[1] for p in pairs]
+        rows.append(f"| {ds} | {FRAMEWORK_TITLES.get(fw, fw)} | {arm} | {np.median(t):.1f} ({min(t):.1f}-"
+                    f"{max(t):.1f}) | {np.median(c):.1f} | {len(t)} |")
+    return "\n".join(rows)
+
+
+def plot(runs: list[dict[str, Any]], path: str) -> bool:
+    """Accuracy vs unstructured sparsity per arm (error bars: std over seeds), one panel per data set and
+    framework, MNIST-1D first; dense as a dashed line. Returns False when there is nothing to plot."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    unstructured = [n for n, s in SETTINGS.items() if not s.structured]
+    idx = _index(runs)
+    panels = [(d, f) for d in _order({k[0] for k in idx}, list(PROBLEMS))
+              for f in _order({k[1] for k in idx if k[0] == d}, list(FRAMEWORK_TITLES))
+              if any(k[:2] == (d, f) and k[2] in unstructured and k[3] != "dense" for k in idx)]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    for ax, (dataset, fw) in zip(axes[0], panels):
+        arms = _order({k[3] for k in idx if k[:2] == (dataset, fw) and k[3] != "dense"}, ["default"])
+        for i, arm in enumerate(arms):
+            xs, ms, ss = [], [], []
+            for name in unstructured:
+                acc = [r["accuracy"] for r in idx.get((dataset, fw, name, arm), {}).values() if r["status"] == "ok"]
+                if acc:
+                    xs.append(100 * SETTINGS[name].target + 0.25 * (i - len(arms) / 2))
+                    ms.append(np.mean(acc))
+                    ss.append(_std(np.array(acc)))
+            if xs:
+                ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, label=arm,
+                            linestyle="--" if arm in PEER_ARMS else "-")
+        dense = [r["accuracy"] for r in idx.get((dataset, fw, "base", "dense"), {}).values()]
+        if dense:
+            ax.axhline(np.mean(dense), color="gray", linestyle=":", label="dense")
+        ticks = [100 * SETTINGS[n].target for n in unstructured]
+        ax.set_xticks(ticks)
+        ax.set_xlim(min(ticks) - 2.5, max(ticks) + 2.5)
+        ax.set_title(f"{dataset}, {FRAMEWORK_TITLES.get(fw, fw)}")
+        ax.set_xlabel("target sparsity (%)")
+        ax.set_ylabel("test accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -1,0 +1,233 @@
+"""Accuracy of sparse models: dense vs sparsify's methods vs torch.ao and tfmot, paired by seed.
+
+Two CNNs trained from scratch on offline data (see ``bench/accuracy/problems.py``):
+
+* ``mnist1d``: MNIST-1D (``mnist1d.data.make_dataset``, 4000 train / 1000 test), the paper's CNN
+  (Conv1d 1->25 k5 s2 p1, 25->25 k3 s2 p1 twice, ReLU, Linear 125->10), Adam 1e-2, batch 100,
+  6000 steps, gradual cubic schedule from step 1200 to 4200, an update every 50 steps. 25 channels fit
+  neither 4x1 nor 2:4 in any layer, so the structured settings train 32 channels (Linear 160->10);
+* ``digits``: scikit-learn digits (1408 / 389), Conv2d 1->16 k3, 16->32 k3 s2, Linear 512->10, Adam 2e-3,
+  batch 32, 1000 steps, schedule from step 200 to 700 every 20.
+
+Settings 80 / 90 / 95 % unstructured, 4x1 blocks at 90 % and 2:4; every conv/linear weight the pattern
+fits is pruned (the others stay dense, for every arm). Per seed every arm starts from the same NumPy
+initial weights and sees the same batches. Arms: ``dense``; sparsify arms by name (``default``, ``rigl``,
+``set``, ``nonmonotone``, ``wanda``, ``ste``, or ``--arm-config name='{json}'``), their config overrides
+passed to ``sparsify_torch.prune`` / ``sparsify_tf.keras.PruningCallback`` unchanged (a key the installed
+sparsify does not know fails with its ValueError before anything runs); ``torch.ao``
+(``WeightNormSparsifier`` at our schedule's update steps and values, ``squash_mask`` at the end);
+``tfmot`` (``prune_low_magnitude``, installed with ``pip install --target`` into a temporary folder or
+taken from ``$TFMOT_PATH``). Every run is single-threaded; torch runs use ``set_flush_denormal(True)``.
+
+Usage:
+    python bench/bench_accuracy.py --seeds 10 --frameworks torch,tf_keras --datasets mnist1d,digits \\
+        --arms dense,default,torch.ao,tfmot --settings 80,90,95,4x1,2:4 --jobs 2 --out-json acc.json
+    python bench/bench_accuracy.py --report --out-json acc.json     # re-render RESULTS.md and the plot
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from bench.accuracy.problems import (PEER_ARMS, SPARSIFY_ARMS, problem, setting,  # noqa: E402
+                                     sparsify_config)
+
+__all__ = ["plan", "execute", "run_key", "main"]
+FRAMEWORKS = ("torch", "tf_keras")
+PLOT = os.path.join(ROOT, "docs", "img", "accuracy_vs_sparsity.png")
+
+
+def run_key(job: dict[str, Any]) -> str:
+    """Identity of a run: a rerun with the same key is skipped."""
+    return "|".join(str(job[k]) for k in ("dataset", "framework", "arm", "setting", "steps", "seed")) + "|" + \
+        json.dumps(job["overrides"], sort_keys=True)
+
+
+def plan(args: argparse.Namespace, custom: dict[str, dict]) -> list[dict[str, Any]]:
+    """Every run the arguments ask for; sparsify configs are validated here, before anything trains."""
+    from sparsify import PruningConfig
+
+    jobs, seen = [], set()
+    for ds in args.datasets:
+        spec = problem(ds) if not args.steps else problem(ds).scaled(args.steps)
+        for fw in args.frameworks:
+            for name in args.settings:
+                s = setting(name)
+                for arm in args.arms:
+                    if arm in PEER_ARMS and PEER_ARMS[arm] != fw:
+                        continue
+                    overrides = custom.get(arm, SPARSIFY_ARMS.get(arm, {}))
+                    if arm not in PEER_ARMS and arm != "dense":
+                        PruningConfig.coerce(sparsify_config(spec, s, overrides))     # raises ValueError
+                    for seed in range(args.seeds):
+                        job = {"dataset": ds, "framework": fw, "arm": arm, "seed": seed, "steps": spec.steps,
+                               "setting": f"dense:{spec.variant(s)}" if arm == "dense" else name,
+                               "variant": spec.variant(s), "overrides": overrides if arm not in PEER_ARMS else {},
+                               "setting_name": name}
+                        if run_key(job) not in seen:
+                            seen.add(run_key(job))
+                            jobs.append(job)
+    return jobs
+
+
+def execute(job: dict[str, Any]) -> dict[str, Any]:
+    """Train one run (in this process) and return its record (the job's fields + results)."""
+    spec = problem(job["dataset"])
+    if spec.steps != job["steps"]:
+        spec = spec.scaled(job["steps"])
+    s = setting(job["setting_name"])
+    config = sparsify_config(spec, s, job["overrides"]) if job["arm"] not in PEER_ARMS else None
+    if job["framework"] == "torch":
+        from bench.accuracy.torch_runs import run_torch as run
+    else:
+        if job["arm"] == "tfmot":
+            from bench.bench_keras import ensure_tfmot
+            note = ensure_tfmot()
+            if note:
+                raise RuntimeError(note)
+        from bench.accuracy.keras_runs import run_keras as run
+    record = run(spec, s, job["arm"], config, job["seed"])
+    out = {k: v for k, v in job.items() if k != "setting_name"}
+    return {**out, "setting": job["setting_name"], "key": run_key(job), **record}
+
+
+def _worker_init() -> None:
+    import torch
+    torch.set_num_threads(1)
+    try:
+        from bench.accuracy.keras_runs import single_thread
+        single_thread()
+    except ImportError:     # pragma: no cover - TF not installed: torch-only runs
+        pass
+
+
+def _load(path: str) -> dict[str, Any]:
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return {"runs": [], "commands": []}
+
+
+def _save(path: str, data: dict[str, Any]) -> None:
+    if path:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+
+
+def render(data: dict[str, Any], plot_path: str = PLOT, write: bool = True) -> str:
+    """The RESULTS.md section (and the plot) from the raw records."""
+    from bench._results import publish
+    from bench.accuracy import report
+
+    runs = data["runs"]
+    drawn = report.plot(runs, plot_path) if plot_path else False
+    body = (report.render_tables(runs) + "\n\nSeconds per training run (one thread, training only; wall time "
+            "depends on the machine's load, process CPU time much less):\n\n" + report.render_timings(runs))
+    body += ("\n\nPaired difference: per seed, arm minus the best peer of the same framework (the peer with the "
+             "highest mean); std is the sample std over seeds (ddof=1); 'spread < difference' says whether that "
+             "std is below the absolute mean difference. Same NumPy initial weights and batch order for every "
+             "arm of a seed; final sparsity over the pruned layers (a pattern's misfits stay dense for every "
+             "arm). torch runs: one thread, `torch.set_flush_denormal(True)`; tf-keras runs: one intra/inter-op "
+             "thread, `model.fit` with the callback (sparsify) or `UpdatePruningStep` (tfmot, "
+             "`begin_step`/`end_step` + 1). " + _versions() + "\n\nCommands: " +
+             "; ".join(f"`{c}`" for c in dict.fromkeys(data.get("commands", []))))
+    if drawn and os.path.abspath(plot_path) == PLOT:
+        body += "\n\n![accuracy vs sparsity](../docs/img/accuracy_vs_sparsity.png)"
+    publish("bench_accuracy", body, write=write)
+    return body
+
+
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for pkg in ("torch", "tensorflow", "tf-keras", "mnist1d"):
+        try:
+            out.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(out) + "."
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--frameworks", type=split, default=list(FRAMEWORKS))
+    ap.add_argument("--datasets", type=split, default=["mnist1d", "digits"])
+    ap.add_argument("--arms", type=split, default=["dense", "default", "torch.ao", "tfmot"])
+    ap.add_argument("--arm-config", action="append", default=[], metavar="NAME=JSON",
+                    help="define (or redefine) a sparsify arm by its config overrides")
+    ap.add_argument("--settings", type=split, default=["80", "90", "95", "4x1", "2:4"])
+    ap.add_argument("--steps", type=int, default=0, help="train this many steps (schedule scaled); 0 = the recipe")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out-json", default="", help="raw per-run records (appended; runs already there are skipped)")
+    ap.add_argument("--report", action="store_true", help="only re-render RESULTS.md and the plot from --out-json")
+    ap.add_argument("--plot", default=PLOT, help="plot path ('' for none)")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave RESULTS.md alone")
+    args = ap.parse_args(argv)
+    for fw in args.frameworks:
+        if fw not in FRAMEWORKS:
+            raise SystemExit(f"--frameworks: unknown framework {fw!r}; choose from {list(FRAMEWORKS)}")
+    custom = {}
+    for item in args.arm_config:
+        name, _, text = item.partition("=")
+        custom[name] = json.loads(text)
+    for arm in args.arms:
+        if arm not in SPARSIFY_ARMS and arm not in PEER_ARMS and arm != "dense" and arm not in custom:
+            raise SystemExit(f"--arms: unknown arm {arm!r}; choose from dense, {', '.join(SPARSIFY_ARMS)}, "
+                             f"{', '.join(PEER_ARMS)} or define it with --arm-config")
+    data = _load(args.out_json)
+    if args.report:
+        render(data, args.plot, write=not args.no_write)
+        return data
+    done = {r["key"] for r in data["runs"]}
+    jobs = [j for j in plan(args, custom) if run_key(j) not in done]
+    data["commands"].append("python bench/bench_accuracy.py " + " ".join(shlex.quote(a) for a in (
+        argv if argv is not None else sys.argv[1:])))
+    if any(j["arm"] == "tfmot" for j in jobs):
+        from bench.bench_keras import ensure_tfmot
+        note = ensure_tfmot()
+        if note:
+            raise SystemExit(note)
+        import tensorflow_model_optimization as tfmot   # workers find it through $TFMOT_PATH
+        os.environ["TFMOT_PATH"] = os.path.dirname(os.path.dirname(tfmot.__file__))
+    t0 = time.perf_counter()
+    print(f"{len(jobs)} runs to do ({len(done)} already in {args.out_json or 'memory'})", flush=True)
+    if args.jobs <= 1:
+        _worker_init()
+        results = map(execute, jobs)
+        pool = None
+    else:
+        pool = ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"), initializer=_worker_init)
+        results = pool.map(execute, jobs)
+    try:
+        for i, r in enumerate(results, 1):
+            data["runs"].append(r)
+            _save(args.out_json, data)
+            acc = f"acc {r['accuracy']:.4f} sparsity {r['sparsity']:.4f} {r['seconds']:.1f}s" \
+                if r["status"] == "ok" else r["status"]
+            print(f"[{i}/{len(jobs)} {time.perf_counter() - t0:.0f}s] {r['key']}: {acc}", flush=True)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    render(data, args.plot, write=not args.no_write)
+    return data
+
+
+if __name__ == "__main__":
+    main()

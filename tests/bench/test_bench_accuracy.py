@@ -1,0 +1,62 @@
+"""bench/bench_accuracy.py end to end on a very short configuration: digits, torch, 30 steps."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+from bench import bench_accuracy  # noqa: E402
+from bench.accuracy.problems import batch_order, init_weights, problem, setting  # noqa: E402
+from bench.accuracy.torch_runs import Net  # noqa: E402
+
+SHORT = ["--seeds", "2", "--frameworks", "torch", "--datasets", "digits", "--settings", "90,2:4", "--steps", "30",
+         "--no-write"]
+
+
+def test_short_run_records_reaches_sparsity_and_reports(tmp_path):
+    out, png = tmp_path / "acc.json", tmp_path / "acc.png"
+    args = SHORT + ["--arms", "dense,default,torch.ao", "--out-json", str(out), "--plot", str(png)]
+    data = bench_accuracy.main(args)
+    runs = json.loads(out.read_text())["runs"]
+    assert runs == data["runs"]
+    # dense once per seed (one model variant), default and torch.ao per seed and setting
+    assert sorted((r["arm"], r["setting"], r["seed"]) for r in runs) == sorted(
+        [("dense", "90", s) for s in (0, 1)] + [(a, st, s) for a in ("default", "torch.ao") for st in ("90", "2:4")
+                                                for s in (0, 1)])
+    for r in runs:
+        assert r["status"] == "ok" and 0.0 <= r["accuracy"] <= 1.0 and r["seconds"] > 0
+        want = {"dense": 0.0, "90": 0.9, "2:4": 0.5}["dense" if r["arm"] == "dense" else r["setting"]]
+        assert r["sparsity"] == pytest.approx(want, abs=1e-3)
+    # 2:4 fits the 16->32 conv (144 columns) and the linear (512), not the first conv (9 columns)
+    assert {tuple(r["pruned_layers"]) for r in runs if r["setting"] == "2:4"} == {("l1", "l2")}
+    body = bench_accuracy.render(json.loads(out.read_text()), str(png), write=False)
+    assert "| 90 | default |" in body and "vs torch.ao (2)" in body and "| 2:4 | torch.ao |" in body
+    assert png.stat().st_size > 0
+    # a rerun with the same keys trains nothing
+    again = bench_accuracy.main(args + ["--plot", ""])
+    assert len(again["runs"]) == len(runs)
+
+
+def test_an_arm_the_installed_sparsify_does_not_know_fails_loudly(tmp_path):
+    with pytest.raises(ValueError, match="no_such_key"):
+        bench_accuracy.main(SHORT + ["--arms", "bogus", "--arm-config", 'bogus={"no_such_key": 1}',
+                                     "--out-json", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_torch_ao_view_model_equals_the_plain_model_and_batches_are_shared():
+    spec, s = problem("mnist1d"), setting("90")
+    w = init_weights(spec, s, seed=3)
+    x = torch.randn(5, 40)
+    plain, flat = Net(spec.layers(s), w), Net(spec.layers(s), w, flat=True)
+    assert flat.l1.weight.shape == (25, 75)
+    torch.testing.assert_close(plain(x), flat(x), rtol=1e-6, atol=1e-6)
+    order = batch_order(spec, 4000, seed=3)
+    assert order.shape == (6000, 100) and np.array_equal(np.sort(order[:40].ravel()), np.arange(4000))
