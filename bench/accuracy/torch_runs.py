@@ -97,7 +97,7 @@ def run_torch(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None
     elif arm != "dense":
         from sparsify_torch import prune
 
-        pruner = prune(model, config)
+        pruner = prune(model, config, optimizer=opt)
     for step in range(1, spec.steps + 1):
         idx = order[step - 1]
         loss = F.cross_entropy(model(x[idx]), y[idx])
