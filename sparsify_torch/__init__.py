@@ -17,5 +17,7 @@ from __future__ import annotations
 from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights
 from .parametrization import MaskParametrization
 from .pruner import Pruner, prune
+from .permutation import PermutationReport, permute_for_nm
 
-__all__ = ["MaskParametrization", "Pruner", "prune", "prunable_weights", "PrunableWeight", "SUPPORTED_MODULES"]
+__all__ = ["MaskParametrization", "Pruner", "prune", "prunable_weights", "PrunableWeight", "SUPPORTED_MODULES",
+           "permute_for_nm", "PermutationReport"]
