@@ -238,7 +238,7 @@ class _Search:
         return best
 
 
-def nm_channel_permutation(weight, pattern="2:4", *, rounds: int = 400, time_limit: Optional[float] = None,
+def nm_channel_permutation(weight, pattern="2:4", *, rounds: int = 200, time_limit: Optional[float] = None,
                            seed: int = 0, max_rows: int = 2048) -> np.ndarray:
     """A permutation of the input channels of ``weight`` under which an N:M mask keeps more magnitude.
 

@@ -165,7 +165,7 @@ def _max_rel_diff(before: List[torch.Tensor], after: List[torch.Tensor]) -> floa
 
 
 def permute_for_nm(model: nn.Module, example_inputs, pattern="2:4", *, entry_point: str = "forward",
-                   rounds: int = 400, time_limit: Optional[float] = None, seed: int = 0, max_rows: int = 2048,
+                   rounds: int = 200, time_limit: Optional[float] = None, seed: int = 0, max_rows: int = 2048,
                    tolerance: float = 1e-5) -> PermutationReport:
     """Permute channels of ``model`` in place so that ``pattern`` keeps more weight magnitude.
 
