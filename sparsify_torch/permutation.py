@@ -49,6 +49,7 @@ class PermutationReport:
         pattern: the N:M pattern.
         layers: per consumer weight (``"name.weight"``), the magnitude the pattern keeps ``(before, after)``.
         permuted: root layers of the channel groups that were permuted.
+        permutations: per permuted group (root layer), the order of its channels: new channel ``j`` is old ``perm[j]``.
         skipped: root layer -> why its group was left alone.
         max_rel_diff: largest ``max|after - before| / max|before|`` over the model's output tensors.
     """
@@ -56,6 +57,7 @@ class PermutationReport:
     pattern: str
     layers: Dict[str, Tuple[float, float]] = field(default_factory=dict)
     permuted: List[str] = field(default_factory=list)
+    permutations: Dict[str, np.ndarray] = field(default_factory=dict)
     skipped: Dict[str, str] = field(default_factory=dict)
     max_rel_diff: float = 0.0
 
@@ -133,7 +135,8 @@ def _plan(model: nn.Module, group: ChannelGroup, pattern: PatternNInM):
         plan.append((tensors, positions))
     consumers = _consumer_matrix(model, group, by_label, pattern)
     if not consumers:
-        return f"no consumer fits pattern {pattern.pattern!r} with input channels a multiple of M={pattern.M}"
+        return (f"no consumer that pattern {pattern.pattern!r} prunes reads one input column per channel "
+                f"with input channels a multiple of M={pattern.M}")
     return plan, consumers
 
 
@@ -148,7 +151,9 @@ def _flat_tensors(value: Any) -> List[torch.Tensor]:
 
 
 def _outputs(model: nn.Module, args: Tuple[Any, ...]) -> List[torch.Tensor]:
+    """Outputs in eval mode (dropout off, BatchNorm on its statistics); modes and buffers are restored."""
     with preserved_state(model), torch.no_grad():
+        model.eval()
         return _flat_tensors(model(*args))
 
 
@@ -176,7 +181,8 @@ def permute_for_nm(model: nn.Module, example_inputs, pattern="2:4", *, entry_poi
         entry_point: the traced method (``"forward"`` or ``"sub.method"``); outputs are checked on ``model(...)``.
         rounds, time_limit, seed, max_rows: search budget per channel group
             (see :func:`sparsify.nm_channel_permutation`; ``time_limit`` in seconds per group).
-        tolerance: largest allowed ``max|after - before| / max|before|`` of every output tensor.
+        tolerance: largest allowed ``max|after - before| / max|before|`` of every output tensor
+            (outputs are compared in eval mode; the model's modes and buffers are left as they were).
 
     Returns:
         A :class:`PermutationReport`.
@@ -223,6 +229,7 @@ def permute_for_nm(model: nn.Module, example_inputs, pattern="2:4", *, entry_poi
                     for tensor, dim in tensors:
                         tensor.index_copy_(dim, dst.to(tensor.device), tensor.index_select(dim, src.to(tensor.device)))
             report.permuted.append(group.root_name)
+            report.permutations[group.root_name] = perm
         report.max_rel_diff = _max_rel_diff(reference, _outputs(model, args))
         if report.max_rel_diff > tolerance:
             raise RuntimeError(f"permuted channels changed the model's outputs (max relative difference "

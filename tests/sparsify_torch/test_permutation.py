@@ -109,6 +109,18 @@ def test_resnet18_outputs_unchanged_and_more_magnitude_kept():
     assert {"layer1.0.conv1.weight", "layer4.1.conv2.weight", "fc.weight"} <= set(report.layers)
 
 
+def test_train_mode_model_with_dropout_keeps_mode_and_statistics():
+    torch.manual_seed(2)
+    net = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 4)).train()
+    stats = net[1].running_mean.clone()
+    x = torch.randn(6, 8)
+    report = permute_for_nm(net, (x,), "2:4", rounds=5)
+    assert report.permuted == ["0"] and net.training and net[3].training
+    order = torch.as_tensor(report.permutations["0"])
+    assert torch.equal(net[1].running_mean, stats[order])
+    assert sorted(report.permutations["0"].tolist()) == list(range(16))
+
+
 def test_bad_arguments_leave_the_model_alone():
     net = conv_bn_linear()
     state = copy.deepcopy(net.state_dict())
