@@ -87,8 +87,9 @@ def nm_kept_magnitude(weight, pattern="2:4", permutation=None) -> float:
     ``permutation[j]`` is the old input channel that becomes channel ``j`` (``weight[:, permutation]``).
 
     Example:
-        >>> float(nm_kept_magnitude(np.array([[4.0, 3.0, 2.0, 1.0, 4.0, 3.0, 2.0, 1.0]]), "2:4", [0, 4, 1, 5, 2, 6, 3, 7]))
-        12.0
+        >>> w = np.array([[4.0, 3.0, 2.0, 1.0, 4.0, 3.0, 2.0, 1.0]])
+        >>> float(nm_kept_magnitude(w, "2:4")), float(nm_kept_magnitude(w, "2:4", [0, 4, 1, 5, 2, 6, 3, 7]))
+        (14.0, 12.0)
     """
     p = _nm_pattern(pattern)
     w = np.abs(_checked_weight(weight, p)).astype(np.float64)
@@ -130,15 +131,19 @@ class _SplitScorer:
             ksums = x[..., self.ksub].sum(axis=-1)
             kept = ksums[..., self.members].max(axis=-1).sum(axis=0)
         else:
-            xt = x.transpose(1, 0, 2)
-            beats = (xt[..., None, :] > xt[..., :, None]) | ((xt[..., None, :] == xt[..., :, None]) & self.later)
-            rank = beats.astype(np.float32) @ self.indicator
-            kept = np.einsum("prik,pri->pk", (rank < self.keep) * self.indicator, xt)
+            kept = np.zeros((x.shape[1], 2 * n))
+            step = max(1, _CHUNK_ELEMENTS // (x.shape[1] * self.indicator.size))
+            for r in range(0, x.shape[0], step):          # rows in chunks: the rank array is rows x 2M x 2n
+                xt = x[r:r + step].transpose(1, 0, 2)
+                beats = (xt[..., None, :] > xt[..., :, None]) | ((xt[..., None, :] == xt[..., :, None]) & self.later)
+                rank = beats.astype(np.float32) @ self.indicator
+                kept += np.einsum("prik,pri->pk", (rank < self.keep) * self.indicator, xt)
         return kept[:, :n] + kept[:, n:]
 
     def pairs_per_batch(self, rows: int) -> int:
-        width = self.ksub.shape[0] + self.members.size if self.by_sums else 4 * self.m * (self.m + len(self.first))
-        return max(1, _CHUNK_ELEMENTS // (rows * width))
+        if not self.by_sums:
+            return 1 if self.indicator.size > 64 else max(1, _CHUNK_ELEMENTS // (rows * self.indicator.size))
+        return max(1, _CHUNK_ELEMENTS // (rows * (self.ksub.shape[0] + self.members.size)))
 
 
 class _OutOfTime(Exception):
