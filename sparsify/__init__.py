@@ -17,6 +17,7 @@ from .config import PruningConfig
 from .criteria import magnitude, snip, snip_momentum
 from .engine import PruningEngine, select_names
 from .protocol import MaskUpdate, PruningProtocol, sparsity_figures
+from .nm_permutation import nm_channel_permutation, nm_kept_magnitude
 from .layout import canonical_to_tf, from_2d, tf_to_canonical, to_2d
 from .patterns import (Pattern, PatternNInM, PatternNxM, get_pattern, pattern_examples, register_pattern,
                        registered_patterns)
@@ -34,4 +35,5 @@ __all__ = [
     "pattern_examples",
     "exact_prune_count", "lowest_k_mask", "magnitude", "snip", "snip_momentum",
     "to_2d", "from_2d", "tf_to_canonical", "canonical_to_tf", "__version__",
+    "nm_channel_permutation", "nm_kept_magnitude",
 ]

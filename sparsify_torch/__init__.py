@@ -18,5 +18,7 @@ from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights
 from .parametrization import MaskParametrization
 from .oneshot import prune_oneshot
 from .pruner import Pruner, prune
+from .permutation import PermutationReport, permute_for_nm
 
-__all__ = ["MaskParametrization", "Pruner", "prune", "prune_oneshot", "prunable_weights", "PrunableWeight", "SUPPORTED_MODULES"]
+__all__ = ["MaskParametrization", "Pruner", "prune", "prune_oneshot", "prunable_weights", "PrunableWeight",
+           "SUPPORTED_MODULES", "permute_for_nm", "PermutationReport"]
