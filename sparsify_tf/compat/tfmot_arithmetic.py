@@ -167,7 +167,10 @@ def schedule_from_config(config: Any, custom_objects: dict | None = None) -> Pru
     """
     if isinstance(config, PruningSchedule):
         return config
-    if not isinstance(config, dict) or "class_name" not in config or "config" not in config:
+    if not isinstance(config, dict):
+        raise TypeError(f"pruning_schedule must be a PruningSchedule (ConstantSparsity, PolynomialDecay, ...) "
+                        f"or its get_config() dict, got {config!r}")
+    if "class_name" not in config or "config" not in config:
         raise ValueError(f"pruning_schedule must be a PruningSchedule or its get_config() dict, got {config!r}")
     known = {"ConstantSparsity": ConstantSparsity, "PolynomialDecay": PolynomialDecay, **(custom_objects or {})}
     cls = known.get(config["class_name"])
