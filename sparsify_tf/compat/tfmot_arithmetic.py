@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = ["PruningSchedule", "ConstantSparsity", "PolynomialDecay", "schedule_from_config",
@@ -46,13 +47,14 @@ __all__ = ["PruningSchedule", "ConstantSparsity", "PolynomialDecay", "schedule_f
 
 
 def _int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {value!r}")
-    return value
+    return int(value)
 
 
 def _ratio(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
     return value
 
@@ -63,10 +65,9 @@ class PruningSchedule:
     Subclass it for a custom schedule (implement ``__call__`` and ``get_config``).
     """
 
-    def _check_steps(self, begin_step: Any, end_step: Any, frequency: Any, allow_forever: bool) -> None:
-        _int("begin_step", begin_step)
-        _int("end_step", end_step)
-        _int("frequency", frequency)
+    def _check_steps(self, begin_step: Any, end_step: Any, frequency: Any, allow_forever: bool) -> tuple[int, int, int]:
+        begin_step, end_step, frequency = _int("begin_step", begin_step), _int("end_step", end_step), \
+            _int("frequency", frequency)
         if begin_step < 0:
             raise ValueError(f"begin_step must be >= 0, got {begin_step}")
         if end_step == -1 and not allow_forever:
@@ -75,6 +76,7 @@ class PruningSchedule:
             raise ValueError(f"end_step must be -1 or >= begin_step ({begin_step}), got {end_step}")
         if frequency <= 0:
             raise ValueError(f"frequency must be > 0, got {frequency}")
+        return begin_step, end_step, frequency
 
     @staticmethod
     def _should_prune_in_step(step: Any, begin_step: int, end_step: int, frequency: int) -> tf.Tensor:
@@ -110,9 +112,8 @@ class ConstantSparsity(PruningSchedule):
     """
 
     def __init__(self, target_sparsity: float, begin_step: int, end_step: int = -1, frequency: int = 100) -> None:
-        self._check_steps(begin_step, end_step, frequency, allow_forever=True)
+        self.begin_step, self.end_step, self.frequency = self._check_steps(begin_step, end_step, frequency, True)
         self.target_sparsity = _ratio("target_sparsity", target_sparsity)
-        self.begin_step, self.end_step, self.frequency = begin_step, end_step, frequency
 
     def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:
         return (self._should_prune_in_step(step, self.begin_step, self.end_step, self.frequency),
@@ -135,13 +136,12 @@ class PolynomialDecay(PruningSchedule):
 
     def __init__(self, initial_sparsity: float, final_sparsity: float, begin_step: int, end_step: int,
                  power: float = 3, frequency: int = 100) -> None:
-        self._check_steps(begin_step, end_step, frequency, allow_forever=False)
+        self.begin_step, self.end_step, self.frequency = self._check_steps(begin_step, end_step, frequency, False)
         self.initial_sparsity = _ratio("initial_sparsity", initial_sparsity)
         self.final_sparsity = _ratio("final_sparsity", final_sparsity)
         if isinstance(power, bool) or not isinstance(power, (int, float)):
             raise TypeError(f"power must be a number, got {power!r}")
         self.power = power
-        self.begin_step, self.end_step, self.frequency = begin_step, end_step, frequency
 
     def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:
         # the op order and dtypes are tfmot's: int step difference, float32 from there on
