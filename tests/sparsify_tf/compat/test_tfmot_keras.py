@@ -239,3 +239,27 @@ def test_block_sparsity_refuses_conv_kernels(K):
     model = K.Sequential([K.layers.Conv2D(4, 3, input_shape=(8, 8, 1))])
     with pytest.raises(ValueError, match="block sparsity needs rank-2 weights"):
         sk.prune_low_magnitude(model, block_size=(2, 2))
+
+
+def test_pruned_weights_can_grow_back_at_a_later_update(K):
+    """tfmot's dynamics: between updates the optimizer moves pruned weights; the next update may keep them."""
+    layer = K.layers.Dense(1, use_bias=False, input_shape=(2,),
+                           kernel_initializer=K.initializers.Constant(np.array([[1.0], [0.1]], np.float32)))
+    model = sk.prune_low_magnitude(K.Sequential([layer]),
+                                   pruning_schedule=sk.ConstantSparsity(0.5, begin_step=1, frequency=2))
+    x, y = np.array([[0.1, 10.0]] * 3, np.float32), np.array([[10.0]] * 3, np.float32)
+    model.compile(optimizer=K.optimizers.SGD(0.01), loss="mse")
+    model.fit(x, y, batch_size=1, epochs=1, shuffle=False, verbose=0, callbacks=[sk.UpdatePruningStep()])
+    # step 1 keeps w0 (1.0 > 0.1); steps 1-2 push the masked w1 to ~1.98 each time; step 3 keeps w1
+    assert model.layers[0].pruning_vars[0][1].numpy().ravel().tolist() == [0.0, 1.0]
+    kernel = layer.kernel.numpy().ravel()              # step 3's SGD update: 1.9796 - 0.01 * 10 * 19.592
+    assert kernel[0] == 0.0 and kernel[1] == pytest.approx(0.0204, abs=1e-3)
+
+
+def test_xla_compiled_train_step(K, digits):
+    model = sk.prune_low_magnitude(dense_model(K), pruning_schedule=sk.PolynomialDecay(0.0, 0.5, 0, 8, frequency=2))
+    x, y = digits
+    model.compile(loss="categorical_crossentropy", optimizer="adam", jit_compile=True)
+    model.fit(x, y, batch_size=64, epochs=1, verbose=0, callbacks=[sk.UpdatePruningStep()])
+    assert int(model.layers[0].pruning_step.numpy()) == 8
+    assert kernel_sparsity(sk.strip_pruning(model).get_layer("fc1")) == 0.5
