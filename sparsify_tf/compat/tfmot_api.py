@@ -30,7 +30,7 @@ from typing import Any, Iterator
 from sparsify_tf.keras.compat import iter_tree, keras_module
 
 from .tfmot_arithmetic import ConstantSparsity, PolynomialDecay, PruningSchedule
-from .tfmot_wrapper import is_prune_wrapper, layer_flavor, wrap, wrapper_class
+from .tfmot_wrapper import check_pruning_params, is_prune_wrapper, layer_flavor, wrap, wrapper_class
 
 __all__ = ["prune_low_magnitude", "strip_pruning", "prune_scope", "collect_prunable_layers"]
 
@@ -78,7 +78,7 @@ def prune_low_magnitude(to_prune: Any, pruning_schedule: PruningSchedule | None 
                              "in __init__)")
         if pruning_policy is not None:
             pruning_policy.ensure_model_supports_pruning(to_prune)
-        wrapper_class(flavor)(keras.layers.Dense(1), **params)     # check the arguments before cloning
+        check_pruning_params(**params)                              # before cloning anything
 
         def add_wrapper(layer: Any) -> Any:
             if isinstance(layer, keras.Model):

@@ -25,11 +25,11 @@ import tensorflow as tf
 
 from sparsify_tf.keras.compat import keras_module, tf_variable
 
-from .tfmot_arithmetic import (PruningSchedule, block_mask, check_m_by_n, m_by_n_mask, m_by_n_supported,
+from .tfmot_arithmetic import (ConstantSparsity, PruningSchedule, block_mask, check_m_by_n, m_by_n_mask, m_by_n_supported,
                                schedule_from_config, should_update_masks)
 from .tfmot_registry import prunable_weights, short_name, supports
 
-__all__ = ["wrapper_class", "wrap", "is_prune_wrapper", "layer_flavor", "PruningVars"]
+__all__ = ["wrapper_class", "wrap", "is_prune_wrapper", "layer_flavor", "check_pruning_params", "PruningVars"]
 
 CALLBACK_MISSING = ("a prune_low_magnitude layer trained without the UpdatePruningStep callback: add "
                     "UpdatePruningStep() to the callbacks of model.fit (or call its on_train_begin before "
@@ -72,28 +72,39 @@ def _check_block(block_size: Any) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
+def check_pruning_params(pruning_schedule: Any, block_size: Any, block_pooling_type: Any,
+                         sparsity_m_by_n: Any) -> tuple[PruningSchedule, tuple[int, int], str, tuple[int, int] | None]:
+    """The wrapper's arguments checked: ``(schedule, block, pooling, m_by_n)``; TypeError/ValueError otherwise.
+
+    Example:
+        >>> check_pruning_params(None, [1, 4], "MAX", None)[1:]
+        ((1, 4), 'MAX', None)
+    """
+    schedule = ConstantSparsity(0.5, 0) if pruning_schedule is None else schedule_from_config(pruning_schedule)
+    if not isinstance(schedule, PruningSchedule):
+        raise TypeError(f"pruning_schedule must be a PruningSchedule (ConstantSparsity, PolynomialDecay, ...), "
+                        f"got {pruning_schedule!r}")
+    block = _check_block(block_size)
+    if block_pooling_type not in ("AVG", "MAX"):
+        raise ValueError(f"block_pooling_type must be 'AVG' or 'MAX', got {block_pooling_type!r}")
+    m_by_n = None if not sparsity_m_by_n else check_m_by_n(sparsity_m_by_n)
+    return schedule, block, block_pooling_type, m_by_n
+
+
 class _PruneLogic:
     """The wrapper's behaviour, shared by the ``keras`` and ``tf_keras`` classes."""
 
     def __init__(self, layer: Any, pruning_schedule: Any = None, block_size: Any = (1, 1),
                  block_pooling_type: str = "AVG", sparsity_m_by_n: Any = None, **kwargs: Any) -> None:
-        from .tfmot_arithmetic import ConstantSparsity
-
-        schedule = ConstantSparsity(0.5, 0) if pruning_schedule is None else schedule_from_config(pruning_schedule)
-        if not isinstance(schedule, PruningSchedule):
-            raise TypeError(f"pruning_schedule must be a PruningSchedule (ConstantSparsity, PolynomialDecay, ...), "
-                            f"got {pruning_schedule!r}")
-        block = _check_block(block_size)
-        if block_pooling_type not in ("AVG", "MAX"):
-            raise ValueError(f"block_pooling_type must be 'AVG' or 'MAX', got {block_pooling_type!r}")
-        m_by_n = None if not sparsity_m_by_n else check_m_by_n(sparsity_m_by_n)
+        schedule, block, pooling, m_by_n = check_pruning_params(pruning_schedule, block_size, block_pooling_type,
+                                                                sparsity_m_by_n)
         if not supports(layer):
             prunable_weights(layer)          # raises the ValueError naming the layer
         kwargs["name"] = f"prune_low_magnitude_{layer.name}"
         super().__init__(layer, **kwargs)
         self.pruning_schedule = schedule
         self.block_size = block
-        self.block_pooling_type = block_pooling_type
+        self.block_pooling_type = pooling
         self.sparsity_m_by_n = m_by_n
         self._pvars = PruningVars([])
         for attr in ("_batch_input_shape", "_input_shape_arg"):      # first layer of a Sequential
