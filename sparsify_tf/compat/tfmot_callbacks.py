@@ -19,6 +19,7 @@ import tensorflow as tf
 import keras as _keras3
 
 from .tfmot_api import collect_prunable_layers
+from .tfmot_registry import short_name
 
 __all__ = ["UpdatePruningStep", "PruningSummaries"]
 
@@ -152,5 +153,5 @@ class PruningSummaries(_BothKerasCallback):
 
 
 def _name(layer: Any, variable: Any) -> str:
-    name = str(getattr(variable, "path", None) or variable.name).split(":")[0]
-    return name if "/" in name else f"{layer.name}/{name}"
+    """``"<wrapper name>/<variable name>"`` (tfmot's mask and threshold names, without ``:0``), both Kerases."""
+    return f"{layer.name}/{short_name(variable)}"

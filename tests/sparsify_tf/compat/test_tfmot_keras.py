@@ -39,7 +39,10 @@ def test_whole_sequential_model_guide_flow(K, digits, tmp_path):
     log_dir = str(tmp_path / "logs")
     history = fit(model_for_pruning, digits, callbacks=[sk.UpdatePruningStep(), sk.PruningSummaries(log_dir=log_dir)])
     assert np.isfinite(history.history["loss"]).all()
-    assert os.listdir(log_dir)                                         # event file written
+    tags = {v.tag for f in os.listdir(log_dir) for e in tf.compat.v1.train.summary_iterator(os.path.join(log_dir, f))
+            for v in e.summary.value}
+    assert {"prune_low_magnitude_fc1/kernel_mask/sparsity", "prune_low_magnitude_out/kernel_threshold/threshold",
+            "epoch_loss"} <= tags
     model_for_export = sk.strip_pruning(model_for_pruning)
     assert [layer.name for layer in model_for_export.layers] == ["fc1", "out"]
     # tfmot's count in float32: keep round(n * (1 - 0.8f)): 410 of 2048 (0.19999999 * 2048 = 409.6), 64 of 320
@@ -203,8 +206,9 @@ def test_masks_follow_tfmots_count_and_step_rule(K):
         np.array([[0.5], [-3.0], [2.0], [-2.0], [1.0], [0.1]], np.float32)), input_shape=(6,))
     model = sk.prune_low_magnitude(K.Sequential([layer]),
                                    pruning_schedule=sk.ConstantSparsity(0.25, begin_step=1, frequency=10))
-    fit(model, (np.ones((4, 6), np.float32), np.ones((4, 1), np.float32)), epochs=1,
-        optimizer=K.optimizers.SGD(0.0))
+    model.compile(loss="mse", optimizer=K.optimizers.SGD(0.0))
+    model.fit(np.ones((4, 6), np.float32), np.ones((4, 1), np.float32), epochs=1, verbose=0,
+              callbacks=[sk.UpdatePruningStep()])
     # 6 weights, keep round(4.5) = 4 (half to even): |w| >= 1.0
     assert model.layers[0].pruning_vars[0][1].numpy().ravel().tolist() == [0, 1, 1, 1, 1, 0]
     assert float(model.layers[0].pruning_vars[0][2].numpy()) == 1.0
@@ -263,3 +267,18 @@ def test_xla_compiled_train_step(K, digits):
     model.fit(x, y, batch_size=64, epochs=1, verbose=0, callbacks=[sk.UpdatePruningStep()])
     assert int(model.layers[0].pruning_step.numpy()) == 8
     assert kernel_sparsity(sk.strip_pruning(model).get_layer("fc1")) == 0.5
+
+
+def test_pruning_policy_decides_which_layers_are_wrapped(K):
+    class OnlyFirstDense:
+        def ensure_model_supports_pruning(self, model):
+            self.checked = model.name
+
+        def allow_pruning(self, layer):
+            return layer.name == "fc1"
+
+    policy = OnlyFirstDense()
+    model = dense_model(K)
+    pruned = sk.prune_low_magnitude(model, pruning_policy=policy)
+    assert policy.checked == model.name
+    assert [layer.name for layer in pruned.layers] == ["prune_low_magnitude_fc1", "out"]
