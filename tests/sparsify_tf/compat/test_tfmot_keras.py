@@ -282,3 +282,18 @@ def test_pruning_policy_decides_which_layers_are_wrapped(K):
     pruned = sk.prune_low_magnitude(model, pruning_policy=policy)
     assert policy.checked == model.name
     assert [layer.name for layer in pruned.layers] == ["prune_low_magnitude_fc1", "out"]
+
+
+def test_nested_model_is_pruned_and_stripped_recursively(K):
+    i = K.Input((8,))
+    inner = K.Model(i, K.layers.Dense(6, name="inner_fc")(i), name="inner")
+    outer = K.Sequential([K.layers.Dense(8, input_shape=(8,), name="stem"), inner, K.layers.Dense(2, name="head")])
+    pruned = sk.prune_low_magnitude(outer, pruning_schedule=sk.ConstantSparsity(0.5, 0, frequency=1))
+    assert [layer.name for layer in pruned.layers] == ["prune_low_magnitude_stem", "inner", "prune_low_magnitude_head"]
+    pruned.compile("sgd", "mse")
+    pruned.fit(np.random.rand(32, 8), np.random.rand(32, 2), batch_size=8, verbose=0,
+               callbacks=[sk.UpdatePruningStep()])
+    stripped = sk.strip_pruning(pruned)
+    assert [layer.name for layer in stripped.layers] == ["stem", "inner", "head"]
+    assert kernel_sparsity(stripped.layers[1].get_layer("inner_fc")) == 0.5
+    assert kernel_sparsity(stripped.get_layer("head")) == 0.5
