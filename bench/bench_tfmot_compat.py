@@ -147,7 +147,8 @@ def main() -> None:
 
     tf.config.experimental.enable_op_determinism()
     X, y = data()
-    rows = ["| model | schedule | seeds | kernels identical | masks identical | final sparsity | fit s tfmot | fit s ours |",
+    rows = ["| model | schedule | seeds | kernels identical | masks identical | final sparsity | fit s tfmot "
+            "| fit s ours |",
             "|---|---|---|---|---|---|---|---|"]
     mismatches = 0
     for arch in ("mlp", "cnn"):

@@ -172,7 +172,12 @@ def prune_scope() -> _PruneScope:
     """Scope in which models saved with pruning wrappers load (``.keras``, ``.h5``).
 
     Example:
-        >>> with prune_scope():                                     # doctest: +SKIP
-        ...     model = keras.models.load_model("pruned.keras")
+        >>> import os, tempfile, keras
+        >>> path = os.path.join(tempfile.mkdtemp(), "pruned.keras")
+        >>> prune_low_magnitude(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc")])).save(path)
+        >>> with prune_scope():
+        ...     model = keras.models.load_model(path)
+        >>> model.layers[0].name
+        'prune_low_magnitude_fc'
     """
     return _PruneScope()

@@ -5,8 +5,15 @@ training loop through their hooks (``set_model``, ``on_train_begin``,
 ``on_epoch_end``), as tfmot's guide shows.
 
 Example:
-    >>> cb = UpdatePruningStep()
-    >>> model.fit(x, y, callbacks=[cb, PruningSummaries(log_dir="logs")])   # doctest: +SKIP
+    >>> import os, tempfile, numpy as np, keras
+    >>> from sparsify_tf.compat.tfmot_api import prune_low_magnitude
+    >>> model = prune_low_magnitude(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
+    >>> model.compile("sgd", "mse")
+    >>> logs = tempfile.mkdtemp()
+    >>> _ = model.fit(np.ones((8, 4)), np.ones((8, 2)), batch_size=4, verbose=0,
+    ...               callbacks=[UpdatePruningStep(), PruningSummaries(log_dir=logs)])
+    >>> int(model.layers[0].pruning_step.numpy()), len(os.listdir(logs))
+    (2, 1)
 """
 from __future__ import annotations
 
@@ -66,7 +73,9 @@ class UpdatePruningStep(_BothKerasCallback):
     multiplies the weights by their masks so a saved model is sparse.
 
     Example:
-        >>> model.fit(x, y, epochs=2, callbacks=[UpdatePruningStep()])   # doctest: +SKIP
+        >>> cb = UpdatePruningStep()
+        >>> cb.prunable_layers      # filled at on_train_begin
+        []
     """
 
     def __init__(self) -> None:
@@ -112,14 +121,16 @@ class PruningSummaries(_BothKerasCallback):
         **kwargs: other ``TensorBoard`` arguments are accepted and ignored.
 
     Example:
-        >>> cb = PruningSummaries(log_dir="/tmp/logs")           # doctest: +SKIP
+        >>> PruningSummaries(log_dir="logs", update_freq="epoch").log_dir
+        'logs'
     """
 
     def __init__(self, log_dir: str | os.PathLike, update_freq: Any = "epoch", **kwargs: Any) -> None:
         super().__init__()
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a directory path, got {log_dir!r}")
-        if update_freq not in ("epoch", "batch") and (isinstance(update_freq, bool) or not isinstance(update_freq, int)):
+        is_int = isinstance(update_freq, int) and not isinstance(update_freq, bool)
+        if update_freq not in ("epoch", "batch") and not is_int:
             raise ValueError(f"update_freq must be 'epoch', 'batch' or an int, got {update_freq!r}")
         unknown = sorted(set(kwargs) - _TENSORBOARD_ARGS)
         if unknown:

@@ -25,8 +25,8 @@ import tensorflow as tf
 
 from sparsify_tf.keras.compat import keras_module, tf_variable
 
-from .tfmot_arithmetic import (ConstantSparsity, PruningSchedule, block_mask, check_m_by_n, m_by_n_mask, m_by_n_supported,
-                               schedule_from_config, should_update_masks)
+from .tfmot_arithmetic import (ConstantSparsity, PruningSchedule, block_mask, check_m_by_n, m_by_n_mask,
+                               m_by_n_supported, schedule_from_config, should_update_masks)
 from .tfmot_registry import prunable_weights, short_name, supports
 
 __all__ = ["wrapper_class", "wrap", "is_prune_wrapper", "layer_flavor", "check_pruning_params", "PruningVars"]
