@@ -297,3 +297,17 @@ def test_nested_model_is_pruned_and_stripped_recursively(K):
     assert [layer.name for layer in stripped.layers] == ["stem", "inner", "head"]
     assert kernel_sparsity(stripped.layers[1].get_layer("inner_fc")) == 0.5
     assert kernel_sparsity(stripped.get_layer("head")) == 0.5
+
+
+def test_tf_keras_savedmodel_loads_inside_prune_scope(digits, tmp_path):
+    import tf_keras as K
+
+    model = sk.prune_low_magnitude(dense_model(K), pruning_schedule=sk.ConstantSparsity(0.5, 0, frequency=3))
+    fit(model, digits, epochs=1)
+    model.save(str(tmp_path / "sm"), save_format="tf")
+    with sk.prune_scope():
+        loaded = K.models.load_model(str(tmp_path / "sm"))
+    assert [int(layer.pruning_step.numpy()) for layer in loaded.layers] == [8, 8]
+    np.testing.assert_array_equal(loaded.layers[0].pruning_vars[0][1].numpy(), model.layers[0].pruning_vars[0][1].numpy())
+    loaded.fit(*digits, batch_size=64, epochs=1, verbose=0, callbacks=[sk.UpdatePruningStep()])
+    assert kernel_sparsity(sk.strip_pruning(loaded).layers[0]) == 0.5
