@@ -308,6 +308,7 @@ def test_tf_keras_savedmodel_loads_inside_prune_scope(digits, tmp_path):
     with sk.prune_scope():
         loaded = K.models.load_model(str(tmp_path / "sm"))
     assert [int(layer.pruning_step.numpy()) for layer in loaded.layers] == [8, 8]
-    np.testing.assert_array_equal(loaded.layers[0].pruning_vars[0][1].numpy(), model.layers[0].pruning_vars[0][1].numpy())
+    np.testing.assert_array_equal(loaded.layers[0].pruning_vars[0][1].numpy(),
+                                  model.layers[0].pruning_vars[0][1].numpy())
     loaded.fit(*digits, batch_size=64, epochs=1, verbose=0, callbacks=[sk.UpdatePruningStep()])
     assert kernel_sparsity(sk.strip_pruning(loaded).layers[0]) == 0.5
