@@ -48,9 +48,10 @@ import numpy as np
 from sparsify import sparse_format
 
 from ..frameworks import import_tensorflow, import_torch
+from .npz_stream import npz_members
 
-__all__ = ["FORMATS", "DEFAULT_MAX_BYTES", "PRUNED_MODEL_FORMAT", "detect_format", "read_tensors", "format_bytes",
-           "check_regular"]
+__all__ = ["FORMATS", "DEFAULT_MAX_BYTES", "PRUNED_MODEL_FORMAT", "detect_format", "resolve_format", "read_tensors",
+           "check_declared_npz", "format_bytes", "check_regular"]
 
 #: Default cap on the bytes of tensors a report loads (``--max-bytes`` overrides it).
 DEFAULT_MAX_BYTES = 1 << 30
@@ -121,10 +122,12 @@ def detect_format(path: str | os.PathLike) -> str:
     if os.path.isdir(p):
         if os.path.exists(os.path.join(p, "saved_model.pb")) or os.path.exists(os.path.join(p, "saved_model.pbtxt")):
             return "savedmodel"
-        if os.path.exists(os.path.join(p, "checkpoint")) or any(f.endswith(".index") for f in os.listdir(p)):
+        if os.path.isfile(os.path.join(p, "checkpoint")) or any(f.endswith(".index") for f in os.listdir(p)):
             return "tf-checkpoint"
+        inside = sorted(f + "/" for f in os.listdir(p) if os.path.isdir(os.path.join(p, f)))
         raise ValueError(f"{p!r} is a directory but neither a SavedModel (no saved_model.pb) "
-                         "nor a TensorFlow checkpoint directory (no 'checkpoint' or *.index file)")
+                         "nor a TensorFlow checkpoint directory (no 'checkpoint' state file and no *.index file)"
+                         + (f"; it holds the directories {', '.join(inside[:4])}: pass one of them" if inside else ""))
     if not os.path.exists(p):
         if os.path.exists(p + ".index"):
             return "tf-checkpoint"
@@ -366,37 +369,53 @@ def _read_keras(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
 
 
 def _read_npz(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
-    try:
-        with zipfile.ZipFile(p) as zf:
-            infos = zf.infolist()
-            bad = [i.filename for i in infos if not i.filename.endswith(".npy")]
-            if bad:
-                raise ValueError(f"{p!r} is not an .npz archive: it holds {bad[0]!r}, not .npy arrays"
-                                 + ("; it is a torch file (--format torch)" if any(n.endswith("data.pkl") for n in bad)
-                                    else ""))
-            declared = 0
-            for info in infos:
-                with zf.open(info) as fh:
-                    version = np.lib.format.read_magic(fh)
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
-                    elif version == (2, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
-                    else:                                 # rare; fall back to the entry's declared size
-                        declared += info.file_size
-                        continue
-                    if dtype.hasobject:
-                        raise ValueError(f"{p!r}: array {info.filename[:-4]!r} holds Python objects; "
-                                         "report reads numeric arrays only")
-                    declared += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            _over(p, declared, max_bytes)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise ValueError(f"{p!r} cannot be read as an .npz archive: {e}") from None
+    check_declared_npz(p, max_bytes)
     try:
         with np.load(p, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except (ValueError, OSError, zipfile.BadZipFile) as e:
         raise ValueError(f"{p!r} cannot be read as an .npz archive: {e}") from None
+
+
+def check_declared_npz(path: str | os.PathLike, max_bytes: int | None) -> list[Any]:
+    """The members of an ``.npz`` archive (:func:`~sparsify.cli.report.npz_stream.npz_members`), after checking
+    the bytes they declare against ``max_bytes``."""
+    members = npz_members(os.fspath(path))
+    _over(os.fspath(path), sum(m.nbytes for m in members), max_bytes)
+    return members
+
+
+def resolve_format(path: str | os.PathLike, fmt: str | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES) -> str:
+    """The format :func:`read_tensors` reads ``path`` as, after checking ``fmt`` and ``max_bytes``.
+
+    Raises:
+        ValueError: a bad ``max_bytes`` or ``fmt``, a ``fmt`` that contradicts the content, or what
+            :func:`detect_format` raises.
+
+    Example:
+        >>> import numpy as np, tempfile, os
+        >>> f = os.path.join(tempfile.mkdtemp(), "w.npz"); np.savez(f, w=np.zeros(2))
+        >>> resolve_format(f)
+        'npz'
+    """
+    p = os.fspath(path)
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+        raise ValueError(f"max_bytes must be a positive integer or None, got {max_bytes!r}")
+    if fmt is None:
+        fmt = detect_format(p)
+    elif fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
+    else:
+        try:
+            detected = detect_format(p)
+        except ValueError:
+            detected = None                        # unknown content: let the chosen reader say what is wrong
+        if detected is not None and detected != fmt:
+            raise ValueError(f"--format {fmt} does not match {p!r}, which is a {detected} file; "
+                             f"drop --format or pass --format {detected}")
+    if os.path.exists(p):
+        check_regular(p)
+    return fmt
 
 
 def read_tensors(path: str | os.PathLike, fmt: str | None = None,
@@ -424,22 +443,7 @@ def read_tensors(path: str | os.PathLike, fmt: str | None = None,
         'npz'
     """
     p = os.fspath(path)
-    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
-        raise ValueError(f"max_bytes must be a positive integer or None, got {max_bytes!r}")
-    if fmt is None:
-        fmt = detect_format(p)
-    elif fmt not in FORMATS:
-        raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
-    else:
-        try:
-            detected = detect_format(p)
-        except ValueError:
-            detected = None                        # unknown content: let the chosen reader say what is wrong
-        if detected is not None and detected != fmt:
-            raise ValueError(f"--format {fmt} does not match {p!r}, which is a {detected} file; "
-                             f"drop --format or pass --format {detected}")
-    if os.path.exists(p):
-        check_regular(p)
+    fmt = resolve_format(p, fmt, max_bytes)
     if fmt == "torch":
         tensors = _read_torch(p, max_bytes)
     elif fmt == "tf-checkpoint":
@@ -472,11 +476,17 @@ def _latest_checkpoint(d: str) -> str:
         except OSError as e:
             raise ValueError(f"{d!r}: its 'checkpoint' file cannot be read: {e.strerror}") from None
         m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', text, flags=re.M)
-        if m:
-            prefix = m.group(1)
-            return prefix if os.path.isabs(prefix) else os.path.join(d, prefix)
-    indexes = sorted(f for f in os.listdir(d) if f.endswith(".index"))
+        if not m:
+            raise ValueError(f"{d!r}: its 'checkpoint' state file names no model_checkpoint_path; "
+                             "pass the checkpoint prefix")
+        prefix = m.group(1) if os.path.isabs(m.group(1)) else os.path.join(d, m.group(1))
+        if not os.path.isfile(prefix + ".index"):
+            raise ValueError(f"{d!r}: its 'checkpoint' state file names {m.group(1)!r}, but "
+                             f"{prefix + '.index'!r} is missing")
+        return prefix
+    indexes = sorted(f[: -len(".index")] for f in os.listdir(d) if f.endswith(".index"))
     if len(indexes) == 1:
-        return os.path.join(d, indexes[0][: -len(".index")])
-    raise ValueError(f"{d!r} is a checkpoint directory without a usable 'checkpoint' file and with "
-                     f"{len(indexes)} *.index files; pass the checkpoint prefix")
+        return os.path.join(d, indexes[0])
+    raise ValueError(f"{d!r} is missing its 'checkpoint' state file (which names the latest checkpoint) and "
+                     f"holds {len(indexes)} checkpoints ({', '.join(indexes[:4])}); pass one prefix, e.g. "
+                     f"{os.path.join(d, indexes[-1])!r}")
