@@ -411,6 +411,25 @@ def test_nan_weights_at_an_update_raise_a_short_error_naming_the_layer_and_chang
         assert (sess.run(pr.masks["fc1/kernel"]) == 0).sum() == 64 * 32 // 2
 
 
+def test_nan_weights_at_an_update_of_a_wrapped_train_op_raise_the_core_line_first():
+    g = tf.Graph()
+    with g.as_default():
+        m = build_mlp()
+        pr = sparsify_tf.prune_graph({"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+        train = pr.wrap_train_op(tf1.train.GradientDescentOptimizer(0.1).minimize(m["loss"],
+                                                                                 global_step=pr.global_step))
+        poison = tf1.assign(m["w1"], tf.tensor_scatter_nd_update(m["w1"], [[3, 4]], [np.nan]))
+    feed = {m["x"]: np.ones((4, 64), np.float32), m["y"]: np.zeros(4, np.int64)}
+    with tf1.Session(graph=g, config=session_config()) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(poison)
+        with pytest.raises(ValueError, match=r"^pruning update at step 1 refused: layer 'fc1/kernel': scores "
+                                             r"contain NaN.*weights and masks are unchanged$") as info:
+            pr.run_update(sess, train, feed)
+        assert len(str(info.value).splitlines()) == 1 and info.value.__suppress_context__
+        assert np.all(sess.run(pr.masks["fc1/kernel"]) == 1) and int(sess.run(pr.last_update_step)) == -1
+
+
 def test_resume_with_another_config_is_refused_naming_the_keys(tmp_path):
     saved = {"target_sparsity": 0.5, "pattern": "1x4", "start_step": 0, "end_step": 4, "pruning_frequency": 2}
     g = tf.Graph()
