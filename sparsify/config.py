@@ -99,7 +99,7 @@ class PruningConfig:
         criterion_momentum: averaging factor of ``snip_momentum``.
         block_score_reduce: how a block scores its elements: sum, mean or max.
         skip_incompatible_layers: leave layers the pattern does not fit dense
-            instead of raising.
+            instead of raising (a warning names them; ``sparsity()`` shows None).
         monotone: pruned weights stay pruned (new masks are subsets of old).
 
     Example:

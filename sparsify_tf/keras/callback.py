@@ -202,8 +202,8 @@ class PruningCallback(_keras3.callbacks.Callback):
         return int(self._state.last_step.numpy()) if self._state is not None else -1
 
     @property
-    def sparsity(self) -> dict[str, float]:
-        """Fraction of pruned weights per path, plus ``"total"``."""
+    def sparsity(self) -> dict[str, float | None]:
+        """Fraction of pruned weights per path (None: skipped, ``protocol.skipped``), plus ``"total"``."""
         if self.protocol is None:
             return {"total": 0.0}
         self._sync_if_needed()

@@ -376,6 +376,25 @@ def test_weights_graph_mode_cannot_mask_are_named_in_a_warning():
                                 graph=_graph_with_a_weight_in_cond())
 
 
+def test_layers_the_pattern_does_not_fit_are_skipped_with_a_warning():
+    g = tf.Graph()
+    with g.as_default():
+        build_mlp()                                     # fc1 (64, 32) -> canonical (32, 64); fc2 -> (10, 32)
+        with pytest.raises(ValueError, match=r"layer 'fc2/kernel' with 2-D view \(10, 32\) does not fit pattern '4x1'"):
+            sparsify_tf.prune_graph({"target_sparsity": 0.5, "pattern": "4x1"})
+        with pytest.warns(UserWarning, match=r"pattern '4x1' does not fit 1 of 2 selected layers, left dense "
+                                             r"\(skip_incompatible_layers=True\): 'fc2/kernel'"):
+            pr = sparsify_tf.prune_graph({"target_sparsity": 0.5, "pattern": "4x1", "start_step": 0, "end_step": 0,
+                                          "skip_incompatible_layers": True})
+    assert pr.protocol.skipped == {"fc2/kernel": "2-D view (10, 32): block 4x1 does not divide it"}
+    with tf1.Session(graph=g, config=session_config()) as sess:
+        sess.run(tf1.global_variables_initializer())
+        pr.run_update(sess)
+        masks = pr.get_masks(sess, canonical=True)
+    assert masks["fc2/kernel"].all() and (~masks["fc1/kernel"]).sum() == 32 * 64 // 2
+    assert pr.protocol.layer_sparsity()["fc2/kernel"] is None
+
+
 def _hooked_mlp(cfg):
     m = build_mlp()
     pr = sparsify_tf.prune_graph(cfg)

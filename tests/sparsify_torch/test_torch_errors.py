@@ -54,8 +54,12 @@ def test_pattern_that_does_not_fit_applies_nothing():
     with pytest.raises(ValueError, match=r"layer 'head.weight' with 2-D view \(10, 32\) does not fit pattern '4x1'"):
         prune(model, {**ONE_SHOT, "pattern": "4x1"})
     _untouched(model, before)            # conv1/conv2/fc fit, but none of them was parametrized
-    pruner = prune(model, {**ONE_SHOT, "pattern": "4x1", "skip_incompatible_layers": True})
-    assert pruner.sparsity()["head.weight"] == 0.0 and pruner.sparsity()["fc.weight"] == 0.5
+    with pytest.warns(UserWarning, match=r"pattern '4x1' does not fit 1 of 4 selected layers, left dense "
+                                         r"\(skip_incompatible_layers=True\): 'head.weight' \(2-D view \(10, 32\)"):
+        pruner = prune(model, {**ONE_SHOT, "pattern": "4x1", "skip_incompatible_layers": True})
+    # a skipped layer is told apart from one not pruned yet: None, and the protocol says why
+    assert pruner.sparsity()["head.weight"] is None and pruner.sparsity()["fc.weight"] == 0.5
+    assert pruner.protocol.skipped == {"head.weight": "2-D view (10, 32): block 4x1 does not divide it"}
 
 
 def test_pruning_twice_and_foreign_parametrizations():

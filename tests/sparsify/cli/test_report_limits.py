@@ -97,7 +97,7 @@ def test_pattern_that_fits_nothing_says_so(tmp_path, capsys):
     rep = build_report(tmp_path / "w.npz", pattern="3x1")
     assert rep.to_dict()["pattern_conforms"] is None and rep.to_dict()["pattern_checked"] == 0
     last = format_report(rep).splitlines()[-1]
-    assert last == "pattern 3x1: fits none of the weights (see the 'does not fit' cells), so nothing was checked"
+    assert last == "pattern 3x1: fits none of the weights (see the 'skipped: does not fit' cells), so nothing was checked"
     assert "NOT every" not in format_report(rep)
     rc, out, _ = run(capsys, "report", str(tmp_path / "w.npz"), "--pattern", "4x1", "--json")
     assert rc == 0 and json.loads(out)["pattern_conforms"] is True
