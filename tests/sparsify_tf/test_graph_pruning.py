@@ -312,9 +312,10 @@ def test_bad_inputs_raise_before_changing_the_graph():
             r"'fc1/bias' is a variable that feeds no prunable op")
         _unchanged(g, lambda: sparsify_tf.create_op_pruning_no_update(add_op, add_op.inputs[0], "g"), ValueError,
                    r"op 'add(_\d+)?' of type 'AddV2' is not prunable")
-        # fc1 canonical (30, 64): 30 rows do not split into 4x1 blocks
+        # fc1 canonical (30, 64), fc2 (10, 30): no row count splits into 4x1 blocks; both are named
         _unchanged(g, lambda: sparsify_tf.prune_graph({"pattern": "4x1", "target_sparsity": 0.5}), ValueError,
-                   r"layer 'fc1/kernel'.*does not fit pattern '4x1'")
+                   r"pattern '4x1' fits none of the 2 selected layers: 'fc1/kernel' \(2-D view \(30, 64\).*"
+                   r"'fc2/kernel' \(2-D view \(10, 30\)")
         _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(
             g, gs, ["fc1/kernel"], 0, 10, 1, 0.0, 0.5, 3.0, True, "g", "4x1"), ValueError,
             r"layer 'fc1/kernel'.*does not fit pattern '4x1'")

@@ -30,7 +30,9 @@ import numpy as np
 from sparsify.layout import to_2d
 from sparsify.patterns import get_pattern
 
-__all__ = ["CHUNK_BYTES", "NpyMember", "npz_members", "iter_row_chunks", "streamed_tensor_stats"]
+from .limits import check_declared
+
+__all__ = ["CHUNK_BYTES", "NpyMember", "npz_members", "check_declared_npz", "iter_row_chunks", "streamed_tensor_stats"]
 
 #: Bytes of one member decompressed at a time.
 CHUNK_BYTES = 4 << 20
@@ -95,6 +97,13 @@ def npz_members(path: str | os.PathLike) -> list[NpyMember]:
                                          int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise ValueError(f"{p!r} cannot be read as an .npz archive: {e}") from None
+    return members
+
+
+def check_declared_npz(path: str | os.PathLike, max_bytes: int | None) -> list[NpyMember]:
+    """:func:`npz_members`, after checking the bytes they declare against ``max_bytes`` (None: no cap)."""
+    members = npz_members(path)
+    check_declared(os.fspath(path), sum(m.nbytes for m in members), max_bytes)
     return members
 
 

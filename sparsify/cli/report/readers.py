@@ -39,7 +39,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import stat
 import zipfile
 from typing import Any, Mapping
 
@@ -48,13 +47,12 @@ import numpy as np
 from sparsify import sparse_format
 
 from ..frameworks import import_tensorflow, import_torch
-from .npz_stream import npz_members
+from .limits import DEFAULT_MAX_BYTES, check_declared, check_regular, format_bytes, zip_declared
+from .npz_stream import check_declared_npz
 
 __all__ = ["FORMATS", "DEFAULT_MAX_BYTES", "PRUNED_MODEL_FORMAT", "detect_format", "resolve_format", "read_tensors",
-           "check_declared_npz", "format_bytes", "check_regular"]
+           "format_bytes", "check_regular"]
 
-#: Default cap on the bytes of tensors a report loads (``--max-bytes`` overrides it).
-DEFAULT_MAX_BYTES = 1 << 30
 #: ``"format"`` of a structured-pruned model saved by ``sparsify_torch.channels.save_pruned_model``.
 PRUNED_MODEL_FORMAT = "sparsify_torch.channels.pruned_model"
 
@@ -70,38 +68,6 @@ FORMATS: dict[str, str] = {
 }
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-
-
-def format_bytes(n: int) -> str:
-    """Human-readable size.
-
-    Example:
-        >>> format_bytes(512), format_bytes(3 * 2**30)
-        ('512 B', '3.0 GiB')
-    """
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
-def check_regular(p: str, what: str = "") -> os.stat_result:
-    """``os.stat(p)`` if ``p`` is a regular file or a directory; else a ``ValueError`` (a pipe would block)."""
-    try:
-        st = os.stat(p)
-    except OSError as e:
-        raise ValueError(f"{p!r} cannot be read: {e.strerror}") from None
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-        kind = "a named pipe" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) \
-            else "a device"
-        raise ValueError(f"{p!r}{what} is {kind}, not a regular file; report reads files and directories only")
-    return st
-
-
-def _over(p: str, declared: int, max_bytes: int | None, what: str = "tensors") -> None:
-    if max_bytes is not None and declared > max_bytes:
-        raise ValueError(f"{p!r} declares {format_bytes(declared)} of {what}, more than the cap of "
-                         f"{format_bytes(max_bytes)}; pass --max-bytes {declared} (max_bytes=) to read it anyway")
 
 
 def detect_format(path: str | os.PathLike) -> str:
@@ -162,20 +128,11 @@ def detect_format(path: str | os.PathLike) -> str:
                      "a SavedModel directory, a .keras / .h5 Keras file or an .npz archive")
 
 
-def _zip_declared(p: str, names_filter: Any = None) -> int:
-    """Sum of the uncompressed sizes a zip archive declares (optionally of some entries)."""
-    try:
-        with zipfile.ZipFile(p) as zf:
-            return sum(i.file_size for i in zf.infolist() if names_filter is None or names_filter(i.filename))
-    except (zipfile.BadZipFile, OSError) as e:
-        raise ValueError(f"{p!r} is a corrupt zip archive: {e}") from None
-
-
 def _read_torch(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
     if zipfile.is_zipfile(p):
-        _over(p, _zip_declared(p), max_bytes)
+        check_declared(p, zip_declared(p), max_bytes)
     else:
-        _over(p, os.path.getsize(p), max_bytes)
+        check_declared(p, os.path.getsize(p), max_bytes)
     try:
         torch = import_torch()
     except ImportError:
@@ -241,7 +198,7 @@ def _read_tf_checkpoint(p: str, max_bytes: int | None, what: str = "TensorFlow c
     dtypes = reader.get_variable_to_dtype_map()
     numeric = {n for n, dt in dtypes.items() if n != "_CHECKPOINTABLE_OBJECT_GRAPH" and dt != tf.string}
     declared = sum(int(np.prod(shapes[n], dtype=np.int64)) * dtypes[n].size for n in numeric)
-    _over(p, declared, max_bytes)
+    check_declared(p, declared, max_bytes)
     out: dict[str, np.ndarray] = {}
     for name in sorted(numeric):
         try:
@@ -267,7 +224,7 @@ def _shards(prefix: str) -> list[str]:
 
 def _load_pb(p: str, what: str, max_bytes: int | None) -> bytes:
     check_regular(p)
-    _over(p, os.path.getsize(p), max_bytes, "protobuf")
+    check_declared(p, os.path.getsize(p), max_bytes, "protobuf")
     with open(p, "rb") as fh:
         return fh.read()
 
@@ -350,7 +307,7 @@ def _read_h5(source: Any, p: str, max_bytes: int | None) -> dict[str, np.ndarray
                 if isinstance(obj, h5py.Dataset) and obj.dtype.kind in "fcbiu":
                     datasets.append((name, obj))
             f.visititems(visit)
-            _over(p, sum(int(d.size) * d.dtype.itemsize for _, d in datasets), max_bytes)
+            check_declared(p, sum(int(d.size) * d.dtype.itemsize for _, d in datasets), max_bytes)
             for name, d in datasets:
                 out[name] = np.asarray(d[()])
     except OSError as e:
@@ -359,7 +316,7 @@ def _read_h5(source: Any, p: str, max_bytes: int | None) -> dict[str, np.ndarray
 
 
 def _read_keras(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
-    _over(p, _zip_declared(p, lambda n: n == "model.weights.h5"), max_bytes, "weights")
+    check_declared(p, zip_declared(p, lambda n: n == "model.weights.h5"), max_bytes, "weights")
     try:
         with zipfile.ZipFile(p) as zf:
             data = zf.read("model.weights.h5")
@@ -375,14 +332,6 @@ def _read_npz(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
             return {k: z[k] for k in z.files}
     except (ValueError, OSError, zipfile.BadZipFile) as e:
         raise ValueError(f"{p!r} cannot be read as an .npz archive: {e}") from None
-
-
-def check_declared_npz(path: str | os.PathLike, max_bytes: int | None) -> list[Any]:
-    """The members of an ``.npz`` archive (:func:`~sparsify.cli.report.npz_stream.npz_members`), after checking
-    the bytes they declare against ``max_bytes``."""
-    members = npz_members(os.fspath(path))
-    _over(os.fspath(path), sum(m.nbytes for m in members), max_bytes)
-    return members
 
 
 def resolve_format(path: str | os.PathLike, fmt: str | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES) -> str:

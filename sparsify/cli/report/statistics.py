@@ -27,8 +27,8 @@ import numpy as np
 
 from sparsify.layout import tf_to_canonical, to_2d
 from sparsify.patterns import get_pattern
-from .npz_stream import streamed_tensor_stats
-from .readers import DEFAULT_MAX_BYTES, FORMATS, check_declared_npz, read_tensors, resolve_format
+from .npz_stream import check_declared_npz, streamed_tensor_stats
+from .readers import DEFAULT_MAX_BYTES, FORMATS, read_tensors, resolve_format
 
 __all__ = [
     "TensorStats", "SparsityReport", "guess_tf_kind", "is_optimizer_state", "pattern_conformity", "tensor_stats",
