@@ -104,7 +104,7 @@ class PruningConfig:
         criterion_momentum: averaging factor of ``snip_momentum``.
         block_score_reduce: how a block scores its elements: sum, mean or max.
         skip_incompatible_layers: leave layers the pattern does not fit dense
-            instead of raising.
+            instead of raising (a warning names them; ``sparsity()`` shows None).
         monotone: pruned weights stay pruned (new masks are subsets of old, except
             where regrowth grows them). ``False``: every update ranks all weights, pruned
             ones by the values they keep under the mask, so a pruned weight can come back.

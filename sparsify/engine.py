@@ -22,6 +22,7 @@ import numpy as np
 
 from .config import PruningConfig
 from .criteria import get_criterion, needs_gradients
+from .pattern_fit import check_pattern_fit
 from .regrowth import regrow, regrowth_fraction
 
 __all__ = ["PruningEngine", "select_names"]
@@ -78,14 +79,13 @@ class PruningEngine:
                              f"match no prunable weight; prunable weights are: [{shown}]")
         return chosen
 
-    def check_layers(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
-        """Raise ``ValueError`` now if a selected weight does not fit the pattern.
+    def check_layers(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, str]:
+        """Raise ``ValueError`` now, naming every selected weight the pattern does not fit; with
+        ``skip_incompatible_layers``, warn and return them (``{name: reason}``, left dense).
 
         Empty weights (a zero dimension) have nothing to prune and always fit.
         """
-        for name, shape in shapes.items():
-            if 0 not in tuple(shape):
-                self.pattern.check_shape(name, tuple(shape))
+        return check_pattern_fit(self.pattern, shapes, self.config.pattern, self.config.skip_incompatible_layers)
 
     # ----- schedule ----------------------------------------------------------------------
     def target_sparsity(self, step: int) -> float:

@@ -187,7 +187,8 @@ class PruningProtocol:
         shapes = {str(n): tuple(int(d) for d in s) for n, s in shapes.items()}
         self.names: list[str] = self.engine.select_layers(list(shapes), shapes, min_ndim)
         self.shapes: dict[str, tuple[int, ...]] = {n: shapes[n] for n in self.names}
-        self.engine.check_layers(self.shapes)
+        #: layers the pattern does not fit, left dense (skip_incompatible_layers): {name: reason}
+        self.skipped: dict[str, str] = self.engine.check_layers(self.shapes)
         #: shapes of the arrays this process passes and holds: the canonical shapes here, the rows of
         #: a shard in :class:`sparsify.distributed.ShardedPruningProtocol`
         self.local_shapes: dict[str, tuple[int, ...]] = self.held_shapes(self.shapes)
@@ -225,9 +226,10 @@ class PruningProtocol:
         """True if some mask holds a zero."""
         return not all(m.all() for m in self._masks.values())
 
-    def layer_sparsity(self) -> dict[str, float]:
-        """Fraction of pruned weights per layer."""
-        return {n: 1.0 - float(np.count_nonzero(m)) / m.size if m.size else 0.0 for n, m in self._masks.items()}
+    def layer_sparsity(self) -> dict[str, float | None]:
+        """Fraction of pruned weights per layer; None for a layer :attr:`skipped` (the pattern does not fit it)."""
+        return {n: None if n in self.skipped else 1.0 - float(np.count_nonzero(m)) / m.size if m.size else 0.0
+                for n, m in self._masks.items()}
 
     def total_sparsity(self) -> float:
         """Fraction of pruned weights over all pruned layers."""

@@ -212,7 +212,12 @@ class GraphPruning:
         """A train op that runs ``train_op`` and then the pruning update, in one ``sess.run``.
 
         The update also zeroes the pruned entries of the optimizer slots found in
-        the graph now (build ``train_op`` first, as usual).
+        the graph now (build ``train_op`` first, as usual). Run it with
+        ``pruning.run_update(sess, train_op, feed_dict)``: an update the core refuses (NaN
+        weights) then raises the core's one-line ``ValueError``; a plain
+        ``sess.run(train_op)`` raises TensorFlow's ``InvalidArgumentError``, whose
+        message starts with TensorFlow's "Graph execution error:" and holds the
+        core's line further down.
 
         Example:
                 train_op = pruning.wrap_train_op(opt.minimize(loss, global_step=gs))
@@ -242,13 +247,14 @@ class GraphPruning:
         if diff:
             raise ValueError(config_mismatch_message(self.ks_group, diff))
 
-    def run_update(self, sess: tf1.Session, fetch: Any = None) -> Any:
-        """``sess.run(fetch or update_op)``; an update refused by the core (NaN weights, another config)
-        raises the core's short ``ValueError`` naming the layer or keys instead of TF's long error.
-        The session stays usable: a refused update writes nothing."""
+    def run_update(self, sess: tf1.Session, fetch: Any = None, feed_dict: Any = None) -> Any:
+        """``sess.run(fetch or update_op, feed_dict)``; an update refused by the core (NaN weights, another
+        config) raises the core's short ``ValueError`` naming the layer or keys instead of TF's long error.
+        ``fetch`` may be a :meth:`wrap_train_op` train op with its ``feed_dict``. The session stays
+        usable: a refused update writes nothing."""
         self._core.pop("error", None)
         try:
-            return sess.run(self.update_op if fetch is None else fetch)
+            return sess.run(self.update_op if fetch is None else fetch, feed_dict)
         except tf.errors.OpError:
             err = self._core.pop("error", None)
             if err is None:

@@ -50,7 +50,8 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
     protocol is restored from the graph's masks and done step only when they differ from what the last
     call left (a restored checkpoint, another session), so an ordinary update converts nothing twice.
     State saved with another config (the fingerprint) and errors of the core (NaN weights) raise a short
-    ``ValueError``, also kept in ``errors["error"]`` for :meth:`GraphPruning.run_update`. ``owner`` names
+    ``ValueError``, also kept in ``errors["error"]`` (and as the function's ``errors`` attribute) for
+    :meth:`GraphPruning.run_update` and :func:`~sparsify_tf.core_errors.reraise_core_errors`. ``owner`` names
     the state in that error (default: ``ks_group 'name'``; the Keras callback names the model).
     """
     names = list(protocol.names)
@@ -65,6 +66,7 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
         except (ValueError, TypeError) as e:      # a short error: the layer or keys, no core traceback
             errors["error"] = e
             raise type(e)(str(e)) from None
+    fn.errors = errors                            # type: ignore[attr-defined]  # for reraise_core_errors
 
     def _fn(step, done, fingerprint, *arrays):
         ws, raw = arrays[:n], arrays[n:]

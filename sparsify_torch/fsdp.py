@@ -183,8 +183,8 @@ class ShardedPruner(PrunerBase):
         """This rank's rows of the masks (bool tensors, shapes of the local shards)."""
         return {n: m.clone() for n, m in self._mask.items()}
 
-    def sparsity(self) -> dict[str, float]:
-        """Fraction of pruned weights per layer, over the full weights."""
+    def sparsity(self) -> dict[str, float | None]:
+        """Fraction of pruned weights per layer, over the full weights (None: skipped, ``protocol.skipped``)."""
         return self.protocol.layer_sparsity()
 
     def total_sparsity(self) -> float:

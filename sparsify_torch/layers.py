@@ -33,7 +33,8 @@ from sparsify.layout import canonical_to_conv_transpose, conv_transpose_to_canon
 
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.bool: np.bool_}
 
-__all__ = ["PrunableWeight", "prunable_weights", "hooked_weights", "SUPPORTED_MODULES"]
+__all__ = ["PrunableWeight", "prunable_weights", "hooked_weights", "has_spectral_norm", "SPECTRAL_NORM_ORIGINAL",
+           "SUPPORTED_MODULES"]
 
 #: Module types whose weights are prunable, with the tensor names pruned.
 SUPPORTED_MODULES: tuple[type[nn.Module], ...] = (
@@ -98,8 +99,34 @@ def _tensor_names(module: nn.Module) -> list[str]:
         # out_proj is an nn.Linear sub-module and is found on its own.
         return [t for t in _MHA_TENSORS if _get(module, t) is not None]
     if isinstance(module, SUPPORTED_MODULES):
-        return ["weight"] if _get(module, "weight") is not None else []
+        if _get(module, "weight") is not None:
+            return ["weight"]
+        return [SPECTRAL_NORM_ORIGINAL] if has_spectral_norm(module) else []
     return []
+
+
+#: The parameter torch.nn.utils.spectral_norm keeps instead of ``weight`` (``weight = weight_orig / sigma``).
+SPECTRAL_NORM_ORIGINAL = "weight_orig"
+
+
+def has_spectral_norm(module: nn.Module) -> bool:
+    """Does an old-style ``torch.nn.utils.spectral_norm`` hook compute ``module.weight`` from ``weight_orig``?
+
+    Such a weight is pruned by masking ``weight_orig``: the hook divides it by
+    one positive number (its largest singular value), so the zeros reach the
+    weight and the order of magnitudes within the layer is the weight's. It
+    keeps the name ``"<layer>.weight"``.
+
+    Example:
+        >>> has_spectral_norm(torch.nn.utils.spectral_norm(torch.nn.Linear(2, 2)))
+        True
+        >>> [w.name for w in prunable_weights(torch.nn.utils.spectral_norm(torch.nn.Linear(2, 2)))]
+        ['weight']
+    """
+    from torch.nn.utils.spectral_norm import SpectralNorm
+
+    return SPECTRAL_NORM_ORIGINAL in module._parameters and "weight" not in module._parameters and any(
+        isinstance(h, SpectralNorm) and h.name == "weight" for h in module._forward_pre_hooks.values())
 
 
 def _get(module: nn.Module, tensor_name: str):
@@ -111,22 +138,27 @@ def _get(module: nn.Module, tensor_name: str):
     return module._parameters.get(tensor_name)
 
 
-#: Parameters that old-style weight hooks (torch.nn.utils.spectral_norm / weight_norm) create
-#: instead of ``weight``; the weight they compute cannot be masked.
-_HOOKED = {"weight_orig": "spectral_norm", "weight_g": "weight_norm", "weight_v": "weight_norm"}
+#: Parameters that old-style weight hooks create instead of ``weight`` where the weight they compute
+#: cannot be masked (weight_norm rescales each row by its own norm; spectral_norm is pruned).
+_HOOKED = {"weight_g": "weight_norm", "weight_v": "weight_norm", "weight_orig": "an old-style weight hook"}
 
 
 def hooked_weights(model: nn.Module) -> dict[str, str]:
-    """``{layer name: hook}`` for supported layers whose weight is computed by an old-style hook.
+    """``{layer name: hook}`` for supported layers whose weight is computed by an old-style hook
+    that pruning cannot follow (``torch.nn.utils.weight_norm``; spectral_norm is pruned).
 
     Example:
-        >>> m = torch.nn.Sequential(torch.nn.utils.spectral_norm(torch.nn.Linear(2, 2)))
+        >>> import warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")          # weight_norm is deprecated
+        ...     m = torch.nn.Sequential(torch.nn.utils.weight_norm(torch.nn.Linear(2, 2)))
         >>> hooked_weights(m)
-        {'0': 'spectral_norm'}
+        {'0': 'weight_norm'}
     """
     out = {}
     for name, module in model.named_modules():
-        if isinstance(module, SUPPORTED_MODULES) and "weight" not in module._parameters:
+        if isinstance(module, SUPPORTED_MODULES) and "weight" not in module._parameters \
+                and not has_spectral_norm(module):
             for p, hook in _HOOKED.items():
                 if p in module._parameters:
                     out[name] = hook
@@ -161,6 +193,7 @@ def prunable_weights(model: nn.Module) -> list[PrunableWeight]:
             p = _get(module, t)
             if isinstance(p, nn.parameter.UninitializedParameter):
                 continue
-            name = f"{mod_name}.{t}" if mod_name else t
+            public = "weight" if t == SPECTRAL_NORM_ORIGINAL else t
+            name = f"{mod_name}.{public}" if mod_name else public
             out.extend(_weights_of(name, module, t, tuple(p.shape)))
     return out

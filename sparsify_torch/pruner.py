@@ -218,8 +218,8 @@ class Pruner(PrunerBase):
                     for n, pw in self._layers.items()}
         return {n: self._layers[n].part(self._par(n).bool_mask()) for n in self.names}
 
-    def sparsity(self) -> dict[str, float]:
-        """Fraction of pruned weights per layer."""
+    def sparsity(self) -> dict[str, float | None]:
+        """Fraction of pruned weights per layer; None for a layer skipped (``protocol.skipped``)."""
         self._sync()
         return self.protocol.layer_sparsity()
 

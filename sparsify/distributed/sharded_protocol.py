@@ -130,12 +130,12 @@ class ShardedPruningProtocol(PruningProtocol):
         """True if some mask, on any rank, holds a zero."""
         return bool(self._pruned.any())
 
-    def layer_sparsity(self) -> dict[str, float]:
-        """Fraction of pruned weights per layer, over all ranks."""
+    def layer_sparsity(self) -> dict[str, float | None]:
+        """Fraction of pruned weights per layer, over all ranks; None for a layer :attr:`skipped`."""
         out = {}
         for n, k in zip(self.names, self._pruned):      # computed as the single-process protocol does
             size = int(np.prod(self.shapes[n]))
-            out[n] = 1.0 - float(size - int(k)) / size if size else 0.0
+            out[n] = None if n in self.skipped else 1.0 - float(size - int(k)) / size if size else 0.0
         return out
 
     def total_sparsity(self) -> float:

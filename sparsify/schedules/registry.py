@@ -22,7 +22,7 @@ from .base import Schedule
 
 __all__ = [
     "ScheduleSettings", "ScheduleKind", "register_schedule", "unregister_schedule", "registered_schedules", "schedule_kind",
-    "build_schedule", "get_schedule",
+    "schedule_name_hint", "build_schedule", "get_schedule",
 ]
 
 
@@ -119,10 +119,40 @@ def schedule_kind(name: str, what: str = "schedule type") -> ScheduleKind:
     kind = _KINDS.get(name) if isinstance(name, str) else None
     if kind is None:
         names = registered_schedules()
-        hint = difflib.get_close_matches(str(name), names, n=1)
-        extra = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise ValueError(f"{what} must be one of {names}, got {name!r}{extra}")
+        raise ValueError(f"{what} must be one of {names}, got {name!r}{schedule_name_hint(name, names)}")
     return kind
+
+
+#: Names peers give a curve we register under another name -> (our name, why).
+_PEER_NAMES = {
+    "cubic": ("gradual", "the cubic schedule of tfmot (PolynomialDecay, power=3) and torch.ao (CubicSL) is "
+                         "'gradual': i + (t-i) * (1 - (1-p)^3), fast at first; 'cube' is i + (t-i) * p^3, slow at first"),
+    "polynomial": ("gradual", "tfmot's PolynomialDecay is 'gradual' (its power is our exponent)"),
+}
+_PEER_ALIASES = {"cubicsl": "cubic", "cubic_sl": "cubic", "polynomialdecay": "polynomial",
+                 "polynomial_decay": "polynomial", "poly": "polynomial"}
+
+
+def schedule_name_hint(name: Any, names: tuple[str, ...]) -> str:
+    """The " (did you mean ...?)" suffix for an unknown schedule name; "" when nothing fits.
+
+    Peers' names for a curve registered here under another name lead to that curve
+    (``cubic`` to ``gradual``, not to the look-alike ``cube``); other names get the
+    closest registered spelling.
+
+    Example:
+        >>> schedule_name_hint("cosine", ("gradual", "cos"))
+        " (did you mean 'cos'?)"
+        >>> schedule_name_hint("CubicSL", ("gradual", "cube")).split(":")[0]
+        " (did you mean 'gradual'? the cubic schedule of tfmot (PolynomialDecay, power=3) and torch.ao (CubicSL) is 'gradual'"
+    """
+    key = str(name).strip().lower().replace("-", "_")
+    key = _PEER_ALIASES.get(key, key)
+    if key in _PEER_NAMES and _PEER_NAMES[key][0] in names:
+        ours, why = _PEER_NAMES[key]
+        return f" (did you mean {ours!r}? {why})"
+    hint = difflib.get_close_matches(str(name), names, n=1)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
 
 
 def build_schedule(name: str, settings: ScheduleSettings) -> Schedule:

@@ -52,6 +52,7 @@ from sparsify import PruningConfig
 from sparsify.criteria import needs_gradients
 from sparsify.protocol import MaskUpdate, PruningProtocol, config_fingerprint, fingerprint_differences
 
+from ..core_errors import reraise_core_errors
 from .compat import keras_flavor, optimizer_slots, steps_per_execution, tf_variable, unwrap_optimizer
 from .grad_masking import GRAD_MASKING_OPTIMIZERS, grad_masking_supported, uninstall_grad_hook
 from .graph_update import NEVER, build_graph_update, host_update_fn, in_graph_unsupported
@@ -201,8 +202,8 @@ class PruningCallback(_keras3.callbacks.Callback):
         return int(self._state.last_step.numpy()) if self._state is not None else -1
 
     @property
-    def sparsity(self) -> dict[str, float]:
-        """Fraction of pruned weights per path, plus ``"total"``."""
+    def sparsity(self) -> dict[str, float | None]:
+        """Fraction of pruned weights per path (None: skipped, ``protocol.skipped``), plus ``"total"``."""
         if self.protocol is None:
             return {"total": 0.0}
         self._sync_if_needed()
@@ -294,6 +295,9 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._spe = steps_per_execution(model)
         self._autotune = bool(getattr(model, "_autotune_steps_per_execution", False))
         self._refresh = True
+        # a refused in-graph update (NaN weights) raises the core's one line, not TF's long error
+        model.train_function = reraise_core_errors(
+            model.train_function, lambda: getattr(self._graph_core and self._graph_core[1], "errors", None))
 
     def _check_fingerprint(self, state: Any, what: str) -> None:
         diff = fingerprint_differences(self.config, state.fingerprint.numpy())

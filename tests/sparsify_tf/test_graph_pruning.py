@@ -312,9 +312,10 @@ def test_bad_inputs_raise_before_changing_the_graph():
             r"'fc1/bias' is a variable that feeds no prunable op")
         _unchanged(g, lambda: sparsify_tf.create_op_pruning_no_update(add_op, add_op.inputs[0], "g"), ValueError,
                    r"op 'add(_\d+)?' of type 'AddV2' is not prunable")
-        # fc1 canonical (30, 64): 30 rows do not split into 4x1 blocks
+        # fc1 canonical (30, 64), fc2 (10, 30): no row count splits into 4x1 blocks; both are named
         _unchanged(g, lambda: sparsify_tf.prune_graph({"pattern": "4x1", "target_sparsity": 0.5}), ValueError,
-                   r"layer 'fc1/kernel'.*does not fit pattern '4x1'")
+                   r"pattern '4x1' fits none of the 2 selected layers: 'fc1/kernel' \(2-D view \(30, 64\).*"
+                   r"'fc2/kernel' \(2-D view \(10, 30\)")
         _unchanged(g, lambda: sparsify_tf.get_or_create_ks_scheduled_graph_ops(
             g, gs, ["fc1/kernel"], 0, 10, 1, 0.0, 0.5, 3.0, True, "g", "4x1"), ValueError,
             r"layer 'fc1/kernel'.*does not fit pattern '4x1'")
@@ -376,6 +377,25 @@ def test_weights_graph_mode_cannot_mask_are_named_in_a_warning():
                                 graph=_graph_with_a_weight_in_cond())
 
 
+def test_layers_the_pattern_does_not_fit_are_skipped_with_a_warning():
+    g = tf.Graph()
+    with g.as_default():
+        build_mlp()                                     # fc1 (64, 32) -> canonical (32, 64); fc2 -> (10, 32)
+        with pytest.raises(ValueError, match=r"layer 'fc2/kernel' with 2-D view \(10, 32\) does not fit pattern '4x1'"):
+            sparsify_tf.prune_graph({"target_sparsity": 0.5, "pattern": "4x1"})
+        with pytest.warns(UserWarning, match=r"pattern '4x1' does not fit 1 of 2 selected layers, left dense "
+                                             r"\(skip_incompatible_layers=True\): 'fc2/kernel'"):
+            pr = sparsify_tf.prune_graph({"target_sparsity": 0.5, "pattern": "4x1", "start_step": 0, "end_step": 0,
+                                          "skip_incompatible_layers": True})
+    assert pr.protocol.skipped == {"fc2/kernel": "2-D view (10, 32): block 4x1 does not divide it"}
+    with tf1.Session(graph=g, config=session_config()) as sess:
+        sess.run(tf1.global_variables_initializer())
+        pr.run_update(sess)
+        masks = pr.get_masks(sess, canonical=True)
+    assert masks["fc2/kernel"].all() and (~masks["fc1/kernel"]).sum() == 32 * 64 // 2
+    assert pr.protocol.layer_sparsity()["fc2/kernel"] is None
+
+
 def _hooked_mlp(cfg):
     m = build_mlp()
     pr = sparsify_tf.prune_graph(cfg)
@@ -409,6 +429,25 @@ def test_nan_weights_at_an_update_raise_a_short_error_naming_the_layer_and_chang
         pr.run_update(sess)
         assert int(sess.run(pr.last_update_step)) == 0
         assert (sess.run(pr.masks["fc1/kernel"]) == 0).sum() == 64 * 32 // 2
+
+
+def test_nan_weights_at_an_update_of_a_wrapped_train_op_raise_the_core_line_first():
+    g = tf.Graph()
+    with g.as_default():
+        m = build_mlp()
+        pr = sparsify_tf.prune_graph({"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+        train = pr.wrap_train_op(tf1.train.GradientDescentOptimizer(0.1).minimize(m["loss"],
+                                                                                 global_step=pr.global_step))
+        poison = tf1.assign(m["w1"], tf.tensor_scatter_nd_update(m["w1"], [[3, 4]], [np.nan]))
+    feed = {m["x"]: np.ones((4, 64), np.float32), m["y"]: np.zeros(4, np.int64)}
+    with tf1.Session(graph=g, config=session_config()) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(poison)
+        with pytest.raises(ValueError, match=r"^pruning update at step 1 refused: layer 'fc1/kernel': scores "
+                                             r"contain NaN.*weights and masks are unchanged$") as info:
+            pr.run_update(sess, train, feed)
+        assert len(str(info.value).splitlines()) == 1 and info.value.__suppress_context__
+        assert np.all(sess.run(pr.masks["fc1/kernel"]) == 1) and int(sess.run(pr.last_update_step)) == -1
 
 
 def test_resume_with_another_config_is_refused_naming_the_keys(tmp_path):

@@ -1,6 +1,8 @@
 """Bad input: clear errors, raised before anything changes."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -52,8 +54,12 @@ def test_pattern_that_does_not_fit_applies_nothing():
     with pytest.raises(ValueError, match=r"layer 'head.weight' with 2-D view \(10, 32\) does not fit pattern '4x1'"):
         prune(model, {**ONE_SHOT, "pattern": "4x1"})
     _untouched(model, before)            # conv1/conv2/fc fit, but none of them was parametrized
-    pruner = prune(model, {**ONE_SHOT, "pattern": "4x1", "skip_incompatible_layers": True})
-    assert pruner.sparsity()["head.weight"] == 0.0 and pruner.sparsity()["fc.weight"] == 0.5
+    with pytest.warns(UserWarning, match=r"pattern '4x1' does not fit 1 of 4 selected layers, left dense "
+                                         r"\(skip_incompatible_layers=True\): 'head.weight' \(2-D view \(10, 32\)"):
+        pruner = prune(model, {**ONE_SHOT, "pattern": "4x1", "skip_incompatible_layers": True})
+    # a skipped layer is told apart from one not pruned yet: None, and the protocol says why
+    assert pruner.sparsity()["head.weight"] is None and pruner.sparsity()["fc.weight"] == 0.5
+    assert pruner.protocol.skipped == {"head.weight": "2-D view (10, 32): block 4x1 does not divide it"}
 
 
 def test_pruning_twice_and_foreign_parametrizations():
@@ -136,13 +142,47 @@ def test_torchscript_model_is_refused_with_what_to_do():
         prune(torch.jit.script(nn.Sequential(nn.Linear(4, 4))), ONE_SHOT)
 
 
-@pytest.mark.parametrize("hook, name", [(nn.utils.spectral_norm, "spectral_norm"),
-                                        (nn.utils.weight_norm, "weight_norm")])
-def test_old_style_weight_hooks_are_reported_by_layer(hook, name):
-    model = nn.Sequential(hook(nn.Linear(4, 4)), nn.Linear(4, 4))
-    with pytest.warns(UserWarning, match=rf"layers \['0'\] compute their weight with an old-style hook \({name}\)"):
+def test_old_style_weight_norm_is_reported_by_layer():
+    with pytest.warns(FutureWarning):                  # torch deprecates the old-style hook itself
+        model = nn.Sequential(nn.utils.weight_norm(nn.Linear(4, 4)), nn.Linear(4, 4))
+    with pytest.warns(UserWarning, match=r"layers \['0'\] compute their weight with an old-style hook \(weight_norm\)"):
         pruner = prune(model, ONE_SHOT)
     assert pruner.names == ["1.weight"]
+
+
+def test_old_style_spectral_norm_layer_is_pruned_through_weight_orig(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.utils.spectral_norm(nn.Linear(8, 8)))
+    x = torch.randn(16, 8)
+    model(x)                                            # one power iteration: weight = weight_orig / sigma
+    effective = model[2].weight.detach().clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # nothing to warn about: the layer is pruned
+        pruner = prune(model, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0, "op_names": ["2"]})
+    assert pruner.names == ["2.weight"]
+    # the smallest half of the weight the layer computes is pruned, and the computed weight holds the zeros
+    order = effective.abs().flatten().argsort()
+    expected = torch.ones(64, dtype=torch.bool)
+    expected[order[:32]] = False
+    assert torch.equal(pruner.masks()["2.weight"].flatten(), expected)
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        pruner.step()
+    model(x)
+    assert torch.equal(model[2].weight != 0, expected.reshape(8, 8))
+    assert pruner.sparsity() == {"2.weight": 0.5}
+    # a checkpoint of the pruned model loads into another pruned one; remove() bakes the zeros into weight_orig
+    torch.save(model.state_dict(), tmp_path / "m.pt")
+    other = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.utils.spectral_norm(nn.Linear(8, 8)))
+    other_pruner = prune(other, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0, "op_names": ["2"]})
+    other.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
+    other_pruner.remove()
+    other(x)
+    assert torch.equal(other[2].weight != 0, expected.reshape(8, 8))
+    assert torch.equal(other[2].weight_orig != 0, expected.reshape(8, 8))
 
 
 @pytest.mark.parametrize("wrap, kind", [(nn.utils.parametrizations.weight_norm, "_WeightNorm"),

@@ -16,13 +16,15 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -185,7 +187,8 @@ def _layer_results(cfg: PruningConfig, target: float, weights: dict[str, np.ndar
         pruned_count = w.size - kept
         if n not in pruned:
             reason = pat.fits(to_2d(w).shape)
-            note = f"dense: {cfg.pattern} does not fit its 2-D view {to_2d(w).shape}" if reason is not None \
+            note = f"{SKIPPED}: {cfg.pattern} does not fit its 2-D view {to_2d(w).shape}, left dense" \
+                if reason is not None \
                 else (excluded_note if n == CLASSIFIER and excluded_note else "dense: not selected by op_names")
             rows.append(LayerResult(n, w.shape, None, pruned_count / w.size, kept, w.size, None, note))
         elif cfg.pruning_scope == "global":
@@ -273,12 +276,12 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     data = load_digits_split(int(seed))
     t0 = time.perf_counter()
     if run_dir is None:
-        with DemoProgress(2 * steps, progress) as bar:
+        with DemoProgress(2 * steps, progress) as bar, _skips_in_table():
             run: BackendRun = backend.train(cfg, data, steps, int(seed), bar, None)
         return _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
     try:
         with run_dir:                   # staging directory, removed on any error or interrupt
-            with DemoProgress(2 * steps, progress) as bar:
+            with DemoProgress(2 * steps, progress) as bar, _skips_in_table():
                 run = backend.train(cfg, data, steps, int(seed), bar, run_dir.stage)
             res = _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
             with writing(run_dir.stage):
@@ -342,6 +345,18 @@ def _write_outputs(run_dir: RunDirectory, res: DemoResult, run: BackendRun, plot
         json.dump(res.to_dict(), fh, indent=2)
 
 
+#: The demo table's word for a layer the pattern does not fit (``skip_incompatible_layers``).
+SKIPPED = "skipped"
+
+
+@contextlib.contextmanager
+def _skips_in_table() -> Iterator[None]:
+    """The core warns about layers the pattern does not fit; the demo's table shows them as skipped."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"pattern .* does not fit .* left dense", category=UserWarning)
+        yield
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
@@ -362,7 +377,8 @@ def format_result(res: DemoResult) -> str:
             f"{res.steps} steps per phase")
     rows = [("layer", "shape", "target", "achieved", "kept / total", "exact")]
     for r in res.layers:
-        rows.append((r.name, "x".join(map(str, r.shape)), _pct(r.target), _pct(r.achieved), f"{r.kept} / {r.total}",
+        target = SKIPPED if r.note.startswith(SKIPPED) else _pct(r.target)
+        rows.append((r.name, "x".join(map(str, r.shape)), target, _pct(r.achieved), f"{r.kept} / {r.total}",
                      "-" if r.exact is None else ("yes" if r.exact else "NO")))
     kept, total = res.total
     rows.append(("total", "", _pct(res.target) if cfg.pruning_scope == "global" else "",

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, TextIO
 import numpy as np
 
 from ..atomic import OutputError
+from .save_errors import WatchedFile, os_error_in
 
 __all__ = ["LAYERS", "SIZES", "BATCH_SIZE", "LEARNING_RATE", "BackendRun", "DemoProgress", "format_duration",
            "writing"]
@@ -56,21 +57,34 @@ class BackendRun:
 
 
 @contextlib.contextmanager
-def writing(path: str | os.PathLike) -> Iterator[None]:
+def writing(path: str | os.PathLike) -> Iterator[Callable[[Any], WatchedFile]]:
     """Turn any failure of a framework's saver inside the block into an :class:`OutputError` naming ``path``.
 
-    Frameworks report a full disk in their own ways (torch: ``RuntimeError``
-    from its zip writer, TensorFlow: ``ResourceExhaustedError``); the user
-    gets one clear line either way. Interrupts pass through unchanged.
+    Frameworks report a full disk in their own ways (torch: "unexpected pos"
+    from its zip writer, TensorFlow: "Graph execution error ... SaveV2"); the
+    user gets one line naming the OS error ("No space left on device") and the
+    file it hit. The block receives ``watch(fh)``: hand the saver
+    ``watch(open(...))`` so that an ``OSError`` its writer swallows is still
+    known (:class:`~sparsify.cli.demo.save_errors.WatchedFile`). Interrupts
+    pass through unchanged.
     """
+    watched: list[WatchedFile] = []
+
+    def watch(fh: Any) -> WatchedFile:
+        watched.append(WatchedFile(fh, getattr(fh, "name", path)))
+        return watched[-1]
     try:
-        yield
+        yield watch
     except (KeyboardInterrupt, OutputError):
         raise
-    except OSError as e:
-        raise OutputError(e.errno or errno.EIO, f"could not write {os.fspath(path)!r}: "
-                                                f"{e.strerror or ' '.join(str(e).split())}") from None
     except Exception as e:  # noqa: BLE001 - framework savers raise their own error types
+        found = next((w.error for w in watched if w.error is not None), None)
+        if found is None:
+            found = e if isinstance(e, OSError) and e.errno else os_error_in(str(e))
+        if found is not None:
+            where = os.fspath(found.filename) if isinstance(found.filename, (str, os.PathLike)) else os.fspath(path)
+            raise OutputError(found.errno, f"could not write {where!r}: "
+                                           f"{found.strerror or ' '.join(str(found).split())}") from None
         msg = " ".join(str(e).split())[:300] or type(e).__name__
         raise OutputError(errno.EIO, f"could not write {os.fspath(path)!r}: {msg}") from None
 

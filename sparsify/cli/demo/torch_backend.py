@@ -80,8 +80,8 @@ def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits,
     files = []
     if out is not None:
         path = Path(out) / "model.pt"
-        with writing(path), open(path, "wb") as fh:      # Python file: a full disk is an OSError that says so
-            torch.save(model.state_dict(), fh)
+        with writing(path) as watch, open(path, "wb") as fh:   # torch's zip writer hides the file's OSError
+            torch.save(model.state_dict(), watch(fh))
         files.append(str(path))
     return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files,
                       ["model.pt: a plain torch state_dict (Pruner.remove() baked the masks in)"] if files else [])

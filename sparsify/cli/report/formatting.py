@@ -20,7 +20,10 @@ from typing import Any
 
 from .statistics import SparsityReport
 
-__all__ = ["format_report", "format_conformity"]
+__all__ = ["format_report", "format_conformity", "SKIPPED_CELL"]
+
+#: The cell of a weight the pattern does not fit: pruning skips it (``skip_incompatible_layers``) or refuses.
+SKIPPED_CELL = "skipped: does not fit"
 
 
 def format_conformity(conf: dict[str, Any] | None) -> str:
@@ -33,7 +36,7 @@ def format_conformity(conf: dict[str, Any] | None) -> str:
     if conf is None:
         return "-"
     if not conf["fits"]:
-        return "does not fit"
+        return SKIPPED_CELL
     if conf["conforms"] is None:
         return "?"
     if conf["conforms"]:
@@ -66,9 +69,14 @@ def format_report(rep: SparsityReport) -> str:
     if rep.pattern:
         d = rep.to_dict()
         if d["pattern_conforms"] is None:
-            lines.append(f"pattern {rep.pattern}: fits none of the weights (see the 'does not fit' cells), "
+            lines.append(f"pattern {rep.pattern}: fits none of the weights (see the '{SKIPPED_CELL}' cells), "
                          "so nothing was checked")
         else:
+            skipped = [t.name for t in rep.tensors if t.pattern is not None and not t.pattern["fits"]]
+            if skipped:
+                shown = ", ".join(skipped[:8]) + (f" and {len(skipped) - 8} more" if len(skipped) > 8 else "")
+                lines.append(f"pattern {rep.pattern}: does not fit {shown}: skipped (pruning with "
+                             "skip_incompatible_layers=True leaves such weights dense)")
             lines.append(f"pattern {rep.pattern}: {'every' if d['pattern_conforms'] else 'NOT every'} "
                          "weight that fits it conforms")
     return "\n".join(lines)

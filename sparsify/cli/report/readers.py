@@ -39,7 +39,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import stat
 import zipfile
 from typing import Any, Mapping
 
@@ -48,12 +47,12 @@ import numpy as np
 from sparsify import sparse_format
 
 from ..frameworks import import_tensorflow, import_torch
+from .limits import DEFAULT_MAX_BYTES, check_declared, check_regular, format_bytes, zip_declared
+from .npz_stream import check_declared_npz
 
-__all__ = ["FORMATS", "DEFAULT_MAX_BYTES", "PRUNED_MODEL_FORMAT", "detect_format", "read_tensors", "format_bytes",
-           "check_regular"]
+__all__ = ["FORMATS", "DEFAULT_MAX_BYTES", "PRUNED_MODEL_FORMAT", "detect_format", "resolve_format", "read_tensors",
+           "format_bytes", "check_regular"]
 
-#: Default cap on the bytes of tensors a report loads (``--max-bytes`` overrides it).
-DEFAULT_MAX_BYTES = 1 << 30
 #: ``"format"`` of a structured-pruned model saved by ``sparsify_torch.channels.save_pruned_model``.
 PRUNED_MODEL_FORMAT = "sparsify_torch.channels.pruned_model"
 
@@ -69,38 +68,6 @@ FORMATS: dict[str, str] = {
 }
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-
-
-def format_bytes(n: int) -> str:
-    """Human-readable size.
-
-    Example:
-        >>> format_bytes(512), format_bytes(3 * 2**30)
-        ('512 B', '3.0 GiB')
-    """
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
-def check_regular(p: str, what: str = "") -> os.stat_result:
-    """``os.stat(p)`` if ``p`` is a regular file or a directory; else a ``ValueError`` (a pipe would block)."""
-    try:
-        st = os.stat(p)
-    except OSError as e:
-        raise ValueError(f"{p!r} cannot be read: {e.strerror}") from None
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-        kind = "a named pipe" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) \
-            else "a device"
-        raise ValueError(f"{p!r}{what} is {kind}, not a regular file; report reads files and directories only")
-    return st
-
-
-def _over(p: str, declared: int, max_bytes: int | None, what: str = "tensors") -> None:
-    if max_bytes is not None and declared > max_bytes:
-        raise ValueError(f"{p!r} declares {format_bytes(declared)} of {what}, more than the cap of "
-                         f"{format_bytes(max_bytes)}; pass --max-bytes {declared} (max_bytes=) to read it anyway")
 
 
 def detect_format(path: str | os.PathLike) -> str:
@@ -121,10 +88,12 @@ def detect_format(path: str | os.PathLike) -> str:
     if os.path.isdir(p):
         if os.path.exists(os.path.join(p, "saved_model.pb")) or os.path.exists(os.path.join(p, "saved_model.pbtxt")):
             return "savedmodel"
-        if os.path.exists(os.path.join(p, "checkpoint")) or any(f.endswith(".index") for f in os.listdir(p)):
+        if os.path.isfile(os.path.join(p, "checkpoint")) or any(f.endswith(".index") for f in os.listdir(p)):
             return "tf-checkpoint"
+        inside = sorted(f + "/" for f in os.listdir(p) if os.path.isdir(os.path.join(p, f)))
         raise ValueError(f"{p!r} is a directory but neither a SavedModel (no saved_model.pb) "
-                         "nor a TensorFlow checkpoint directory (no 'checkpoint' or *.index file)")
+                         "nor a TensorFlow checkpoint directory (no 'checkpoint' state file and no *.index file)"
+                         + (f"; it holds the directories {', '.join(inside[:4])}: pass one of them" if inside else ""))
     if not os.path.exists(p):
         if os.path.exists(p + ".index"):
             return "tf-checkpoint"
@@ -159,20 +128,11 @@ def detect_format(path: str | os.PathLike) -> str:
                      "a SavedModel directory, a .keras / .h5 Keras file or an .npz archive")
 
 
-def _zip_declared(p: str, names_filter: Any = None) -> int:
-    """Sum of the uncompressed sizes a zip archive declares (optionally of some entries)."""
-    try:
-        with zipfile.ZipFile(p) as zf:
-            return sum(i.file_size for i in zf.infolist() if names_filter is None or names_filter(i.filename))
-    except (zipfile.BadZipFile, OSError) as e:
-        raise ValueError(f"{p!r} is a corrupt zip archive: {e}") from None
-
-
 def _read_torch(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
     if zipfile.is_zipfile(p):
-        _over(p, _zip_declared(p), max_bytes)
+        check_declared(p, zip_declared(p), max_bytes)
     else:
-        _over(p, os.path.getsize(p), max_bytes)
+        check_declared(p, os.path.getsize(p), max_bytes)
     try:
         torch = import_torch()
     except ImportError:
@@ -238,7 +198,7 @@ def _read_tf_checkpoint(p: str, max_bytes: int | None, what: str = "TensorFlow c
     dtypes = reader.get_variable_to_dtype_map()
     numeric = {n for n, dt in dtypes.items() if n != "_CHECKPOINTABLE_OBJECT_GRAPH" and dt != tf.string}
     declared = sum(int(np.prod(shapes[n], dtype=np.int64)) * dtypes[n].size for n in numeric)
-    _over(p, declared, max_bytes)
+    check_declared(p, declared, max_bytes)
     out: dict[str, np.ndarray] = {}
     for name in sorted(numeric):
         try:
@@ -264,7 +224,7 @@ def _shards(prefix: str) -> list[str]:
 
 def _load_pb(p: str, what: str, max_bytes: int | None) -> bytes:
     check_regular(p)
-    _over(p, os.path.getsize(p), max_bytes, "protobuf")
+    check_declared(p, os.path.getsize(p), max_bytes, "protobuf")
     with open(p, "rb") as fh:
         return fh.read()
 
@@ -347,7 +307,7 @@ def _read_h5(source: Any, p: str, max_bytes: int | None) -> dict[str, np.ndarray
                 if isinstance(obj, h5py.Dataset) and obj.dtype.kind in "fcbiu":
                     datasets.append((name, obj))
             f.visititems(visit)
-            _over(p, sum(int(d.size) * d.dtype.itemsize for _, d in datasets), max_bytes)
+            check_declared(p, sum(int(d.size) * d.dtype.itemsize for _, d in datasets), max_bytes)
             for name, d in datasets:
                 out[name] = np.asarray(d[()])
     except OSError as e:
@@ -356,7 +316,7 @@ def _read_h5(source: Any, p: str, max_bytes: int | None) -> dict[str, np.ndarray
 
 
 def _read_keras(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
-    _over(p, _zip_declared(p, lambda n: n == "model.weights.h5"), max_bytes, "weights")
+    check_declared(p, zip_declared(p, lambda n: n == "model.weights.h5"), max_bytes, "weights")
     try:
         with zipfile.ZipFile(p) as zf:
             data = zf.read("model.weights.h5")
@@ -366,37 +326,45 @@ def _read_keras(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
 
 
 def _read_npz(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
-    try:
-        with zipfile.ZipFile(p) as zf:
-            infos = zf.infolist()
-            bad = [i.filename for i in infos if not i.filename.endswith(".npy")]
-            if bad:
-                raise ValueError(f"{p!r} is not an .npz archive: it holds {bad[0]!r}, not .npy arrays"
-                                 + ("; it is a torch file (--format torch)" if any(n.endswith("data.pkl") for n in bad)
-                                    else ""))
-            declared = 0
-            for info in infos:
-                with zf.open(info) as fh:
-                    version = np.lib.format.read_magic(fh)
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
-                    elif version == (2, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
-                    else:                                 # rare; fall back to the entry's declared size
-                        declared += info.file_size
-                        continue
-                    if dtype.hasobject:
-                        raise ValueError(f"{p!r}: array {info.filename[:-4]!r} holds Python objects; "
-                                         "report reads numeric arrays only")
-                    declared += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            _over(p, declared, max_bytes)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise ValueError(f"{p!r} cannot be read as an .npz archive: {e}") from None
+    check_declared_npz(p, max_bytes)
     try:
         with np.load(p, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except (ValueError, OSError, zipfile.BadZipFile) as e:
         raise ValueError(f"{p!r} cannot be read as an .npz archive: {e}") from None
+
+
+def resolve_format(path: str | os.PathLike, fmt: str | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES) -> str:
+    """The format :func:`read_tensors` reads ``path`` as, after checking ``fmt`` and ``max_bytes``.
+
+    Raises:
+        ValueError: a bad ``max_bytes`` or ``fmt``, a ``fmt`` that contradicts the content, or what
+            :func:`detect_format` raises.
+
+    Example:
+        >>> import numpy as np, tempfile, os
+        >>> f = os.path.join(tempfile.mkdtemp(), "w.npz"); np.savez(f, w=np.zeros(2))
+        >>> resolve_format(f)
+        'npz'
+    """
+    p = os.fspath(path)
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+        raise ValueError(f"max_bytes must be a positive integer or None, got {max_bytes!r}")
+    if fmt is None:
+        fmt = detect_format(p)
+    elif fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
+    else:
+        try:
+            detected = detect_format(p)
+        except ValueError:
+            detected = None                        # unknown content: let the chosen reader say what is wrong
+        if detected is not None and detected != fmt:
+            raise ValueError(f"--format {fmt} does not match {p!r}, which is a {detected} file; "
+                             f"drop --format or pass --format {detected}")
+    if os.path.exists(p):
+        check_regular(p)
+    return fmt
 
 
 def read_tensors(path: str | os.PathLike, fmt: str | None = None,
@@ -424,22 +392,7 @@ def read_tensors(path: str | os.PathLike, fmt: str | None = None,
         'npz'
     """
     p = os.fspath(path)
-    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
-        raise ValueError(f"max_bytes must be a positive integer or None, got {max_bytes!r}")
-    if fmt is None:
-        fmt = detect_format(p)
-    elif fmt not in FORMATS:
-        raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
-    else:
-        try:
-            detected = detect_format(p)
-        except ValueError:
-            detected = None                        # unknown content: let the chosen reader say what is wrong
-        if detected is not None and detected != fmt:
-            raise ValueError(f"--format {fmt} does not match {p!r}, which is a {detected} file; "
-                             f"drop --format or pass --format {detected}")
-    if os.path.exists(p):
-        check_regular(p)
+    fmt = resolve_format(p, fmt, max_bytes)
     if fmt == "torch":
         tensors = _read_torch(p, max_bytes)
     elif fmt == "tf-checkpoint":
@@ -472,11 +425,17 @@ def _latest_checkpoint(d: str) -> str:
         except OSError as e:
             raise ValueError(f"{d!r}: its 'checkpoint' file cannot be read: {e.strerror}") from None
         m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', text, flags=re.M)
-        if m:
-            prefix = m.group(1)
-            return prefix if os.path.isabs(prefix) else os.path.join(d, prefix)
-    indexes = sorted(f for f in os.listdir(d) if f.endswith(".index"))
+        if not m:
+            raise ValueError(f"{d!r}: its 'checkpoint' state file names no model_checkpoint_path; "
+                             "pass the checkpoint prefix")
+        prefix = m.group(1) if os.path.isabs(m.group(1)) else os.path.join(d, m.group(1))
+        if not os.path.isfile(prefix + ".index"):
+            raise ValueError(f"{d!r}: its 'checkpoint' state file names {m.group(1)!r}, but "
+                             f"{prefix + '.index'!r} is missing")
+        return prefix
+    indexes = sorted(f[: -len(".index")] for f in os.listdir(d) if f.endswith(".index"))
     if len(indexes) == 1:
-        return os.path.join(d, indexes[0][: -len(".index")])
-    raise ValueError(f"{d!r} is a checkpoint directory without a usable 'checkpoint' file and with "
-                     f"{len(indexes)} *.index files; pass the checkpoint prefix")
+        return os.path.join(d, indexes[0])
+    raise ValueError(f"{d!r} is missing its 'checkpoint' state file (which names the latest checkpoint) and "
+                     f"holds {len(indexes)} checkpoints ({', '.join(indexes[:4])}); pass one prefix, e.g. "
+                     f"{os.path.join(d, indexes[-1])!r}")

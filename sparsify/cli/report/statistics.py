@@ -27,7 +27,8 @@ import numpy as np
 
 from sparsify.layout import tf_to_canonical
 from sparsify.patterns import get_pattern
-from .readers import DEFAULT_MAX_BYTES, FORMATS, read_tensors
+from .npz_stream import check_declared_npz, streamed_tensor_stats
+from .readers import DEFAULT_MAX_BYTES, FORMATS, read_tensors, resolve_format
 
 __all__ = [
     "TensorStats", "SparsityReport", "guess_tf_kind", "is_optimizer_state", "pattern_conformity", "tensor_stats",
@@ -179,15 +180,22 @@ def build_report(path: str | os.PathLike, pattern: str | None = None, include_op
     """
     if pattern is not None:
         get_pattern(pattern)          # validate before reading anything
-    fmt, tensors = read_tensors(path, fmt, max_bytes)
-    layout = FORMATS[fmt]
+    fmt = resolve_format(path, fmt, max_bytes)
     rep = SparsityReport(path=os.fspath(path), format=fmt, pattern=pattern)
+    if fmt == "npz":                   # streamed in bounded chunks: memory does not grow with the declared size
+        members = [m for m in check_declared_npz(path, max_bytes) if m.dtype.kind in "fcbiu"]
+        if not members:
+            raise ValueError(f"{os.fspath(path)!r} ({fmt}) holds no numeric tensors")
+        tensors: Any = {m.name: m for m in members}
+    else:
+        fmt, tensors = read_tensors(path, fmt, max_bytes)
     for name, value in tensors.items():
         if not include_optimizer and is_optimizer_state(name):
             continue
-        if value.dtype.kind in "iu" and value.ndim == 0:
+        if value.dtype.kind in "iu" and len(value.shape) == 0:
             continue                   # counters
-        rep.tensors.append(tensor_stats(name, value, pattern, layout))
+        rep.tensors.append(streamed_tensor_stats(path, value, pattern) if fmt == "npz"
+                           else tensor_stats(name, value, pattern, FORMATS[fmt]))
     if not rep.tensors:
         raise ValueError(f"{os.fspath(path)!r} ({fmt}) holds only optimizer state; use include_optimizer")
     return rep

@@ -93,14 +93,16 @@ def test_demo_pattern_config_and_skipped_layer(tmp_path, capsys):
     cfg.write_text("pattern: 4x1\ntarget_sparsity: 0.75\nstart_step: 0\nend_step: 20\npruning_frequency: 5\n"
                    "skip_incompatible_layers: true\n")
     assert main(["demo", "--framework", "torch", "--steps", "30", "--config", str(cfg), "--no-progress"]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     rows = table(out)
     # 4x1 blocks: 2048 blocks of fc1, 0.75 -> 1536 pruned blocks = 6144 weights
     check_layer(rows["fc1"], "128x64", "75.00%", 2048, 8192)
     check_layer(rows["fc2"], "64x128", "75.00%", 2048, 8192)
-    # the 10-row output layer does not fit 4-row blocks: left dense and said so
-    assert rows["out"] == ["10x64", "-", "0.00%", "640", "/", "640", "-"]
-    assert "out: dense: 4x1 does not fit its 2-D view (10, 64)" in out
+    # the 10-row output layer does not fit 4-row blocks: skipped (left dense) and said so, once
+    assert rows["out"] == ["10x64", "skipped", "0.00%", "640", "/", "640", "-"]
+    assert "out: skipped: 4x1 does not fit its 2-D view (10, 64), left dense" in out
+    assert "UserWarning" not in captured.err
     assert rows["total"] == ["75.00%", "4096", "/", "16384", "yes"]
     assert "total: over the pruned layers (the layers left dense are not counted)" in out
 

@@ -9,7 +9,7 @@ from sparsify.cli.report.statistics import SparsityReport, pattern_conformity, t
 
 def test_format_conformity_cells():
     assert format_conformity(None) == "-"
-    assert format_conformity(pattern_conformity(np.ones((3, 6)), "2:4")) == "does not fit"
+    assert format_conformity(pattern_conformity(np.ones((3, 6)), "2:4")) == "skipped: does not fit"
     assert format_conformity(pattern_conformity(np.array([[0.0, 0.0, 1.0, 1.0]]), "2:4")) == "yes"
     assert format_conformity(pattern_conformity(np.array([[0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]]), "2:4")) \
         == "no (1/2 bad)"
@@ -42,3 +42,12 @@ def test_table_with_pattern_says_which_weights_conform():
     assert lines[-1] == "pattern 2:4: NOT every weight that fits it conforms"
     assert format_report(SparsityReport("w.npz", "npz", "2:4", [good])).splitlines()[-1] == \
         "pattern 2:4: every weight that fits it conforms"
+
+
+def test_weights_the_pattern_does_not_fit_are_shown_as_skipped():
+    good = tensor_stats("fc.weight", np.array([[0.0, 1.0, 0.0, 2.0]]), "2:4")
+    head = tensor_stats("head.weight", np.ones((3, 6)), "2:4")
+    lines = format_report(SparsityReport("w.npz", "npz", "2:4", [good, head])).splitlines()
+    assert lines[4].startswith("head.weight") and lines[4].endswith("skipped: does not fit")
+    assert lines[-2:] == ["pattern 2:4: does not fit head.weight: skipped (pruning with skip_incompatible_layers=True "
+                          "leaves such weights dense)", "pattern 2:4: every weight that fits it conforms"]

@@ -97,7 +97,7 @@ def test_pattern_that_fits_nothing_says_so(tmp_path, capsys):
     rep = build_report(tmp_path / "w.npz", pattern="3x1")
     assert rep.to_dict()["pattern_conforms"] is None and rep.to_dict()["pattern_checked"] == 0
     last = format_report(rep).splitlines()[-1]
-    assert last == "pattern 3x1: fits none of the weights (see the 'does not fit' cells), so nothing was checked"
+    assert last == "pattern 3x1: fits none of the weights (see the 'skipped: does not fit' cells), so nothing was checked"
     assert "NOT every" not in format_report(rep)
     rc, out, _ = run(capsys, "report", str(tmp_path / "w.npz"), "--pattern", "4x1", "--json")
     assert rc == 0 and json.loads(out)["pattern_conforms"] is True
@@ -163,3 +163,25 @@ def test_structured_and_compressed_files_are_read(tmp_path, capsys):
     rc, out, _ = run(capsys, "report", str(tmp_path / "c.pt"), "--json")
     by = {t["name"]: t for t in json.loads(out)["tensors"]}
     assert rc == 0 and by["0.weight"]["zeros"] == 32 and by["0.weight"]["shape"] == [8, 8]
+
+
+def test_checkpoint_directory_without_its_state_file_says_what_is_missing(tmp_path, capsys):
+    import tensorflow as tf
+
+    ckpt = tf.train.Checkpoint(w=tf.Variable(np.ones((4, 4), np.float32)))
+    manager = tf.train.CheckpointManager(ckpt, str(tmp_path / "ckpts"), max_to_keep=3)
+    manager.save()
+    manager.save()
+    (tmp_path / "ckpts" / "checkpoint").unlink()
+    err = one_line_error(capsys, "report", str(tmp_path / "ckpts"))
+    assert "is missing its 'checkpoint' state file (which names the latest checkpoint) and holds 2 checkpoints " \
+           "(ckpt-1, ckpt-2); pass one prefix, e.g. " in err and err.endswith("ckpt-2'"), err
+    # the state file names a checkpoint whose files are gone
+    (tmp_path / "ckpts" / "checkpoint").write_text('model_checkpoint_path: "ckpt-9"\n')
+    err = one_line_error(capsys, "report", str(tmp_path / "ckpts"))
+    assert "its 'checkpoint' state file names 'ckpt-9', but" in err and "ckpt-9.index' is missing" in err, err
+    # a run directory holding a checkpoint/ directory (the demo's --out) is not itself a checkpoint
+    shutil.copytree(tmp_path / "ckpts", tmp_path / "run" / "checkpoint")
+    err = one_line_error(capsys, "report", str(tmp_path / "run"))
+    assert "no 'checkpoint' state file and no *.index file); it holds the directories checkpoint/: pass one of them" \
+        in err, err

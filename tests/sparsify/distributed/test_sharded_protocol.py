@@ -166,3 +166,18 @@ def test_restore_from_masks_recounts_over_ranks(world, seed):
     single = PruningProtocol({}, {"w": full.shape})
     single.restore(3, {"w": full})
     assert set(ThreadGroup(world).run(rank)) == {single.layer_sparsity()["w"]}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("world", [1, 3])
+def test_skipped_layers_read_none_on_every_rank_as_in_one_process(world):
+    cfg = {"pattern": "2:4", "skip_incompatible_layers": True, "target_sparsity": 0.5}
+    shapes = {"conv": (8, 3, 3, 3), "fc1": (16, 24)}                 # conv's 2-D view (8, 27): 27 is not 4k
+
+    def rank(c):
+        proto = ShardedPruningProtocol(cfg, shapes, {n: RowShard.chunk(s, c.rank, world) for n, s in shapes.items()}, c)
+        return proto.skipped, proto.layer_sparsity()
+
+    single = PruningProtocol(cfg, shapes)
+    assert list(single.skipped) == ["conv"] and single.layer_sparsity() == {"conv": None, "fc1": 0.0}
+    assert all(got == (single.skipped, single.layer_sparsity()) for got in ThreadGroup(world).run(rank))

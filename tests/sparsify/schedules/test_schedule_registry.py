@@ -85,3 +85,23 @@ def test_property_scalar_and_array_steps_give_the_same_bits(kind, init, final, b
     as_float_steps = s.sparsity(steps.astype(np.float64))
     for other in (as_scalars, as_numpy_scalars, as_float_steps):
         assert as_array.tobytes() == other.tobytes()
+
+
+@pytest.mark.parametrize("name", ["cubic", "Cubic", "CubicSL", "polynomial_decay"])
+def test_peer_names_for_the_cubic_curve_lead_to_gradual_not_cube(name):
+    with pytest.raises(ValueError) as info:
+        PruningConfig(sparsity_decay_type=name, end_step=10)
+    message = str(info.value)
+    assert f"got {name!r} (did you mean 'gradual'?" in message
+    assert "did you mean 'cube'" not in message
+    # the curve the hint names is the one tfmot's PolynomialDecay(power=3) follows: fast at first
+    tfmot_cubic_at_half = 0.8 * (1 - (1 - 0.5) ** 3)
+    assert PruningConfig(sparsity_decay_type="gradual", target_sparsity=0.8, end_step=100,
+                         pruning_frequency=1).schedule().sparsity(50) == pytest.approx(tfmot_cubic_at_half)
+
+
+def test_other_unknown_names_keep_the_closest_spelling():
+    with pytest.raises(ValueError, match=r"got 'cosine' \(did you mean 'cos'\?\)$"):
+        schedule_kind("cosine")
+    with pytest.raises(ValueError, match=r"got 'staircase'$"):
+        schedule_kind("staircase")

@@ -49,8 +49,11 @@ def test_pattern_that_does_not_fit_names_the_layer(K, digits):
     # skip_incompatible_layers leaves such layers dense instead
     ok = PruningCallback({"pattern": "4x1", "target_sparsity": 0.5, "end_step": 0,
                           "skip_incompatible_layers": True})
-    model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[ok])
-    assert ok.sparsity["out/kernel"] == 0.0 and ok.sparsity["fc1/kernel"] == 0.5
+    with pytest.warns(UserWarning, match=r"pattern '4x1' does not fit 1 of 3 selected layers, left dense "
+                                         r"\(skip_incompatible_layers=True\): 'out/kernel' \(2-D view \(10, 16\)"):
+        model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[ok])
+    assert ok.sparsity["out/kernel"] is None and ok.sparsity["fc1/kernel"] == 0.5      # None: skipped
+    assert list(ok.protocol.skipped) == ["out/kernel"]
 
 
 def test_unbuilt_model_is_refused(K, digits):
