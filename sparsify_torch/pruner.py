@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from sparsify.adapter import collect_reads
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from .layers import PrunableWeight
@@ -160,7 +161,7 @@ class Pruner(PrunerBase):
         weights): pruned entries hold the values they keep, which ``monotone=False`` ranks."""
         return {n: pw.to_canonical(pw.part(self._original(n).detach())) for n, pw in self._layers.items()}
 
-    def _dense_grads(self) -> dict[str, np.ndarray]:
+    def read_grads(self) -> dict[str, np.ndarray]:
         """Canonical dense gradients of the weights the model used in the last backward pass (RigL)."""
         out = {}
         for n, pw in self._layers.items():
@@ -171,7 +172,7 @@ class Pruner(PrunerBase):
             out[n] = pw.to_canonical(pw.part(g))
         return out
 
-    def _activation_norms(self) -> dict[str, np.ndarray]:
+    def read_activations(self) -> dict[str, np.ndarray]:
         if not self._activations.seen():
             raise RuntimeError(f"criterion {self.config.criterion!r} needs the inputs of every pruned layer, but some "
                                "saw no forward pass since the last update: run the model before pruner.step()")
@@ -194,7 +195,7 @@ class Pruner(PrunerBase):
         if self.engine.needs_gradients:
             scores = self._gradient_scores(gradient_scores)
         else:
-            acts = self._activation_norms() if self._activations is not None else None
+            acts = self.read_activations() if self._activations is not None else None
             core = self.engine.criterion_scores(self.read_weights(), acts)
             scores = {n: self._layers[n].from_canonical(np.asarray(s, dtype=np.float32)) for n, s in core.items()}
         return {n: self._layers[n].to_canonical(s) for n, s in self._reduce(scores).items()}
@@ -236,9 +237,9 @@ class Pruner(PrunerBase):
             return
         self._sync()
         needs_scores = self.engine.needs_gradients or dist_group_size(self._group) > 1
+        reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
         self.advance_to(step, (lambda: self._scores_now(gradient_scores)) if needs_scores else None,
-                      grads=self._dense_grads if self._capture_grads else None,
-                      activations=self._activation_norms if self._activations is not None else None)
+                        grads=reads.get("grads"), activations=reads.get("activations"))
 
     def step(self, num_steps: int = 1) -> None:
         """Count ``num_steps`` optimizer steps and update the masks if an update point was reached.

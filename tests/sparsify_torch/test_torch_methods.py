@@ -232,3 +232,9 @@ def test_regrowth_resumes_bit_exactly():
     for a, b in zip(ref.state_dict().values(), model2.state_dict().values()):
         assert torch.equal(a, b)
     assert all(torch.equal(a, b) for a, b in zip(pr.masks().values(), pruner2.masks().values()))
+
+
+def test_the_torch_pruner_implements_the_adapter_contract():
+    from sparsify.adapter import ActivationReader, GradientReader, MaskWriter, WeightReader
+    pruner = sparsify_torch.prune(_mlp(), {"end_step": 0})
+    assert all(isinstance(pruner, kind) for kind in (WeightReader, GradientReader, ActivationReader, MaskWriter))
