@@ -278,8 +278,10 @@ class Pruner(PrunerBase):
         """
         core = self.protocol.state_dict()      # masks in the canonical layout, like the core's
         core["masks"] = {n: torch.from_numpy(m) for n, m in core["masks"].items()}
-        return {**core, "step": self._step,
-                "scores": {n: s.detach().cpu().clone() for n, s in self._scores.items()}}
+        out = {**core, "step": self._step, "scores": {n: s.detach().cpu().clone() for n, s in self._scores.items()}}
+        if self._activations is not None:     # inputs seen since the last update (criteria that read them)
+            out["activation_sums"] = self._activations.state()
+        return out
 
     @torch.no_grad()
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -309,8 +311,15 @@ class Pruner(PrunerBase):
                 raise ValueError(f"state['scores'][{n!r}] must be a finite float tensor of shape {shape}, got {got}"
                                  + (" holding NaN or inf" if isinstance(s, torch.Tensor) and s.is_floating_point()
                                     and tuple(s.shape) == shape else ""))
+        if self._activations is not None:
+            if not isinstance(state.get("activation_sums"), Mapping):
+                raise ValueError(f"criterion {self.config.criterion!r} reads activations: state['activation_sums'] "
+                                 "must be the dict Pruner.state_dict() saved")
+            self._activations.check_state(dict(state["activation_sums"]))     # before anything changes
         core = {**state, "masks": {n: m.detach().cpu().numpy() for n, m in masks.items()}}
         self.protocol.load_state_dict(core)            # checks the rest; raises before any change
+        if self._activations is not None:
+            self._activations.load_state(dict(state["activation_sums"]))
         self._set_masks(self.protocol.masks)
         self._loads = [self._par(n).loads for n in self.names]
         self._scores = {n: s.detach().clone().to(self._original(n).device) for n, s in scores.items()}

@@ -100,6 +100,35 @@ class ActivationNorms:
         """Start a new window (after an update)."""
         self._sums.clear()
 
+    def state(self) -> dict[str, torch.Tensor]:
+        """The sums of squares seen since the last reset, keyed by weight name (for checkpoints)."""
+        return {w.name: self._sums[id(w.module)].detach().cpu().clone() for w in self._weights
+                if id(w.module) in self._sums}
+
+    def load_state(self, sums: Any) -> None:
+        """Restore :meth:`state` output (checked before anything changes, see :meth:`check_state`)."""
+        self._sums = self.check_state(sums)
+
+    def check_state(self, sums: Any) -> dict[int, torch.Tensor]:
+        """:meth:`state` output, checked, as this object holds it; nothing changes.
+
+        Raises:
+            ValueError: a name that is not a pruned weight, or a sum of the wrong shape.
+        """
+        if not isinstance(sums, dict):
+            raise ValueError(f"activation sums must be a dict of tensors keyed by weight name, got {type(sums).__name__}")
+        by_name = {w.name: w for w in self._weights}
+        new = {}
+        for name, value in sums.items():
+            w = by_name.get(name)
+            if w is None:
+                raise ValueError(f"activation sums hold {name!r}, which is not a pruned weight")
+            width = w.module.in_features if isinstance(w.module, nn.Linear) else w.module.in_channels
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != (width,):
+                raise ValueError(f"activation sums of {name!r} must be a tensor of shape ({width},)")
+            new[id(w.module)] = value.detach().float().clone()
+        return new
+
     def remove(self) -> None:
         """Drop the hooks."""
         for h in self._handles:

@@ -238,3 +238,29 @@ def test_the_torch_pruner_implements_the_adapter_contract():
     from sparsify.adapter import ActivationReader, GradientReader, MaskWriter, WeightReader
     pruner = sparsify_torch.prune(_mlp(), {"end_step": 0})
     assert all(isinstance(pruner, kind) for kind in (WeightReader, GradientReader, ActivationReader, MaskWriter))
+
+
+def test_wanda_resumes_bit_exactly_with_the_inputs_seen_since_the_last_update():
+    x, y, _, _ = _digits()
+    cfg = {"criterion": "wanda", "target_sparsity": 0.6, "start_step": 0, "end_step": 40, "pruning_frequency": 10}
+
+    def fresh(seed):
+        model = _mlp(seed)
+        return model, sparsify_torch.prune(model, cfg)
+
+    ref, pr = fresh(5)
+    opt = _train(ref, x, y, 15, pr)
+    state = copy.deepcopy((ref.state_dict(), opt.state_dict(), pr.state_dict()))
+    assert set(state[2]["activation_sums"]) == {"0.weight", "2.weight"}
+    _train(ref, x, y, 10, pr, opt)          # crosses the update at step 20
+
+    model, pruner = fresh(6)
+    opt2 = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.load_state_dict(state[0])
+    opt2.load_state_dict(state[1])
+    pruner.load_state_dict(state[2])
+    _train(model, x, y, 10, pruner, opt2)
+    assert all(torch.equal(a, b) for a, b in zip(pr.masks().values(), pruner.masks().values()))
+    bad = dict(state[2], activation_sums={"0.weight": torch.zeros(3)})
+    with pytest.raises(ValueError, match=r"activation sums of '0.weight' must be a tensor of shape \(64,\)"):
+        pruner.load_state_dict(bad)
