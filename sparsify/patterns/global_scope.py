@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from ..selection import NaNScoreError
+from ..score_checks import NaNScoreError
 from .allocation import allocate_pruned_units
 from .layer_view import LayerView, fill_units, finish_mask, layer_view, select_units, unit_nan_error
 
@@ -37,7 +37,7 @@ def global_masks(pattern: "Pattern", scores: Mapping[str, np.ndarray], ratio: fl
     """Masks of every layer with one cut over all their units (``ratio`` and ``max_ratio`` already checked).
 
     ``check_nan=False`` lets NaN reach the units (the selection raises
-    :class:`~sparsify.selection.NaNScoreError` naming a layer);
+    :class:`~sparsify.score_checks.NaNScoreError` naming a layer);
     ``check_nan=True`` checks every layer's elements first (the documented order of errors).
     """
     masks: dict[str, np.ndarray] = {}

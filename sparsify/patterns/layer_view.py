@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..layout import from_2d, to_2d
-from ..selection import NaNScoreError, lowest_k_keep
+from ..lowest_k import lowest_k_keep
+from ..score_checks import NaNScoreError
 
 if TYPE_CHECKING:                                   # pragma: no cover - annotations only
     from .base import Pattern
