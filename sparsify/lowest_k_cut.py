@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from .score_checks import check_finite
-from .tie_order import first_in_tie_order, lowest_k_flags, tie_rank
+from .tie_order import lowest_k_flags, tie_rank
 
 __all__ = ["LowestKCut"]
 
