@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 MODULES = ["pruning_scope", "masking", "mask_pruning", "graph_pruning", "pruning_hook", "schedule_ops",
-           "mask_creator", "mask_creator_pruning", "seed_utils", "graph_utils", "graph_update", "optimizer_slots",
+           "mask_creator", "mask_creator_coercion", "mask_creator_pruning", "seed_utils", "graph_utils", "core_update", "optimizer_slots",
            "export", "layout_ops"]
 
 
