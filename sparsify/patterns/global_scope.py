@@ -17,7 +17,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -25,13 +25,10 @@ from ..score_checks import NaNScoreError
 from .allocation import allocate_pruned_units
 from .layer_view import LayerView, fill_units, finish_mask, layer_view, select_units, unit_nan_error
 
-if TYPE_CHECKING:                                   # pragma: no cover - annotations only
-    from .base import Pattern
-
 __all__ = ["global_masks"]
 
 
-def global_masks(pattern: "Pattern", scores: Mapping[str, np.ndarray], ratio: float,
+def global_masks(pattern: Any, scores: Mapping[str, np.ndarray], ratio: float,
                  pre_masks: Mapping[str, np.ndarray] | None, max_ratio: float, *,
                  check_nan: bool) -> dict[str, np.ndarray]:
     """Masks of every layer with one cut over all their units (``ratio`` and ``max_ratio`` already checked).

@@ -20,16 +20,13 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from ..layout import from_2d, to_2d
 from ..lowest_k import lowest_k_keep
 from ..score_checks import NaNScoreError
-
-if TYPE_CHECKING:                                   # pragma: no cover - annotations only
-    from .base import Pattern
 
 __all__ = ["LayerView", "layer_view", "fill_units", "select_units", "finish_mask", "unit_nan_error", "view_axes"]
 
@@ -66,7 +63,7 @@ class LayerView:
         self.computed = False
 
 
-def unit_nan_error(pattern: "Pattern", name: str, score2d: np.ndarray, error: NaNScoreError) -> ValueError:
+def unit_nan_error(pattern: Any, name: str, score2d: np.ndarray, error: NaNScoreError) -> ValueError:
     """The error for NaN unit scores: NaN element scores, or +inf and -inf in one unit."""
     if score2d.dtype.kind in "fc" and np.isnan(score2d).any():
         return error
@@ -74,7 +71,7 @@ def unit_nan_error(pattern: "Pattern", name: str, score2d: np.ndarray, error: Na
                       "so its score is undefined; use one sign of infinity per unit")
 
 
-def layer_view(pattern: "Pattern", name: str, score: np.ndarray, pre_mask: np.ndarray | None,
+def layer_view(pattern: Any, name: str, score: np.ndarray, pre_mask: np.ndarray | None,
                two_d: bool = False) -> LayerView | None:
     """The layer's view (2-D, or the canonical layout for element-wise patterns unless ``two_d``) and
     earlier mask; None if the layer does not fit and ``skip_incompatible_layers`` leaves it dense."""
@@ -109,7 +106,7 @@ def layer_view(pattern: "Pattern", name: str, score: np.ndarray, pre_mask: np.nd
     return LayerView(name, s2, pre2, tie_axes, pattern.unit_count(shape2d))
 
 
-def fill_units(pattern: "Pattern", layer: LayerView, need_scores: bool, check_nan: bool) -> LayerView:
+def fill_units(pattern: Any, layer: LayerView, need_scores: bool, check_nan: bool) -> LayerView:
     """Fill in the layer's unit scores (None when not needed and skipped) and aux (raises NaNScoreError)."""
     layer.units, layer.aux = pattern.layer_units(layer.name, layer.score2d, layer.pre2d, need_scores, check_nan)
     layer.computed = True
@@ -128,7 +125,7 @@ def select_units(layer: LayerView, k: int) -> np.ndarray:
     return lowest_k_keep(layer.units, k, layer.name, tie_axes=layer.tie_axes, eligible=layer.eligible)
 
 
-def finish_mask(pattern: "Pattern", score: np.ndarray, layer: LayerView, unit_keep: np.ndarray) -> np.ndarray:
+def finish_mask(pattern: Any, score: np.ndarray, layer: LayerView, unit_keep: np.ndarray) -> np.ndarray:
     """The element mask (shape of ``score``) from the kept units, within the earlier mask."""
     keep2 = pattern.expand_keep(unit_keep, layer.score2d, layer.aux)
     if layer.pre2d is not None:
