@@ -18,12 +18,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -33,32 +29,9 @@ if ROOT not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from bench.bench_keras import ensure_tfmot  # noqa: E402  (one installer for every tfmot benchmark)
+
 EPOCHS, BATCH = 3, 64
-
-
-def ensure_tfmot() -> str:
-    """Make tfmot importable (``pip install --target`` into a temporary folder); '' or why not."""
-    path = os.environ.get("TFMOT_PATH")
-    if path and os.path.isdir(path):
-        sys.path.append(path)
-    try:
-        import tensorflow_model_optimization  # noqa: F401
-        return ""
-    except ImportError:
-        pass
-    target = tempfile.mkdtemp(prefix="sparsify-bench-tfmot-")
-    atexit.register(shutil.rmtree, target, ignore_errors=True)
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-           "--target", target, "tensorflow-model-optimization", "dm-tree"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        return f"tfmot could not be installed ({' '.join(cmd)}): {done.stderr.strip()[-300:]}"
-    sys.path.append(target)
-    try:
-        import tensorflow_model_optimization  # noqa: F401
-    except Exception as e:  # pragma: no cover - depends on the environment
-        return f"tfmot not importable after install: {type(e).__name__}: {e}"
-    return ""
 
 
 def data():

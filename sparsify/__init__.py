@@ -14,9 +14,10 @@ Example:
     [[True, False, True, False]]
 """
 from .config import PruningConfig
-from .criteria import magnitude, snip, snip_momentum
+from .criteria import get_criterion, magnitude, register_criterion, registered_criteria, snip, snip_momentum, wanda
 from .engine import PruningEngine, select_names
 from .protocol import MaskUpdate, PruningProtocol, sparsity_figures
+from .adapter import ActivationReader, GradientReader, MaskWriter, WeightReader, collect_reads
 from .nm_permutation import nm_channel_permutation, nm_kept_magnitude
 from .layout import canonical_to_tf, from_2d, tf_to_canonical, to_2d
 from .patterns import (Pattern, PatternNInM, PatternNxM, get_pattern, pattern_examples, register_pattern,
@@ -29,6 +30,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PruningConfig", "PruningEngine", "select_names", "PruningProtocol", "MaskUpdate", "sparsity_figures",
+    "WeightReader", "GradientReader", "ActivationReader", "MaskWriter", "collect_reads",
+    "register_criterion", "get_criterion", "registered_criteria", "wanda",
     "GradualSchedule", "ConstantSchedule", "DecaySchedule", "get_schedule", "register_schedule",
     "registered_schedules",
     "Pattern", "PatternNxM", "PatternNInM", "get_pattern", "register_pattern", "registered_patterns",

@@ -4,7 +4,7 @@ A *pruning config* has one entry per prunable group, in group order, and is
 either a sequence of integers (the number of channels to prune in each group)
 or a sequence of floats (the fraction of each group's channels to prune, in
 [0, 1)). A fraction ``r`` of ``n`` channels means ``min(ceil(r * n - 0.5), n - 1)``
-channels (DESIGN 2.5), further limited by what the group's segments (source
+channels (docs/design.md, rule 5), further limited by what the group's segments (source
 layers of a concatenation) must keep. NumPy only.
 
 Example:

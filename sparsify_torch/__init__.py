@@ -17,7 +17,8 @@ from __future__ import annotations
 from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights
 from .parametrization import MaskParametrization
 from .oneshot import prune_oneshot
-from .pruner import Pruner, prune
+from .entry import prune
+from .pruner import Pruner
 from .permutation import PermutationReport, permute_for_nm
 
 __all__ = ["MaskParametrization", "Pruner", "prune", "prune_oneshot", "prunable_weights", "PrunableWeight",

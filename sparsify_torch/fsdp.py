@@ -47,7 +47,7 @@ from sparsify.distributed import RowShard, ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
 from .layers import PrunableWeight
-from .pruner import PrunerBase, check_num_steps, check_state_counters, gradient_score
+from .pruner_base import PrunerBase, check_num_steps, check_state_counters, gradient_score
 from .tensorboard import SparsityWriter
 
 __all__ = ["TorchCollective", "ShardedPruner", "prune_sharded", "is_sharded"]
@@ -139,32 +139,27 @@ class ShardedPruner(PrunerBase):
         collective: the :class:`TorchCollective` over the weights' device mesh.
     """
 
-    _after_remove = "this pruner no longer controls the model"
+    after_remove = "this pruner no longer controls the model"
 
     def __init__(self, model: nn.Module, protocol: ShardedPruningProtocol, layers: list[PrunableWeight],
                  params: Mapping[str, DTensor], collective: TorchCollective, log_dir: Any = None) -> None:
+        # TensorBoard on rank 0 only: the figures are over all ranks (counts summed at each update)
+        super().__init__(protocol, SparsityWriter(log_dir) if log_dir is not None and collective.rank == 0 else None)
         self.model = model
-        self.protocol = protocol
-        self.config = protocol.config
-        self.names: list[str] = list(protocol.names)
         self.collective = collective
         self._layers = {w.name: w for w in layers}
         self._params = dict(params)
         self._mask: dict[str, torch.Tensor] = {
             n: torch.ones(protocol.local_shapes[n], dtype=torch.bool, device=self._params[n].device)
             for n in self.names}
-        self._step = 0
-        self._removed = False
-        # TensorBoard on rank 0 only: the figures are over all ranks (counts summed at each update)
-        self._writer = SparsityWriter(log_dir) if log_dir is not None and collective.rank == 0 else None
         self._scores: dict[str, torch.Tensor] = {}
         self._pending: dict[str, torch.Tensor] = {}
-        self._hooks = [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
+        self.hooks += [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
         if not protocol.engine.needs_gradients:
             try:
                 self._maybe_update(0, {})     # an update point at step 0 applies right away
             except BaseException:
-                self._release_resources()     # prune() fails: no hook or open event file is left behind
+                self.release_resources()     # prune() fails: no hook or open event file is left behind
                 raise
 
     def _local(self, name: str) -> torch.Tensor:
@@ -194,7 +189,7 @@ class ShardedPruner(PrunerBase):
     # ----- gradients ---------------------------------------------------------------------------
     def _grad_hook(self, name: str):
         def hook(param: torch.Tensor) -> None:
-            if self._removed or param.grad is None:
+            if self.removed or param.grad is None:
                 return
             with torch.no_grad():
                 g = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
@@ -205,7 +200,7 @@ class ShardedPruner(PrunerBase):
         return hook
 
     # ----- schedule ----------------------------------------------------------------------------
-    def _weights(self) -> dict[str, np.ndarray]:
+    def read_weights(self) -> dict[str, np.ndarray]:
         out = {}
         for n, pw in self._layers.items():
             w = self._local(n).detach()
@@ -227,7 +222,7 @@ class ShardedPruner(PrunerBase):
             self._local(n).mul_(self._mask[n])
 
     @torch.no_grad()
-    def _write(self, update: MaskUpdate) -> None:
+    def write_update(self, update: MaskUpdate) -> None:
         for n, pw in self._layers.items():
             local = self._local(n)
             local.mul_(pw.mask_like(update.zero[n], local))
@@ -238,14 +233,14 @@ class ShardedPruner(PrunerBase):
         if not self.protocol.due(step):
             return
         scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.needs_gradients else None
-        self._advance(step, scores)
+        self.advance_to(step, scores)
 
     def step(self, num_steps: int = 1) -> None:
         """Zero the pruned weights of every local shard, count ``num_steps`` optimizer steps and
         update the masks if an update point was reached. Call it on every rank, right after
         ``optimizer.step()``. A failed update (e.g. NaN weights) changes no mask, score or step
         counter: fix the cause and call it again."""
-        self._check_alive("step")
+        self.check_alive("step")
         check_num_steps(num_steps)
         self._apply_masks()
         step, scores = self._step + num_steps, {**self._scores, **self._pending}
@@ -301,7 +296,7 @@ class ShardedPruner(PrunerBase):
         ``torch.distributed.checkpoint`` loads into this pruner's ``state_dict()``)
         or full tensors (a single-process ``Pruner.state_dict()``).
         """
-        self._check_alive("load_state_dict")
+        self.check_alive("load_state_dict")
         step = check_state_counters(state, "ShardedPruner")
         masks, scores = state["masks"], state["scores"]
         if not isinstance(masks, Mapping) or set(masks) != set(self.names):
@@ -333,10 +328,10 @@ class ShardedPruner(PrunerBase):
 
     def remove(self) -> nn.Module:
         """Stop pruning: drop the gradient hooks (the pruned weights stay zero). Returns the model."""
-        self._check_alive("remove")
+        self.check_alive("remove")
         self._apply_masks()
-        self._release_resources()
-        self._removed = True
+        self.release_resources()
+        self.removed = True
         return self.model
 
     def __repr__(self) -> str:

@@ -4,7 +4,7 @@ A prunable weight is named like its parameter in ``model.named_parameters()``
 of the plain model (``"features.0.weight"``, ``"attn.out_proj.weight"``);
 ``op_names``/``excluded_op_names`` regexes are matched against these names.
 MultiheadAttention's fused ``in_proj_weight`` ``(3E, E)`` is three weights for
-the core, as in every framework (DESIGN rule 1): ``"attn.in_proj_weight.q"``,
+the core, as in every framework (docs/design.md, rule 1): ``"attn.in_proj_weight.q"``,
 ``".k"`` and ``".v"``, each ``(E, E)`` (separate ``q/k/v_proj_weight`` keep
 their own names).
 

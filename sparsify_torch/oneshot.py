@@ -27,7 +27,7 @@ from torch import nn
 from sparsify import PruningConfig
 from sparsify.criteria import get_criterion
 
-from .pruner import prune
+from .entry import prune
 
 __all__ = ["prune_oneshot", "default_forward"]
 

@@ -16,8 +16,8 @@ from sparsify import PruningConfig
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 RESULTS = (ROOT / "bench" / "RESULTS.md").read_text()
-# Pages written on another branch of issue 28 that the README already links to; drop once merged.
-PENDING = {"docs/migrating.md"}
+# Pages the README may link to before they exist (none today).
+PENDING: set[str] = set()
 
 
 def _updater():

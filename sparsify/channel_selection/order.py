@@ -4,7 +4,7 @@ Every segment (source layer of a concatenation) keeps at least
 ``min_channels`` channels (default 1), so a selection never empties a source
 layer; within that constraint the least important channels go first (a
 partition-matroid greedy, which is optimal). Ties go to the lower index
-(DESIGN rule 6).
+(docs/design.md, rule 6).
 
 Example:
     >>> import numpy as np
@@ -124,7 +124,7 @@ def cumulative_pruning_cost(scores: np.ndarray, segments: Optional[np.ndarray] =
 
 def least_important_indices(scores: np.ndarray, k: int, segments: Optional[np.ndarray] = None,
                             min_channels: MinChannels = 1) -> np.ndarray:
-    """Sorted indices of the ``k`` cheapest channels to prune; ties go to the lower index (DESIGN 2.6).
+    """Sorted indices of the ``k`` cheapest channels to prune; ties go to the lower index (docs/design.md, rule 6).
 
     Without ``segments`` any ``k`` up to the number of scores is allowed;
     with them, every segment keeps ``min_channels`` (see :func:`pruning_order`).

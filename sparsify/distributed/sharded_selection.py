@@ -6,7 +6,7 @@ every weight, as FSDP / ZeRO shard parameters, and calls
 its rows of what :meth:`sparsify.Pattern.get_masks` returns for the full
 tensors, bit for bit: same counts, same thresholds, same tie breaks (lower
 flat index of the 2-D view first, then layer order in global scope), same
-per-layer min/max clamps (DESIGN rule 9), same monotone previous masks.
+per-layer min/max clamps (docs/design.md, rule 9), same monotone previous masks.
 
 How: units (elements, ``NxM`` blocks, ``N:M`` groups) never cross a shard
 boundary, so every rank scores its own units with the pattern's own methods.

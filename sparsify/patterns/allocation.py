@@ -1,4 +1,4 @@
-"""Global allocation: how many units each layer prunes under one threshold (DESIGN rule 9).
+"""Global allocation: how many units each layer prunes under one threshold (docs/design.md, rule 9).
 
 Example:
     >>> import numpy as np

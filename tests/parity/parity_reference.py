@@ -1,11 +1,11 @@
-"""A plain, slow reference of the canonical mask rules (DESIGN.md section 2), for the parity tests.
+"""A plain, slow reference of the canonical mask rules (docs/design.md, canonical rules), for the parity tests.
 
 Written from the rules alone: it imports nothing from ``sparsify`` and sorts where the library
 selects in linear time, so a layout or ordering bug that every adapter shares still shows up as a
 difference from this reference. Weights are handed over as their **2-D views** (rows = output
 channels, columns = the reduction with the input channel fastest), in the model's weight order.
 
-Rules encoded here (DESIGN.md section 2, docs/core.md):
+Rules encoded here (docs/design.md, canonical rules, docs/core.md):
 
 * units: an element (``"1x1"``), a block of N rows by M columns (``"NxM"``), all rows by M columns
   (``"channelxM"``), N rows by all columns (``"Nxchannel"``), or an N:M group of M consecutive

@@ -1,4 +1,4 @@
-"""The reference and the zoo, checked on their own: literal masks of the DESIGN rules on small
+"""The reference and the zoo, checked on their own: literal masks of the rules of docs/design.md on small
 inputs, and the zoo really exercises what the parity tests claim (ties across layers decide the
 global masks, the per-layer cap binds, N:M groups straddle kernel taps, the test's layout copies
 are checked by forward outputs)."""

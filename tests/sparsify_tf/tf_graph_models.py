@@ -61,7 +61,7 @@ def build_cnn(resource: bool = True, seed: int = 0):
 
 
 def expected_pruned(n: int, ratio: float, cap: float = 0.98) -> int:
-    """DESIGN rule 5 count, with the per-layer cap (units = elements)."""
+    """docs/design.md, rule 5: count, with the per-layer cap (units = elements)."""
     def k(s):
         return min(int(np.ceil(s * n - 0.5)), n - 1)
     return min(k(ratio), k(min(cap, 0.999999)))

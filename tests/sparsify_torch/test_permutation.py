@@ -100,7 +100,7 @@ def test_resnet18_outputs_unchanged_and_more_magnitude_kept():
     net = torchvision.models.resnet18(weights=None).eval()
     before = copy.deepcopy(net)
     x = torch.randn(2, 3, 64, 64)
-    report = permute_for_nm(net, (x,), "2:4", rounds=0, time_limit=1.0, max_rows=256)
+    report = permute_for_nm(net, (x,), "2:4", rounds=0, max_rows=256)      # no time limit: the same on any machine
     with torch.no_grad():
         assert rel_diff(net(x), before(x)) <= 1e-5
     assert "conv1" in report.permuted and "layer4.0.conv1" in report.permuted

@@ -92,12 +92,12 @@ def test_regrowth_trains_at_exact_sparsity_and_grown_weights_start_at_zero(metho
            "pruning_frequency": 20, "regrowth": method, "regrowth_fraction": 0.3}
     pruner = sparsify_torch.prune(model, cfg, optimizer=opt)
     seen = []
-    original_write = pruner._write        # observe what each update writes, as a user's logger would
+    original_write = pruner.write_update  # observe what each update writes, as a user's logger would
 
     def spy(update):
         original_write(update)
         seen.append({n: g.copy() for n, g in update.grown.items()})
-    pruner._write = spy
+    pruner.write_update = spy
     _train(model, x, y, 100, pruner, opt)
     # RigL waits for a backward pass, so its step-0 update runs at the first step; SET's runs in prune()
     grown = [sum(int(g.sum()) for g in s.values()) for s in seen]
@@ -232,3 +232,9 @@ def test_regrowth_resumes_bit_exactly():
     for a, b in zip(ref.state_dict().values(), model2.state_dict().values()):
         assert torch.equal(a, b)
     assert all(torch.equal(a, b) for a, b in zip(pr.masks().values(), pruner2.masks().values()))
+
+
+def test_the_torch_pruner_implements_the_adapter_contract():
+    from sparsify.adapter import ActivationReader, GradientReader, MaskWriter, WeightReader
+    pruner = sparsify_torch.prune(_mlp(), {"end_step": 0})
+    assert all(isinstance(pruner, kind) for kind in (WeightReader, GradientReader, ActivationReader, MaskWriter))

@@ -133,7 +133,7 @@ def test_op_names_and_excluded_op_names():
 
 def test_masks_match_core_for_canonical_weights():
     """The core sees q, k, v of MultiheadAttention as three weights and a transposed conv with output
-    channels as rows (DESIGN rule 1); conversions written here, independently of the adapter."""
+    channels as rows (docs/design.md, rule 1); conversions written here, independently of the adapter."""
     torch.manual_seed(1)
     model = Zoo()
     raw = {n: p.detach().numpy().copy() for n, p in model.named_parameters() if p.ndim >= 2}

@@ -69,7 +69,7 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def expected_pruned(ratio: float, n: int, max_ratio: float = 0.98) -> int:
-    """DESIGN rule 5: exact count of pruned units, with the per-layer cap."""
+    """docs/design.md, rule 5:: exact count of pruned units, with the per-layer cap."""
     k = min(int(np.ceil(ratio * n - 0.5)), n - 1)
     cap = min(int(np.ceil(max_ratio * n - 0.5)), n - 1)
     return min(k, cap)

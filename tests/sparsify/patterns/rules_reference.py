@@ -1,4 +1,4 @@
-"""The canonical selection rules (DESIGN section 2) written plainly, with stable sorts, for property tests.
+"""The canonical selection rules (docs/design.md, canonical rules) written plainly, with stable sorts, for property tests.
 
 Nothing here is fast: every selection is a stable ``argsort`` of the unit
 scores in the 2-D view's row-major order (rule 6), units touched by the

@@ -1,0 +1,166 @@
+"""``prune(model, config)``: the torch entry point (a :class:`~sparsify_torch.pruner.Pruner`, or a
+:class:`~sparsify_torch.fsdp.ShardedPruner` for FSDP2 weights).
+
+Example:
+    >>> import torch
+    >>> m = torch.nn.Linear(4, 4)
+    >>> p = prune(m, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+    >>> int((m.weight == 0).sum())
+    8
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from sparsify import PruningConfig
+from sparsify.criteria import get_criterion
+from sparsify.protocol import PruningProtocol
+
+from .fsdp import ShardedPruner, is_sharded, prune_sharded
+from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
+from .parametrization import MaskParametrization
+from .pruner import Pruner
+from .statistics import check_activation_layers
+
+__all__ = ["prune"]
+
+
+def _has_mask_param(model: nn.Module) -> bool:
+    return any(isinstance(m, MaskParametrization) for m in model.modules())
+
+
+def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
+          process_group: Any = None, log_dir: Any = None, optimizer: Any = None) -> Pruner | ShardedPruner:
+    """Register mask parametrizations on the selected weights of ``model``.
+
+    Weights of Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d, Embedding(Bag)
+    and MultiheadAttention (``in_proj_weight.q/.k/.v`` — the three thirds of
+    the fused projection, pruned as three weights — or ``q/k/v_proj_weight``,
+    and ``out_proj.weight``) are candidates; ``config.op_names`` /
+    ``excluded_op_names`` regexes pick among their names
+    (``"features.0.weight"``). Everything is checked before the model is
+    touched. With a magnitude criterion, an update point at the current step
+    (step 0) is applied right away; gradient criteria wait for the first
+    :meth:`Pruner.step` (the step-0 update is not lost).
+
+    Under ``torch.distributed`` (initialized), scores are all-reduced (mean)
+    over ``process_group`` (default: the world) before the core is called, so
+    every rank computes the same masks. Call ``prune`` before wrapping the
+    model in ``DistributedDataParallel``.
+
+    FSDP2: on a model whose weights are DTensors sharded along dim 0
+    (``fully_shard``), call ``prune`` *after* ``fully_shard``; it returns a
+    :class:`sparsify_torch.fsdp.ShardedPruner` that keeps each rank's rows of
+    the masks only and computes the single-process masks exactly, with small
+    collectives (see ``docs/distributed.md``).
+
+    Args:
+        model: the model; modified in place.
+        config: a ``PruningConfig``, a dict of its fields or a YAML path.
+        process_group: group to reduce scores over (None = default group).
+        log_dir: optional TensorBoard directory: ``sparsity/total`` and
+            ``sparsity/<weight>`` scalars at every mask update (as Keras'
+            ``PruningCallback(log_dir=)``), through ``torch.utils.tensorboard``.
+        optimizer: the ``torch.optim.Optimizer`` training the model; required with
+            ``regrowth`` (grown weights start with zeroed optimizer state).
+
+    The stored weights stay dense under the masks (``parametrizations.weight.original``):
+    the model computes with ``original * mask``, :meth:`Pruner.remove` and exports bake
+    the product, and ``monotone=False`` lets a pruned weight come back by the value it
+    kept. A pruned weight gets no gradient unless ``pruned_gradient="straight_through"``.
+    ``criterion="wanda"`` reads the inputs of each pruned layer (forward pre-hooks,
+    summed since the last update); ``regrowth="rigl"`` records the dense gradient in
+    the backward pass before each update.
+
+    Returns:
+        The :class:`Pruner` (a ``ShardedPruner`` for FSDP2 weights); call its
+        ``step()`` once per optimizer step.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+        ValueError: bad config, no weight selected, a pattern that does not
+            fit a weight, weights already pruned/parametrized or shared.
+
+    Example:
+        >>> m = torch.nn.Linear(4, 4)
+        >>> p = prune(m, {"target_sparsity": 0.5, "pattern": "2:4", "start_step": 0, "end_step": 0})
+        >>> int((m.weight != 0).sum())
+        8
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(model, torch.jit.ScriptModule):
+        raise TypeError("model is a TorchScript module (torch.jit.script/trace); its weights cannot be "
+                        "parametrized: call prune() on the eager model, train, Pruner.remove(), then script it")
+    config = PruningConfig.coerce(config)
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if config.regrowth != "none" and optimizer is None:
+        raise ValueError(f"regrowth={config.regrowth!r} zeroes the optimizer state of grown weights: pass the "
+                         "optimizer, prune(model, config, optimizer=opt)")
+    if _has_mask_param(model):
+        raise ValueError("model is already pruned (it has MaskParametrization layers); call Pruner.remove() "
+                         "before pruning it again")
+    candidates = prunable_weights(model)
+    if not candidates:
+        kinds = ", ".join(t.__name__ for t in SUPPORTED_MODULES)
+        raise ValueError(f"model has no prunable weights; supported layers are {kinds}")
+    hooked = hooked_weights(model)
+    if hooked:
+        warnings.warn(f"layers {sorted(hooked)} compute their weight with an old-style hook "
+                      f"({', '.join(sorted(set(hooked.values())))}); their weights are not pruned. Remove the hook "
+                      "(torch.nn.utils.remove_spectral_norm / remove_weight_norm) to prune them", stacklevel=2)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        params = {w.name: w.module._parameters.get(w.tensor_name) for w in candidates}
+        if any(is_sharded(p) for p in params.values()):
+            if process_group is not None:
+                raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
+                                 "over their own device mesh: pass process_group=None")
+            unsupported = [f"{k}={getattr(config, k)!r}" for k, plain in
+                           (("regrowth", "none"), ("pruned_gradient", "none")) if getattr(config, k) != plain]
+            if "activation" in get_criterion(config.criterion).needs:
+                unsupported.append(f"criterion={config.criterion!r}")
+            if unsupported:
+                raise ValueError(f"{', '.join(unsupported)} is not supported on FSDP2 (DTensor) weights yet; "
+                                 "prune the unsharded model, or use the defaults")
+            return prune_sharded(model, config, candidates, params, log_dir=log_dir)
+    by_name = {w.name: w for w in candidates}
+    protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
+    layers = [by_name[n] for n in protocol.names]
+    if "activation" in protocol.engine.needs:
+        check_activation_layers(layers, config.criterion)
+    owner: dict[int, PrunableWeight] = {}     # parameter -> first weight reading it
+    tensors = list(dict.fromkeys((w.module, w.tensor_name) for w in layers))
+    for w in layers:
+        if parametrize.is_parametrized(w.module, w.tensor_name):
+            kinds = [type(x).__name__ for x in w.module.parametrizations[w.tensor_name]]
+            raise ValueError(f"weight {w.name!r} already has a parametrization ({', '.join(kinds)}); sparsify_torch "
+                             "needs plain weights: exclude it with excluded_op_names, or remove it first "
+                             f"(torch.nn.utils.parametrize.remove_parametrizations(module, {w.tensor_name!r}))")
+        p = w.module._parameters[w.tensor_name]
+        first = owner.setdefault(id(p), w)
+        if (first.module, first.tensor_name) != (w.module, w.tensor_name):
+            raise ValueError(f"weights {first.name!r} and {w.name!r} are the same (tied) parameter; exclude one "
+                             "of them with excluded_op_names")
+        if not p.is_floating_point():
+            raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
+        if p.is_meta:
+            raise ValueError(f"weight {w.name!r} is on the meta device (it holds no data); materialize the model "
+                             "(model.to_empty(device=...) and initialise its weights) before pruning")
+    done: list[tuple[nn.Module, str]] = []
+    try:
+        for module, tensor_name in tensors:
+            p = module._parameters[tensor_name]
+            parametrize.register_parametrization(module, tensor_name, MaskParametrization(
+                torch.ones_like(p.detach()), straight_through=config.pruned_gradient == "straight_through"))
+            done.append((module, tensor_name))
+        return Pruner(model, protocol, layers, process_group, log_dir, optimizer)
+    except BaseException:
+        for module, tensor_name in done:   # nothing half-applied
+            parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)
+        raise
