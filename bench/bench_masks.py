@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from sparsify import get_pattern
-from sparsify.selection import exact_prune_count
+from sparsify.lowest_k import exact_prune_count
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -24,7 +24,7 @@ from .patterns import (Pattern, PatternNInM, PatternNxM, get_pattern, pattern_ex
                        registered_patterns)
 from .schedules import (ConstantSchedule, DecaySchedule, GradualSchedule, get_schedule, register_schedule,
                         registered_schedules)
-from .selection import exact_prune_count, lowest_k_mask
+from .lowest_k import exact_prune_count, lowest_k_mask
 
 __version__ = "0.1.0"
 

@@ -18,7 +18,8 @@ Example:
 from .export import export_frozen_graph, export_saved_model
 from .graph_pruning import GraphPruning, prune_graph
 from .graph_utils import get_prunable_ops_and_inputs, is_prunable_op
-from .mask_creator import CoreMaskCreator, get_mask_creator
+from .mask_creator import CoreMaskCreator
+from .mask_creator_coercion import get_mask_creator
 from .mask_creator_pruning import (
     BlockPruningMaskCreator, DimensionPruningMaskCreator, GroupedPruningMaskCreator, PruningMaskCreator,
     UnstructuredPruningMaskCreator, load_mask_creator,

@@ -4,7 +4,7 @@ A mask update that runs inside TensorFlow (``tf.numpy_function`` in a graph or
 a ``tf.function``) and is refused by the core (NaN weights, state saved with
 another config) reaches the caller as a long ``InvalidArgumentError`` with the
 core's line somewhere inside. :func:`core_update_fn
-<sparsify_tf.graph_update.core_update_fn>` keeps the core's ``ValueError`` in
+<sparsify_tf.core_update.core_update_fn>` keeps the core's ``ValueError`` in
 its ``errors`` dict; :func:`reraise_core_errors` wraps the Python call that runs
 the step (Keras's ``train_function``) so that the caller gets that
 ``ValueError`` itself: its message is the one line.

@@ -55,28 +55,28 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from sparsify.config import PruningConfig
 from sparsify.criteria import needs_gradients
-from sparsify.engine import PruningEngine, select_names
+from sparsify.engine import select_names
 from sparsify.layout import tf_to_canonical
-from sparsify.protocol import PruningProtocol, config_fingerprint, fingerprint_differences
+from sparsify.protocol import PruningProtocol, config_fingerprint
 
+from .core_update import NEVER, core_update_fn
+from .graph_pruning_handles import GraphPruningHandles, slots_key
 from .graph_utils import (
     check_global_step, check_graph_editable, get_prunable_ops_and_inputs, get_tensor_var, global_step_tensor,
     in_variable_creation_order, unmaskable_weight_uses, v1_cond,
 )
-from .graph_update import NEVER, config_mismatch_message, core_update_fn
 from .layout_ops import from_canonical, to_canonical
-from .masking import (
-    GraphMasks, PruningOpVars, bake_masks, gradient_ops_of, mask_op_gradient, mask_op_input, sparsity_summaries,
-)
-from .optimizer_slots import find_optimizer_slots, unknown_apply_ops
+from .masking import GraphMasks, PruningOpVars, gradient_ops_of, mask_op_gradient, mask_op_input
+from .optimizer_slots import find_optimizer_slots
+from .pruning_hook import PruningHook
 from .pruning_scope import PruningScope, check_ks_group
 from .schedule_ops import schedule_tensors
 
@@ -90,206 +90,14 @@ MASKING_MODES = ("weights", "inputs")
 _PRUNINGS: "weakref.WeakKeyDictionary[tf.Graph, dict[str, GraphPruning]]" = weakref.WeakKeyDictionary()
 
 
-def __getattr__(name: str) -> Any:
-    if name == "PruningHook":       # it lives in sparsify_tf.pruning_hook; kept importable from here
-        from .pruning_hook import PruningHook
-        return PruningHook
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @dataclass(eq=False)
-class GraphPruning:
-    """Handles returned by :func:`prune_graph`.
+class GraphPruning(GraphPruningHandles):
+    """Handles returned by :func:`prune_graph` (see :class:`~sparsify_tf.graph_pruning_handles.GraphPruningHandles`
+    for the attributes), plus :meth:`hook`."""
 
-    Attributes:
-        config: the validated config.
-        protocol: the core :class:`sparsify.PruningProtocol` the update advances
-            (restored from the graph's variables at each update; ``protocol.names``
-            are the pruned layers in the order handed to the core).
-        graph, ks_group, global_step: where the ops live.
-        update_op: run after each training step (a no-op unless an update point
-            was passed since the last update, or the release is due; never loses an update
-            when steps are skipped). It zeroes the slots of optimizers that existed when
-            :func:`prune_graph` ran (``slots``); :meth:`build_update_op`, :meth:`wrap_train_op`
-            and :meth:`hook` also cover optimizers built later.
-        update_ready: bool tensor, True when ``update_op`` will call the core.
-        sparsity: float64 tensor, the target sparsity of the latest update point
-            (``engine.target_sparsity(global_step)``).
-        schedule_sparsity: float64 tensor, ``schedule.sparsity(global_step)``.
-        last_update_step: int64 variable, the protocol's done step (-1: none).
-        masks, weights: layer name (the weight variable's name) -> mask / weight variable.
-        masked: layer name -> masked weight tensor (what the ops read).
-        kinds: layer name -> layout kind (``"dense"``, ``"conv"``, ...).
-        op_vars: ``PruningOpVars`` of every pruned op (shared weights share masks).
-        layer_sparsity: layer name -> float tensor, fraction of zeros of its mask.
-        total_sparsity: float64 tensor, fraction of zeros over all masks.
-        slots: layer name -> optimizer slot variables zeroed by ``update_op`` where the mask is 0.
-        masking: ``"weights"`` (ops read the weights, gradients masked) or ``"inputs"`` (ops read
-            ``mask * weight``), see :func:`prune_graph`.
-        next_update_step: int64 variable, the first step at which the protocol has something due
-            after ``last_update_step`` (int64 max: nothing ever again); ``update_ready`` is
-            ``global_step >= next_update_step``. Saved and restored with ``last_update_step``.
-        config_fingerprint: int64 variable, :func:`sparsify.config_fingerprint` of ``config``; saved
-            with the masks, so resuming a checkpoint of another config is refused naming the keys
-            that differ (:meth:`check_state`, and the update itself).
-    """
-
-    config: PruningConfig
-    protocol: PruningProtocol
-    graph: tf.Graph
-    ks_group: str
-    global_step: tf.Variable | tf.Tensor
-    update_op: tf.Operation
-    update_ready: tf.Tensor
-    sparsity: tf.Tensor
-    schedule_sparsity: tf.Tensor
-    last_update_step: tf.Variable
-    masks: dict[str, tf.Variable]
-    weights: dict[str, tf.Variable]
-    masked: dict[str, tf.Tensor]
-    kinds: dict[str, str]
-    op_vars: list[PruningOpVars]
-    layer_sparsity: dict[str, tf.Tensor]
-    total_sparsity: tf.Tensor
-    slots: dict[str, list[tf.Variable]] = field(default_factory=dict)
-    masking: str = "weights"
-    next_update_step: tf.Variable | None = None
-    config_fingerprint: tf.Variable | None = None
-    _core: dict = field(repr=False, default_factory=dict)
-    _build_update: Callable[..., tf.Operation] = field(repr=False, default=None)
-    _updates: dict = field(repr=False, default_factory=dict)
-
-    @property
-    def engine(self) -> PruningEngine:
-        """The core engine of the config (schedule, pattern): ``protocol.engine``."""
-        return self.protocol.engine
-
-    @property
-    def layer_names(self) -> list[str]:
-        """Pruned layer (weight variable) names, in variable creation order."""
-        return list(self.masks)
-
-    def optimizer_slots(self) -> dict[str, list[tf.Variable]]:
-        """The optimizer slots of each pruned weight in the graph now (see :mod:`sparsify_tf.optimizer_slots`)."""
-        return find_optimizer_slots(self.graph, self.masks)
-
-    def _current_slots(self) -> dict[str, list[tf.Variable]]:
-        unknown = unknown_apply_ops(self.graph, self.masks)
-        if unknown:
-            after = ("the forward pass still reads weight * mask" if self.masking == "inputs" else
-                     "and the forward pass reads the weights: use masking='inputs' to mask the forward pass")
-            warnings.warn(f"optimizer apply ops {unknown} update pruned weights but their slot variables are "
-                          "unknown to sparsify_tf; they are not zeroed, so pruned weights may drift from 0 "
-                          f"between mask updates ({after})", stacklevel=3)
-        return self.optimizer_slots()
-
-    def existing_update_op(self) -> tf.Operation | None:
-        """The update op already built for the optimizer slots in the graph now, or None (builds nothing)."""
-        return self._updates.get(_slots_key(self.optimizer_slots()))
-
-    def build_update_op(self) -> tf.Operation:
-        """The update op, also zeroing the slots of every optimizer built so far.
-
-        Build the optimizer first, then call this and run the result after
-        each training step instead of ``update_op``. Returns ``update_op`` when
-        the slots are those it already zeroes; ops are built once per set of slots.
-
-        Example:
-                train_op = opt.minimize(loss, global_step=pruning.global_step)
-                update = pruning.build_update_op()      # zeroes Momentum/Adam slots of pruned weights
-        """
-        slots = self._current_slots()
-        key = _slots_key(slots)
-        op = self._updates.get(key)
-        if op is None:
-            check_graph_editable(self.graph)
-            with self.graph.as_default():
-                op = self._build_update(slots)
-            self._updates[key] = op
-        return op
-
-    def wrap_train_op(self, train_op: tf.Operation | tf.Tensor) -> tf.Operation:
-        """A train op that runs ``train_op`` and then the pruning update, in one ``sess.run``.
-
-        The update also zeroes the pruned entries of the optimizer slots found in
-        the graph now (build ``train_op`` first, as usual). Run it with
-        ``pruning.run_update(sess, train_op, feed_dict)``: an update the core refuses (NaN
-        weights) then raises the core's one-line ``ValueError``; a plain
-        ``sess.run(train_op)`` raises TensorFlow's ``InvalidArgumentError``, whose
-        message starts with TensorFlow's "Graph execution error:" and holds the
-        core's line further down.
-
-        Example:
-                train_op = pruning.wrap_train_op(opt.minimize(loss, global_step=gs))
-        """
-        check_graph_editable(self.graph)
-        slots = self._current_slots()
-        with self.graph.as_default(), tf.control_dependencies([train_op]):
-            update = self._build_update(slots)
-        with self.graph.as_default():
-            return tf.group(train_op, update, name="nm_train_and_prune")
-
-    def hook(self, run_at_start: bool = True) -> Any:
+    def hook(self, run_at_start: bool = True) -> PruningHook:
         """A :class:`~sparsify_tf.PruningHook` running the update (zeroing optimizer slots too) after each step."""
-        from .pruning_hook import PruningHook
         return PruningHook(self, run_at_start=run_at_start)
-
-    def check_state(self, sess: tf1.Session) -> None:
-        """Refuse pruning variables saved with another config (call it after restoring a checkpoint).
-
-        :class:`~sparsify_tf.PruningHook` calls it when the session is created; the
-        update op refuses the same state too, with a longer TF error.
-
-        Raises:
-            ValueError: naming the config keys that differ from the saved ones.
-        """
-        diff = fingerprint_differences(self.config, sess.run(self.config_fingerprint))
-        if diff:
-            raise ValueError(config_mismatch_message(self.ks_group, diff))
-
-    def run_update(self, sess: tf1.Session, fetch: Any = None, feed_dict: Any = None) -> Any:
-        """``sess.run(fetch or update_op, feed_dict)``; an update refused by the core (NaN weights, another
-        config) raises the core's short ``ValueError`` naming the layer or keys instead of TF's long error.
-        ``fetch`` may be a :meth:`wrap_train_op` train op with its ``feed_dict``. The session stays
-        usable: a refused update writes nothing."""
-        self._core.pop("error", None)
-        try:
-            return sess.run(self.update_op if fetch is None else fetch, feed_dict)
-        except tf.errors.OpError:
-            err = self._core.pop("error", None)
-            if err is None:
-                raise
-            raise err from None
-
-    def summaries(self) -> list[tf.Tensor]:
-        """TensorBoard scalars: one per pruned op with its sparsity."""
-        return sparsity_summaries(self.op_vars)
-
-    def apply_masks(self, sess: tf1.Session) -> None:
-        """Bake the masks into the weight variables (``weight *= mask``)."""
-        bake_masks(self.op_vars, self.ks_group, sess)
-
-    def get_masks(self, sess: tf1.Session, canonical: bool = False) -> dict[str, np.ndarray]:
-        """Current masks as bool arrays (TF layout, or the core's canonical layout)."""
-        vals = sess.run(self.masks)
-        if canonical:
-            return {n: tf_to_canonical(v, self.kinds[n]) != 0 for n, v in vals.items()}
-        return {n: v != 0 for n, v in vals.items()}
-
-    def export_frozen_graph(self, sess: tf1.Session, outputs: Sequence[Any], path: Any = None) -> tf1.GraphDef:
-        """See :func:`sparsify_tf.export.export_frozen_graph`."""
-        from .export import export_frozen_graph
-        return export_frozen_graph(sess, outputs, path)
-
-    def export_saved_model(self, sess: tf1.Session, export_dir: Any, inputs: Mapping[str, tf.Tensor],
-                           outputs: Mapping[str, tf.Tensor]) -> str:
-        """See :func:`sparsify_tf.export.export_saved_model`."""
-        from .export import export_saved_model
-        return export_saved_model(sess, export_dir, inputs, outputs)
-
-
-def _slots_key(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple:
-    return tuple((n, tuple(v.op.name for v in vs)) for n, vs in slots.items())
 
 
 def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph | None = None,
@@ -493,8 +301,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     pruning = GraphPruning(cfg, protocol, graph, ks_group, gs, update_op, update_ready, sparsity, schedule_sparsity,
                            done, masks, weights, masked, layer_kinds, op_vars, layer_sparsity, total,
                            slots=initial_slots, masking=masking, next_update_step=next_due,
-                           config_fingerprint=fingerprint, _core=core_errors,
-                           _build_update=lambda slots: _build_update(slots)[1],
-                           _updates={_slots_key(initial_slots): update_op})
+                           config_fingerprint=fingerprint, core_errors=core_errors,
+                           update_builder=lambda slots: _build_update(slots)[1],
+                           built_updates={slots_key(initial_slots): update_op})
     _PRUNINGS.setdefault(graph, {})[ks_group] = pruning
     return pruning

@@ -17,12 +17,15 @@ object, the core's own rules apply: sparsity in [0, 1), at least one unit of
 a layer kept, and the object's per-layer limits (0.98 by default). Either way
 a layer prunes exactly ``exact_prune_count(s, units)`` units.
 
+Any of the accepted forms becomes a :class:`CoreMaskCreator` through
+:func:`sparsify_tf.mask_creator_coercion.get_mask_creator`.
+
 Example:
     >>> import numpy as np
-    >>> mc = get_mask_creator("2:4")
+    >>> mc = CoreMaskCreator("2:4")
     >>> mc.masks_numpy({"w": np.array([[4.0], [1.0], [3.0], [2.0]])}, {"w": "dense"}, 0.5)["w"].ravel().tolist()
     [1.0, 0.0, 1.0, 0.0]
-    >>> get_mask_creator("1x1").masks_numpy({"w": np.array([[0.5], [3.0]])}, {"w": "dense"}, 1.0)["w"].ravel().tolist()
+    >>> CoreMaskCreator("1x1").masks_numpy({"w": np.array([[0.5], [3.0]])}, {"w": "dense"}, 1.0)["w"].ravel().tolist()
     [0.0, 0.0]
 """
 from __future__ import annotations
@@ -37,7 +40,7 @@ from sparsify.criteria import magnitude
 from sparsify.layout import canonical_to_tf, tf_to_canonical
 from sparsify.patterns import Pattern, get_pattern
 
-__all__ = ["CoreMaskCreator", "get_mask_creator", "MaskCreatorLike", "infer_kind", "seed_pattern"]
+__all__ = ["CoreMaskCreator", "MaskCreatorLike", "infer_kind", "seed_pattern"]
 
 MaskCreatorLike = Any  # "CoreMaskCreator | PruningMaskCreator | Pattern | str | Mapping"
 
@@ -195,42 +198,3 @@ class CoreMaskCreator:
         for o, t in zip(outs, tensors):
             o.set_shape(t.shape)
         return list(outs)
-
-
-def get_mask_creator(mask_creator: MaskCreatorLike) -> CoreMaskCreator:
-    """Coerce a mask creator: a ``CoreMaskCreator`` (SparseML's classes included), a user's
-    ``PruningMaskCreator``, a ``Pattern``, a pattern name, a SparseML mask type (``"unstructured"``,
-    ``"channel"``, ``"filter"``, ``"[4, 1]"``) or a config dict.
-
-    Raises:
-        TypeError/ValueError: naming ``mask_creator`` and what is allowed.
-
-    Example:
-        >>> get_mask_creator("4x1").pattern.pattern, str(get_mask_creator("channel"))
-        ('4x1', 'channel')
-    """
-    from .mask_creator_pruning import PruningMaskCreator, UserMaskCreator, load_mask_creator
-
-    if isinstance(mask_creator, CoreMaskCreator):
-        return mask_creator
-    if isinstance(mask_creator, PruningMaskCreator):
-        return UserMaskCreator(mask_creator)
-    if isinstance(mask_creator, str):
-        try:
-            get_pattern(mask_creator)
-        except ValueError as e:
-            try:
-                return load_mask_creator(mask_creator)
-            except ValueError:
-                raise ValueError(f"mask_creator: {e}; or a SparseML mask type such as 'unstructured', 'channel', "
-                                 f"'filter' or '[4, 1]'") from None
-    if isinstance(mask_creator, (Pattern, str, Mapping)) or hasattr(mask_creator, "pattern_obj"):
-        monotone = mask_creator.get("monotone", True) if isinstance(mask_creator, Mapping) else \
-            getattr(mask_creator, "monotone", True)
-        try:
-            return CoreMaskCreator(mask_creator, monotone=bool(monotone))
-        except (ValueError, TypeError) as e:
-            raise type(e)(f"mask_creator: {e}") from None
-    raise TypeError(f"mask_creator must be a pattern name such as '1x1', '4x1' or '2:4', a SparseML mask type "
-                    f"such as 'unstructured' or '[4, 1]', a config dict, a sparsify Pattern, a PruningMaskCreator "
-                    f"or a CoreMaskCreator, got {mask_creator!r}")

@@ -58,7 +58,8 @@ from .graph_utils import (
     PrunableInput, check_global_step, check_graph_editable, get_ops_and_inputs_by_name_or_regex, get_tensor_var,
     global_step_tensor, in_variable_creation_order, v1_cond,
 )
-from .mask_creator import CoreMaskCreator, MaskCreatorLike, get_mask_creator
+from .mask_creator import CoreMaskCreator, MaskCreatorLike
+from .mask_creator_coercion import get_mask_creator
 from .masking import (
     GraphMasks, PruningOpVars, bake_masks, mask_op_input, no_update_op, prunable_input, pruned_inputs,
     sparsity_summaries,

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from sparsify.protocol import PruningProtocol
 
-from .graph_pruning import GraphPruning
+from .graph_pruning_handles import GraphPruningHandles
 
 __all__ = ["PruningHook"]
 
@@ -48,9 +48,9 @@ class PruningHook(tf1.train.SessionRunHook):
                 while not sess.should_stop(): sess.run(train_op)
     """
 
-    def __init__(self, pruning: GraphPruning | tf.Operation, run_at_start: bool = True) -> None:
-        if isinstance(pruning, GraphPruning):
-            self._pruning: GraphPruning | None = pruning
+    def __init__(self, pruning: GraphPruningHandles | tf.Operation, run_at_start: bool = True) -> None:
+        if isinstance(pruning, GraphPruningHandles):
+            self._pruning: GraphPruningHandles | None = pruning
             self._update = pruning.update_op
             # the hook's own copy of the protocol: it only follows the done step to know the next due step
             self._protocol: PruningProtocol | None = PruningProtocol(pruning.config, pruning.protocol.shapes)

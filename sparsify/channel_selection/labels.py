@@ -21,7 +21,7 @@ from typing import Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from ..selection import exact_prune_count
+from ..lowest_k import exact_prune_count
 from .order import max_channels_to_prune, pruning_order, segment_min_channels
 from .scores import GroupedScores, MinChannels, group_segments, group_sizes
 

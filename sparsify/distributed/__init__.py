@@ -6,7 +6,10 @@
   :class:`CountingCollective` (bytes moved);
 * :mod:`~sparsify.distributed.sharded_selection`: :func:`sharded_masks`, each
   rank's rows of the masks the core computes on the full weights, bit for bit,
-  without gathering weights or scores; :class:`RowShard` says which rows a rank holds;
+  without gathering weights or scores;
+* :mod:`~sparsify.distributed.row_shard`: :class:`RowShard`, which rows of a weight a rank holds;
+* :mod:`~sparsify.distributed.sharded_layer` and :mod:`~sparsify.distributed.sharded_cut`: the
+  per-layer state of a sharded selection and the exact k-th lowest cut over ranks it relies on;
 * :mod:`~sparsify.distributed.sharded_protocol`: :class:`ShardedPruningProtocol`,
   the update protocol (schedule, release, monotone masks, state) over row shards.
 
@@ -21,7 +24,8 @@ Example:
     [[0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]
 """
 from .collective import Collective, CountingCollective, SingleProcess, ThreadGroup
-from .sharded_selection import RowShard, sharded_masks
+from .row_shard import RowShard
+from .sharded_selection import sharded_masks
 from .sharded_protocol import ShardedPruningProtocol
 
 __all__ = ["Collective", "SingleProcess", "ThreadGroup", "CountingCollective", "RowShard", "sharded_masks",

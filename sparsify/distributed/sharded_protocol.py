@@ -30,7 +30,8 @@ import numpy as np
 from ..config import PruningConfig
 from ..protocol import PruningProtocol, counted_sparsity_figures
 from .collective import Collective
-from .sharded_selection import RowShard, sharded_masks
+from .row_shard import RowShard
+from .sharded_selection import sharded_masks
 
 __all__ = ["ShardedPruningProtocol"]
 

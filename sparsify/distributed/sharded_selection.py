@@ -15,7 +15,8 @@ data only: a sample of the candidates is gathered to bracket the k-th value,
 the counts below / inside the bracket are exchanged, the bracket shrinks
 until its candidates are few enough to gather, and ties at the k-th value
 are split by exchanging per-shard tie counts. The bytes moved depend on the
-sample sizes, not on the size of the weights.
+sample sizes, not on the size of the weights (the search itself is
+:mod:`sparsify.distributed.sharded_cut`).
 
 A block that would cross a shard boundary (``"4x1"`` on shards of 6 rows,
 ``"channelx1"`` on more than one non-empty shard) is a ``ValueError`` naming
@@ -39,108 +40,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
 from ..layout import view_shape
 from ..patterns.base import Pattern
-from ..selection import NaNScoreError, check_finite
+from ..score_checks import NaNScoreError, check_finite
 from .collective import Collective
+from .row_shard import RowShard
+from .sharded_cut import CutProblem, find_cuts
+from .sharded_layer import ShardedLayer
 
-__all__ = ["RowShard", "sharded_masks"]
-
-_CHUNK = 1 << 20              # units compared per step in full passes (bounds the temporaries)
-_MIN_SAMPLE = 256             # samples per selection round (grows with the problem, see _budget)
-_MAX_SAMPLE = 8192
-
-
-@dataclass(frozen=True)
-class RowShard:
-    """Rows ``[start, stop)`` of dim 0 of a weight whose full canonical shape is ``shape``.
-
-    Example:
-        >>> RowShard.chunk((5, 4), 3, 4)            # torch.chunk / FSDP2 rows of rank 3 of 4
-        RowShard(shape=(5, 4), start=5, stop=5)
-        >>> RowShard.chunk((5, 4), 1, 4).local_shape
-        (2, 4)
-    """
-
-    shape: tuple[int, ...]
-    start: int
-    stop: int
-
-    def __post_init__(self) -> None:
-        shape = tuple(self.shape)
-        if not shape or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
-                                for d in shape):
-            raise ValueError(f"shape must be a non-empty tuple of non-negative ints, got {self.shape!r}")
-        for what, v in (("start", self.start), ("stop", self.stop)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{what} must be an integer, got {v!r}")
-        if not 0 <= self.start <= self.stop <= shape[0]:
-            raise ValueError(f"rows [start, stop) must satisfy 0 <= start <= stop <= shape[0] = {shape[0]}, "
-                             f"got [{self.start}, {self.stop})")
-        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
-        object.__setattr__(self, "start", int(self.start))
-        object.__setattr__(self, "stop", int(self.stop))
-
-    @property
-    def rows(self) -> int:
-        """Number of rows held."""
-        return self.stop - self.start
-
-    @property
-    def local_shape(self) -> tuple[int, ...]:
-        """Shape of the rows held: ``(rows, *shape[1:])``."""
-        return (self.rows, *self.shape[1:])
-
-    @classmethod
-    def whole(cls, shape: Sequence[int]) -> "RowShard":
-        """All rows of ``shape``."""
-        shape = tuple(shape)
-        return cls(shape, 0, int(shape[0]) if shape else 0)
-
-    @classmethod
-    def chunk(cls, shape: Sequence[int], index: int, count: int) -> "RowShard":
-        """Rows of part ``index`` of ``count`` as ``torch.chunk`` (and FSDP2's ``Shard(0)``) split them:
-        ``ceil(rows / count)`` rows per part, the last parts shorter or empty."""
-        shape = tuple(shape)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"count must be a positive integer, got {count!r}")
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
-            raise ValueError(f"index must be an integer in [0, {count}), got {index!r}")
-        rows = int(shape[0]) if shape else 0
-        size = -(-rows // count)
-        start = min(index * size, rows)
-        return cls(shape, start, min(start + size, rows))
-
-
-# ----------------------------------------------------------------------------------------------
-# per-layer bookkeeping
-# ----------------------------------------------------------------------------------------------
-@dataclass
-class _Layer:
-    name: str
-    pos: int
-    shard: RowShard
-    score: np.ndarray                       # this rank's rows (canonical layout)
-    pre: np.ndarray | None
-    skip: bool = False                      # left dense (skip_incompatible_layers)
-    block_rows: int = 1
-    units_per_row_block: int = 0            # units in one block-row of the 2-D view
-    prepared: tuple | None = None           # Pattern.prepare_units of the local rows
-    units: np.ndarray | None = None         # flat local unit scores (set on every rank once selection starts)
-    starts: list[int] = field(default_factory=list)   # per rank: first row
-    stops: list[int] = field(default_factory=list)
-    n_total: int = 0
-
-    def unit_range(self, rank: int) -> tuple[int, int]:
-        """(global index of the first unit, number of units) of ``rank``'s rows."""
-        return (self.starts[rank] // self.block_rows * self.units_per_row_block,
-                (self.stops[rank] - self.starts[rank]) // self.block_rows * self.units_per_row_block)
+__all__ = ["sharded_masks"]
 
 
 def _digest(items: Any) -> int:
@@ -158,7 +70,7 @@ def _block_rows(pattern: Pattern, name: str, shape2d: tuple[int, int]) -> tuple[
     return int(block[0]), int(block[1])
 
 
-def _crossing_error(pattern: Pattern, layer: _Layer, shape2d: tuple[int, int]) -> str | None:
+def _crossing_error(pattern: Pattern, layer: ShardedLayer, shape2d: tuple[int, int]) -> str | None:
     br = layer.block_rows
     sizes = [b - a for a, b in zip(layer.starts, layer.stops)]
     if len(layer.shard.shape) == 1 and sum(1 for s in sizes if s) > 1:
@@ -175,7 +87,7 @@ def _crossing_error(pattern: Pattern, layer: _Layer, shape2d: tuple[int, int]) -
     return None
 
 
-def _tiling_error(layer: _Layer) -> str | None:
+def _tiling_error(layer: ShardedLayer) -> str | None:
     spans = sorted((a, b) for a, b in zip(layer.starts, layer.stops) if b > a)
     at = 0
     for a, b in spans:
@@ -209,224 +121,6 @@ def _raise_agreed(collective: Collective, flags: list[np.ndarray], local_msg: st
         if rank != collective.rank:
             msg = f"{msg} (raised on rank {rank})"
     raise ValueError(msg)
-
-
-# ----------------------------------------------------------------------------------------------
-# exact k-th selection over pieces held by different ranks
-# ----------------------------------------------------------------------------------------------
-def _budget(n: int, sample_size: int | None) -> tuple[int, int]:
-    """(samples per round, candidates gathered at once) for a selection over ``n`` units."""
-    m = int(min(_MAX_SAMPLE, max(_MIN_SAMPLE, n // 2048))) if sample_size is None else sample_size
-    return m, 4 * m
-
-
-def _chunks(n: int):
-    for start in range(0, n, _CHUNK):
-        yield start, min(n, start + _CHUNK)
-
-
-def _values(units: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
-    return units if idx is None else units[idx]
-
-
-def _part_counts(units: np.ndarray, idx: np.ndarray | None, p1: Any, p2: Any) -> tuple[int, int]:
-    """(#(x < p1), #(p1 <= x <= p2)) over the candidates."""
-    if idx is not None:
-        v = units[idx]
-        a = int(np.count_nonzero(v < p1))
-        return a, int(np.count_nonzero(v <= p2)) - a
-    a = le = 0
-    for s, e in _chunks(units.size):
-        c = units[s:e]
-        a += int(np.count_nonzero(c < p1))
-        le += int(np.count_nonzero(c <= p2))
-    return a, le - a
-
-
-def _part_select(units: np.ndarray, idx: np.ndarray | None, p1: Any, p2: Any, part: int) -> np.ndarray:
-    """Indices (into ``units``) of the candidates in part 0 (x < p1), 1 (p1 <= x <= p2) or 2 (x > p2)."""
-    def pick(v: np.ndarray) -> np.ndarray:
-        if part == 0:
-            return v < p1
-        if part == 2:
-            return v > p2
-        return (v >= p1) & (v <= p2)
-    if idx is not None:
-        return idx[pick(units[idx])]
-    found = [np.flatnonzero(pick(units[s:e])) + s for s, e in _chunks(units.size)]
-    return np.concatenate(found) if found else np.empty(0, dtype=np.intp)
-
-
-def _below_equal(units: np.ndarray, v: Any) -> tuple[int, int]:
-    lt = eq = 0
-    for s, e in _chunks(units.size):
-        c = units[s:e]
-        lt += int(np.count_nonzero(c < v))
-        eq += int(np.count_nonzero(c == v))
-    return lt, eq
-
-
-@dataclass
-class _Problem:
-    """Prune the ``k`` lowest units of ``members`` (global order: member order, then unit index)."""
-
-    members: list[_Layer]
-    k: int
-    world: int
-    sample_size: int | None = None
-    n: int = 0
-    mode: str = "search"                 # "search", "none" (k = 0), "all" (k = n), "cut" (value found)
-    value: Any = None                    # the k-th lowest unit score once found
-    below: int = 0                       # units ranked below the current candidates, over all ranks
-    cand: np.ndarray | None = None       # (members, ranks) candidate counts
-    idx: list[np.ndarray | None] = field(default_factory=list)   # local candidates per member (None: all)
-    exact_split: bool = False
-    sample: int = 0
-    gather: int = 0
-    allow: np.ndarray | None = None      # (members, ranks) ties at the value pruned
-    pruned: np.ndarray | None = None     # (members,) units pruned per member, over all ranks
-
-    def __post_init__(self) -> None:
-        self.cand = np.array([[m.unit_range(r)[1] for r in range(self.world)] for m in self.members],
-                             dtype=np.int64).reshape(len(self.members), self.world)
-        self.n = int(self.cand.sum())
-        self.idx = [None] * len(self.members)
-        self.sample, self.gather = _budget(self.n, self.sample_size)
-        if self.k <= 0:
-            self.mode = "none"
-            self.pruned = np.zeros(len(self.members), dtype=np.int64)
-        elif self.k >= self.n:
-            self.mode = "all"
-            self.pruned = self.cand.sum(axis=1)
-
-    def counts(self, gathering: bool) -> np.ndarray:
-        """(members, ranks) values each rank sends this round."""
-        if gathering:
-            return self.cand
-        total = int(self.cand.sum())
-        want = -(-self.sample * self.cand // total)          # ceil, proportional to the candidates
-        return np.minimum(want, self.cand)
-
-    def keep(self, j: int, rank: int) -> np.ndarray:
-        """Flat keep mask of member ``j``'s local units."""
-        units = self.members[j].units
-        if self.mode == "none":
-            return np.ones(units.size, dtype=bool)
-        if self.mode == "all":
-            return np.zeros(units.size, dtype=bool)
-        keep = np.empty(units.size, dtype=bool)
-        for s, e in _chunks(units.size):
-            np.greater_equal(units[s:e], self.value, out=keep[s:e])
-        remaining = int(self.allow[j, rank])             # ties pruned here: the first ones in index order
-        for s, e in _chunks(units.size):
-            if not remaining:
-                break
-            i = np.flatnonzero(units[s:e] == self.value)[:remaining]
-            keep[i + s] = False
-            remaining -= i.size
-        return keep
-
-
-def _select(collective: Collective, problems: list[_Problem]) -> None:
-    """Find the cut of every problem; afterwards each has ``mode``, ``value``, ``allow`` and ``pruned``."""
-    rank, world = collective.rank, collective.world_size
-    while True:
-        active = [p for p in problems if p.mode == "search"]
-        if not active:
-            break
-        # 1) every rank sends a sample of its candidates, or all of them once they are few
-        plan = []
-        payload = []
-        for p in active:
-            gathering = int(p.cand.sum()) <= p.gather
-            sizes = p.counts(gathering)
-            plan.append((p, gathering, sizes))
-            for j, m in enumerate(p.members):
-                s, c = int(sizes[j, rank]), int(p.cand[j, rank])
-                src = p.idx[j]
-                if s == c:
-                    vals = _values(m.units, src)
-                else:                                       # evenly strided over the candidates
-                    pos = (np.arange(s, dtype=np.int64) * c) // s
-                    vals = m.units[pos] if src is None else m.units[src[pos]]
-                payload.append(np.ascontiguousarray(vals).view(np.uint8).reshape(-1))
-        parts = collective.allgather(np.concatenate(payload) if payload else np.empty(0, np.uint8))
-        offsets = [0] * world
-        splits = []
-        for p, gathering, sizes in plan:
-            vals = []
-            for r in range(world):
-                for j, m in enumerate(p.members):
-                    nbytes = int(sizes[j, r]) * m.units.dtype.itemsize
-                    vals.append(parts[r][offsets[r]:offsets[r] + nbytes].view(m.units.dtype))
-                    offsets[r] += nbytes
-            ordered = np.sort(np.concatenate(vals))
-            want = p.k - p.below                               # 1-based rank among the candidates
-            if gathering:
-                p.value, p.mode = ordered[want - 1], "cut"
-                continue
-            total = int(p.cand.sum())
-            q, size = want / total, ordered.size
-            if p.exact_split:
-                p1 = p2 = ordered[min(size - 1, max(0, int(q * size)))]
-            else:
-                margin = 6.0 * math.sqrt(max(q * (1 - q), 1.0 / size) / size) + 2.0 / size
-                p1 = ordered[min(size - 1, max(0, int(math.floor((q - margin) * size))))]
-                p2 = ordered[min(size - 1, max(0, int(math.ceil((q + margin) * size))))]
-            splits.append((p, p1, p2))
-        if not splits:
-            continue
-        # 2) counts on either side of the two pivots, then every rank keeps the same part
-        local = np.array([c for p, p1, p2 in splits for j, m in enumerate(p.members)
-                          for c in _part_counts(m.units, p.idx[j], p1, p2)], dtype=np.int64)
-        counts = np.stack(collective.allgather(local))          # (ranks, 2 * members over problems)
-        col = 0
-        for p, p1, p2 in splits:
-            nm = len(p.members)
-            a = counts[:, col:col + 2 * nm:2].T                # (members, ranks)
-            b = counts[:, col + 1:col + 2 * nm:2].T
-            col += 2 * nm
-            want, total = p.k - p.below, int(p.cand.sum())
-            A, B = int(a.sum()), int(b.sum())
-            if want <= A:
-                part, new = 0, a
-            elif want <= A + B:
-                if p1 == p2:
-                    p.value, p.mode = p1, "cut"
-                    continue
-                part, new = 1, b
-                p.below += A
-            else:
-                part, new = 2, p.cand - a - b
-                p.below += A + B
-            p.exact_split = 2 * int(new.sum()) > total         # under half gone (ties): split at one value next
-            p.cand = np.ascontiguousarray(new, dtype=np.int64)
-            p.idx = [_part_select(m.units, p.idx[j], p1, p2, part) for j, m in enumerate(p.members)]
-    # 3) ties at each value: exchange per-piece counts, prune the first ones in global order
-    found = [p for p in problems if p.mode == "cut"]
-    if not found:
-        return
-    local = np.array([c for p in found for m in p.members for c in _below_equal(m.units, p.value)],
-                     dtype=np.int64)
-    counts = np.stack(collective.allgather(local))
-    col = 0
-    for p in found:
-        nm = len(p.members)
-        lt = counts[:, col:col + 2 * nm:2].T
-        eq = counts[:, col + 1:col + 2 * nm:2].T
-        col += 2 * nm
-        need = p.k - int(lt.sum())
-        p.allow = np.zeros_like(lt)
-        for j, m in enumerate(p.members):
-            for r in sorted(range(world), key=lambda r: m.unit_range(r)[0]):
-                t = min(int(eq[j, r]), need)
-                p.allow[j, r] = t
-                need -= t
-        if need:                                              # pragma: no cover - counts are exact
-            raise RuntimeError("sharded selection: tie counts do not add up")
-        p.pruned = lt.sum(axis=1) + p.allow.sum(axis=1)
-        p.idx = [None] * nm
-
 
 # ----------------------------------------------------------------------------------------------
 # the public entry point
@@ -479,7 +173,7 @@ def sharded_masks(pattern: Pattern, scores: Mapping[str, np.ndarray], shards: Ma
         return (phase, pos) if glob else (pos, phase)
 
     # ----- local checks and unit scores (errors are raised after the handshake, on every rank)
-    layers: list[_Layer] = []
+    layers: list[ShardedLayer] = []
     local_error: tuple[tuple[int, int], str] | None = None
     for pos, (name, score) in enumerate(scores.items()):
         shard = shards[name]
@@ -487,7 +181,7 @@ def sharded_masks(pattern: Pattern, scores: Mapping[str, np.ndarray], shards: Ma
             raise TypeError(f"shards[{name!r}] must be a RowShard, got {type(shard).__name__}")
         score = np.asarray(score)
         pre = None if pre_masks is None else pre_masks.get(name)
-        layer = _Layer(name, pos, shard, score, None if pre is None else np.asarray(pre))
+        layer = ShardedLayer(name, pos, shard, score, None if pre is None else np.asarray(pre))
         layers.append(layer)
         if local_error is not None:
             continue
@@ -565,7 +259,7 @@ def sharded_masks(pattern: Pattern, scores: Mapping[str, np.ndarray], shards: Ma
     return out
 
 
-def _prepare_all(pattern: Pattern, layers: list[_Layer], glob: bool, key) -> tuple[tuple[int, int], str] | None:
+def _prepare_all(pattern: Pattern, layers: list[ShardedLayer], glob: bool, key) -> tuple[tuple[int, int], str] | None:
     """Local unit scores of every layer; the first error (in the core's order) as ``(key, message)``."""
     first = None
     for layer in layers:
@@ -597,19 +291,19 @@ def _prepare_all(pattern: Pattern, layers: list[_Layer], glob: bool, key) -> tup
     return first
 
 
-def _local_keeps(pattern: Pattern, layers: list[_Layer], ratio: float, max_ratio: float,
+def _local_keeps(pattern: Pattern, layers: list[ShardedLayer], ratio: float, max_ratio: float,
                  collective: Collective, sample_size: int | None) -> dict[str, np.ndarray]:
     world = collective.world_size
     problems = []
     for layer in layers:
         lo, hi = pattern.unit_limits(layer.n_total, max_ratio)
         k = min(max(pattern.units_for_ratio(ratio, layer.n_total), lo), hi)
-        problems.append(_Problem([layer], k, world, sample_size))
-    _select(collective, problems)
+        problems.append(CutProblem([layer], k, world, sample_size))
+    find_cuts(collective, problems)
     return {p.members[0].name: p.keep(0, collective.rank) for p in problems}
 
 
-def _global_keeps(pattern: Pattern, layers: list[_Layer], ratio: float, max_ratio: float,
+def _global_keeps(pattern: Pattern, layers: list[ShardedLayer], ratio: float, max_ratio: float,
                   collective: Collective, sample_size: int | None) -> dict[str, np.ndarray]:
     """Mirror of :func:`sparsify.patterns.allocation.allocate_pruned_units` with sharded cuts."""
     world, rank = collective.world_size, collective.rank
@@ -617,7 +311,7 @@ def _global_keeps(pattern: Pattern, layers: list[_Layer], ratio: float, max_rati
     total = pattern.units_for_ratio(ratio, sum(l.n_total for l in layers))
     total = min(max(total, sum(lo for lo, _ in limits.values())), sum(hi for _, hi in limits.values()))
     fixed: dict[str, int] = {}
-    cut: _Problem | None = None
+    cut: CutProblem | None = None
     own: dict[str, int] = {}
     for _ in range(len(layers) + 1):
         free = [l for l in layers if l.name not in fixed]
@@ -625,8 +319,8 @@ def _global_keeps(pattern: Pattern, layers: list[_Layer], ratio: float, max_rati
         if not free:
             own = dict(fixed)
             break
-        problem = _Problem(free, min(max(budget, 0), sum(l.n_total for l in free)), world, sample_size)
-        _select(collective, [problem])
+        problem = CutProblem(free, min(max(budget, 0), sum(l.n_total for l in free)), world, sample_size)
+        find_cuts(collective, [problem])
         counts = {l.name: int(c) for l, c in zip(free, problem.pruned)}
         clipped = {n: min(max(c, limits[n][0]), limits[n][1]) for n, c in counts.items()}
         excess = sum(clipped.values()) - budget
@@ -647,7 +341,7 @@ def _global_keeps(pattern: Pattern, layers: list[_Layer], ratio: float, max_rati
             if l.name not in own:
                 keeps[l.name] = cut.keep(j, rank)
     by_name = {l.name: l for l in layers}
-    problems = [_Problem([by_name[n]], k, world, sample_size) for n, k in own.items()]
-    _select(collective, problems)
+    problems = [CutProblem([by_name[n]], k, world, sample_size) for n, k in own.items()]
+    find_cuts(collective, problems)
     keeps.update({p.members[0].name: p.keep(0, rank) for p in problems})
     return keeps

@@ -13,7 +13,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..selection import LowestKCut
+from ..lowest_k_cut import LowestKCut
 
 __all__ = ["allocate_pruned_units"]
 
@@ -37,7 +37,7 @@ def allocate_pruned_units(units: Mapping[str, np.ndarray], limits: Mapping[str, 
     round cuts the free layers at the remaining budget; if clipping would add
     units some layer is surely held at its minimum, if it would remove units
     some layer is surely held at its maximum. Fix those, repeat. The rounds
-    share one :class:`~sparsify.selection.LowestKCut`, so a round whose cut
+    share one :class:`~sparsify.lowest_k_cut.LowestKCut`, so a round whose cut
     falls inside the previous bracket costs no pass over the scores.
 
     A layer's entry is an int (prune that many of its own lowest units) or a

@@ -21,8 +21,11 @@ import numpy as np
 
 from ..layout import from_2d, to_2d, view_shape
 from ..schedules.base import validate_ratio
-from ..selection import NaNScoreError, check_finite, exact_prune_count, lowest_k_keep
-from .allocation import allocate_pruned_units
+from ..lowest_k import exact_prune_count
+from ..score_checks import NaNScoreError, check_finite
+from .global_scope import global_masks
+from .layer_view import fill_units, finish_mask, layer_view, select_units, unit_nan_error
+from .row_scope import row_masks
 
 __all__ = ["Pattern", "BLOCK_REDUCTIONS", "config_value"]
 
@@ -44,22 +47,6 @@ def config_value(config: Any, key: str, default: Any) -> Any:
     if isinstance(config, Mapping):
         return config.get(key, default)
     return getattr(config, key, default)
-
-
-def _view_axes(ndim: int) -> tuple[int, ...]:
-    """Axes that put a canonical weight of rank ``ndim`` in the order of its 2-D view (see :func:`to_2d`)."""
-    return (0, *range(2, ndim), 1)
-
-
-class _Layer:
-    """One layer on its way to a mask: its view, earlier mask, unit scores and aux."""
-
-    __slots__ = ("name", "score2d", "pre2d", "tie_axes", "n_units", "units", "aux", "eligible", "computed")
-
-    def __init__(self, name: str, score2d: np.ndarray, pre2d: np.ndarray | None, tie_axes, n_units: int | None):
-        self.name, self.score2d, self.pre2d, self.tie_axes, self.n_units = name, score2d, pre2d, tie_axes, n_units
-        self.units = self.aux = self.eligible = None
-        self.computed = False
 
 
 class Pattern:
@@ -165,7 +152,7 @@ class Pattern:
         :meth:`pre_pruned_scores`; the units it touched
         (:meth:`unit_pre_pruned`) score ``-inf`` in the selection, which the
         caller arranges (these unit scores are not changed). NaN raises
-        :class:`~sparsify.selection.NaNScoreError` naming ``name``: here when
+        :class:`~sparsify.score_checks.NaNScoreError` naming ``name``: here when
         ``check_nan`` (or when the selection could miss it), else through the
         unit scores, which the selection checks. With ``need_scores=False``
         (every unit or none is pruned) a pattern may return None for the
@@ -234,69 +221,6 @@ class Pattern:
         return r
 
     # ----- helpers ---------------------------------------------------------------------
-    def _nan_error(self, name: str, score2d: np.ndarray, error: NaNScoreError) -> ValueError:
-        """The error for NaN unit scores: NaN element scores, or +inf and -inf in one unit."""
-        if score2d.dtype.kind in "fc" and np.isnan(score2d).any():
-            return error
-        return ValueError(f"layer {name!r}: a unit of pattern {self.pattern!r} holds both +inf and -inf scores, "
-                          "so its score is undefined; use one sign of infinity per unit")
-
-    def _view(self, name: str, score: np.ndarray, pre_mask: np.ndarray | None, two_d: bool = False) -> _Layer | None:
-        """The layer's view (2-D, or the canonical layout for element-wise patterns unless ``two_d``) and
-        earlier mask; None if skipped."""
-        score = np.asarray(score)
-        if score.ndim == 0:
-            raise ValueError(f"layer {name!r}: scores must have at least 1 dimension, got a scalar")
-        tie_axes = None
-        if self.elementwise and not two_d:          # units are elements: no 2-D copy, ties still in 2-D order
-            s2 = score
-            shape2d = (1, score.size) if score.ndim == 1 else (score.shape[0], score.size // max(score.shape[0], 1))
-            if score.ndim >= 3:
-                tie_axes = _view_axes(score.ndim)
-        else:
-            s2 = to_2d(score)
-            shape2d = s2.shape
-        reason = self.fits(shape2d)
-        if reason is not None:
-            if self.skip_incompatible_layers:
-                return None
-            raise ValueError(f"layer {name!r} with 2-D view {shape2d} does not fit pattern {self.pattern!r}: "
-                             f"{reason} (set skip_incompatible_layers=True to leave such layers dense)")
-        pre2 = None
-        if pre_mask is not None:
-            pre_mask = np.asarray(pre_mask)
-            if pre_mask.shape != score.shape:
-                raise ValueError(f"layer {name!r}: pre_mask shape {pre_mask.shape} differs from scores shape {score.shape}")
-            pre2 = pre_mask.astype(bool, copy=False)
-            if not self.elementwise or two_d:
-                pre2 = to_2d(pre2)
-            if pre2.all():
-                pre2 = None
-        n_units = self.unit_count(shape2d)
-        return _Layer(name, s2, pre2, tie_axes, n_units)
-
-    def _units(self, layer: _Layer, need_scores: bool, check_nan: bool) -> _Layer:
-        """Fill in the layer's unit scores (None when not needed and skipped) and aux (raises NaNScoreError)."""
-        layer.units, layer.aux = self.layer_units(layer.name, layer.score2d, layer.pre2d, need_scores, check_nan)
-        layer.computed = True
-        if layer.units is not None:
-            layer.n_units = int(layer.units.size)
-            if layer.pre2d is not None:             # units touched before score -inf in the selection
-                eligible = layer.pre2d if self.elementwise else ~self.unit_pre_pruned(layer.pre2d)
-                layer.eligible = np.broadcast_to(eligible, layer.units.shape)
-        return layer
-
-    def _select(self, layer: _Layer, k: int) -> np.ndarray:
-        if layer.units is None:                     # every unit or none: the pattern skipped the scores
-            return np.full(layer.n_units, k == 0, dtype=bool)
-        return lowest_k_keep(layer.units, k, layer.name, tie_axes=layer.tie_axes, eligible=layer.eligible)
-
-    def _finish(self, score: np.ndarray, layer: _Layer, unit_keep: np.ndarray) -> np.ndarray:
-        keep2 = self.expand_keep(unit_keep, layer.score2d, layer.aux)
-        if layer.pre2d is not None:
-            keep2 = keep2 & layer.pre2d
-        return keep2.reshape(np.shape(score)) if self.elementwise else from_2d(keep2, np.shape(score))
-
     def _max_ratio_arg(self, max_sparsity_ratio_per_layer: float | None) -> float:
         """The per-layer maximum of a call: the configured one, or the argument checked like it."""
         if max_sparsity_ratio_per_layer is None:
@@ -312,22 +236,22 @@ class Pattern:
     def _local_mask(self, name: str, score: np.ndarray, pre: np.ndarray | None, ratio: float,
                     limits_ratio: float | None) -> np.ndarray:
         """One layer's mask in local scope (``limits_ratio``: the per-layer max, None for no clamp)."""
-        layer = self._view(name, score, pre)
+        layer = layer_view(self, name, score, pre)
         if layer is None:
             return np.ones(np.shape(score), dtype=bool) if pre is None else np.asarray(pre, bool).copy()
         try:
             if layer.n_units is None:               # a pattern that only knows its units from their scores
-                self._units(layer, True, False)
+                fill_units(self, layer, True, False)
             k = self.units_for_ratio(ratio, layer.n_units)
             if limits_ratio is not None:
                 lo, hi = self._limits(layer.n_units, limits_ratio)
                 k = min(max(k, lo), hi)
             if not layer.computed:
-                self._units(layer, 0 < k < layer.n_units, False)
-            keep = self._select(layer, k)
+                fill_units(self, layer, 0 < k < layer.n_units, False)
+            keep = select_units(layer, k)
         except NaNScoreError as e:
-            raise self._nan_error(name, layer.score2d, e) from None
-        return self._finish(score, layer, keep)
+            raise unit_nan_error(self, name, layer.score2d, e) from None
+        return finish_mask(self, score, layer, keep)
 
     def check_shape(self, name: str, shape: tuple[int, ...]) -> bool:
         """Check a layer's canonical ``shape`` against the pattern before any state changes.
@@ -382,7 +306,6 @@ class Pattern:
                 raise ValueError("keep_pre_mask=True needs pre_masks")
             return {k: np.asarray(v, dtype=bool).copy() for k, v in pre_masks.items()}
         if self.scope == "row":
-            from .row_scope import row_masks
             return row_masks(self, scores, target_sparsity_ratio, pre_masks, max_sparsity_ratio_per_layer)
         fn = self.get_masks_global if self.is_global else self.get_masks_local
         return fn(scores, target_sparsity_ratio, pre_masks, max_sparsity_ratio_per_layer)
@@ -409,52 +332,10 @@ class Pattern:
         ratio = self.check_ratio(target_sparsity_ratio)
         max_ratio = self._max_ratio_arg(max_sparsity_ratio_per_layer)
         try:                                        # NaN reaches the units: the selection finds it, naming the layer
-            return self._global_masks(scores, ratio, pre_masks, max_ratio, check_nan=False)
+            return global_masks(self, scores, ratio, pre_masks, max_ratio, check_nan=False)
         except NaNScoreError:
             pass                                    # again, raising in the documented order: every layer's elements first
-        return self._global_masks(scores, ratio, pre_masks, max_ratio, check_nan=True)
-
-    def _global_masks(self, scores: Mapping[str, np.ndarray], ratio: float, pre_masks: Mapping[str, np.ndarray] | None,
-                      max_ratio: float, check_nan: bool) -> dict[str, np.ndarray]:
-        masks: dict[str, np.ndarray] = {}
-        layers: dict[str, _Layer] = {}
-        for name, score in scores.items():
-            pre = None if pre_masks is None else pre_masks.get(name)
-            layer = self._view(name, score, pre)
-            if layer is None:
-                masks[name] = np.ones(np.shape(score), dtype=bool) if pre is None else np.asarray(pre, bool).copy()
-            else:
-                layers[name] = layer
-                if layer.n_units is None or check_nan:
-                    self._units(layer, True, check_nan)
-        if not layers:
-            return masks
-        limits = {n: self._limits(ly.n_units, max_ratio) for n, ly in layers.items()}
-        n_all = sum(ly.n_units for ly in layers.values())
-        total = self.units_for_ratio(ratio, n_all)
-        total = min(max(total, sum(lo for lo, _ in limits.values())), sum(hi for _, hi in limits.values()))
-        for layer in layers.values():
-            if not layer.computed:
-                self._units(layer, 0 < total < n_all, check_nan)
-        if any(ly.units is None for ly in layers.values()):     # every unit or none: no cut to make
-            counts = {n: (ly.n_units if total else 0) for n, ly in layers.items()}
-        else:
-            units = {n: ly.units for n, ly in layers.items()}
-            try:
-                counts = allocate_pruned_units(units, limits, total, {n: ly.tie_axes for n, ly in layers.items()},
-                                               {n: ly.eligible for n, ly in layers.items()})
-            except NaNScoreError as e:
-                if not check_nan:
-                    raise
-                # elements were checked: +inf and -inf in one unit (not one pruned before)
-                bad = next(n for n, u in units.items() if u.dtype.kind in "fc" and np.isnan(
-                    u if layers[n].eligible is None else np.where(layers[n].eligible, u, 0)).any())
-                raise self._nan_error(bad, layers[bad].score2d, e) from None
-        for name, layer in layers.items():
-            c = counts[name]
-            keep = c if isinstance(c, np.ndarray) else self._select(layer, c)
-            masks[name] = self._finish(scores[name], layer, keep)
-        return {n: masks[n] for n in scores}
+        return global_masks(self, scores, ratio, pre_masks, max_ratio, check_nan=True)
 
     def get_block_size_dict(self, data: Mapping[str, np.ndarray]) -> dict[str, list[int]]:
         """Block (rows, cols) of the 2-D view for each layer."""
@@ -475,14 +356,14 @@ class Pattern:
             >>> get_pattern("1x2").prepare_units("w", np.array([[1.0, 2.0, 5.0, 1.0]]))[1].tolist()
             [[3.0, 6.0]]
         """
-        layer = self._view(name, score, pre_mask, two_d=True)     # units in 2-D order across shards
+        layer = layer_view(self, name, score, pre_mask, two_d=True)     # units in 2-D order across shards
         if layer is None:
             return None
         s2, pre2 = layer.score2d, layer.pre2d
         try:
             units, aux = self.layer_units(name, s2, pre2, True, check_nan)
         except NaNScoreError as e:
-            raise self._nan_error(name, s2, e) from None
+            raise unit_nan_error(self, name, s2, e) from None
         if pre2 is not None:
             units = np.where(self.unit_pre_pruned(pre2), -np.inf, units)
         return s2, units, pre2, aux
@@ -507,7 +388,7 @@ class Pattern:
 
     def unit_nan_error(self, name: str, score2d: np.ndarray, error: NaNScoreError) -> ValueError:
         """The error to raise for NaN unit scores of layer ``name`` (NaN scores, or +inf and -inf in one unit)."""
-        return self._nan_error(name, score2d, error)
+        return unit_nan_error(self, name, score2d, error)
 
     def get_sparsity_ratio(self, pre_masks: Mapping[str, np.ndarray], return_dict: bool = False):
         """Fraction of pruned elements over all masks (and per layer with ``return_dict``).

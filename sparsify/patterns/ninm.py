@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..selection import exact_prune_count
+from ..lowest_k import exact_prune_count
 from .base import Pattern
 from .registry import register_pattern
 

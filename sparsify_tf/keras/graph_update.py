@@ -5,7 +5,7 @@ When a model trains without a distribution strategy and without XLA
 one guarded update for the step the optimizer has just reached:
 ``optimizer.iterations >= next_due`` (one comparison per step) opens a branch
 that hands the pruned weights and masks to the core through
-``tf.numpy_function`` (:func:`sparsify_tf.graph_update.core_update_fn`, the
+``tf.numpy_function`` (:func:`sparsify_tf.core_update.core_update_fn`, the
 one TF graph mode runs) and writes what it returns with graph ops: the masks,
 zeros in the weights and their optimizer slots, the done step and the next
 due step. An update at the end of step ``s - 1`` is the update at the start of
@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from sparsify.protocol import PruningProtocol
 
-from ..graph_update import NEVER, core_update_fn
+from ..core_update import NEVER, core_update_fn
 from .compat import optimizer_slots, tf_variable
 
 __all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVER"]
@@ -59,7 +59,7 @@ def in_graph_unsupported(model: Any) -> str | None:
 
 
 def host_update_fn(model: Any, protocol: PruningProtocol) -> Callable:
-    """The core's side of the update (:func:`sparsify_tf.graph_update.core_update_fn`, canonical layout).
+    """The core's side of the update (:func:`sparsify_tf.core_update.core_update_fn`, canonical layout).
 
     Make it once per protocol and pass it to every :func:`build_graph_update` of that protocol: a train
     step traced again (another batch shape) then shares what the last update left, and does not

@@ -10,8 +10,8 @@ Example:
     >>> check_pruning_config([0.5, 0.0])
     >>> get_least_important_labels_by_config(info, [0.5, 0.0]), get_least_important_labels_by_config(info, [1, 1])
     ([1, 3], [3, 6])
-    >>> get_labels_for_uniform_pruning(info)
-    [1, 3, 4, 6]
+    >>> get_labels_for_uniform_pruning(info)      # half of 3 channels rounds down: 1
+    [1, 3, 6]
 """
 from __future__ import annotations
 

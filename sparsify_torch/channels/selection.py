@@ -132,8 +132,8 @@ class TopKPruningLabelSelector(PruningLabelSelector):
         >>> selector = PruneTwoThenOne()
         >>> selector.select(info), selector.pruning_cfg
         ([0, 1, 3], [2, 1])
-        >>> TopKPruningLabelSelector([0.5, 0.0]).select(info)  # a fixed config of fractions
-        [0, 1]
+        >>> TopKPruningLabelSelector([0.5, 0.0]).select(info)  # a fixed config of fractions (1.5 rounds down)
+        [1]
     """
 
     def __init__(self, pruning_cfg: Optional[PruningConfigValue] = None) -> None:
@@ -205,8 +205,8 @@ class UniformPruningLabelSelector(TopKPruningLabelSelector):
         >>> from sparsify.channel_selection import ChannelScores
         >>> selector = UniformPruningLabelSelector(0.5)
         >>> info = ChannelScores([np.arange(4), np.arange(4, 7)], [np.array([3., 1., 2., 0.]), np.zeros(3)])
-        >>> selector.get_config_for_pruning(info), selector.select(info)
-        ([2, 2], [1, 3, 4, 5])
+        >>> selector.get_config_for_pruning(info), selector.select(info)     # half of 3 channels: 1
+        ([2, 1], [1, 3, 4])
     """
 
     def __init__(self, pruning_ratio: float) -> None:

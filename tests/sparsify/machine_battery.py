@@ -22,7 +22,7 @@ from sparsify.channel_selection import (ChannelScores, cumulative_pruning_cost, 
                                         pruning_order, uniform_pruning_labels)
 from sparsify.criteria import snip_momentum                                            # noqa: E402
 from sparsify.schedules import ScheduleSettings, build_schedule, registered_schedules  # noqa: E402
-from sparsify.selection import lowest_k_keep                                           # noqa: E402
+from sparsify.lowest_k import lowest_k_keep                                           # noqa: E402
 
 __all__ = ["dispatch_targets_on", "schedule_digests", "mask_digests", "all_digests"]
 

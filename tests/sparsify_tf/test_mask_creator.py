@@ -6,7 +6,8 @@ import pytest
 import tensorflow as tf
 
 import sparsify
-from sparsify_tf.mask_creator import CoreMaskCreator, get_mask_creator
+from sparsify_tf.mask_creator import CoreMaskCreator
+from sparsify_tf.mask_creator_coercion import get_mask_creator
 
 tf1 = tf.compat.v1
 

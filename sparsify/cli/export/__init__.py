@@ -30,10 +30,8 @@ Example:
 """
 from __future__ import annotations
 
-import gzip
 import io
 import os
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,44 +41,14 @@ from sparsify import sparse_format
 from ..atomic import OutputError, atomic_path, check_destination
 from ..frameworks import import_torch
 from ..report.readers import DEFAULT_MAX_BYTES, detect_format, format_bytes, read_tensors
+from .result import ExportResult, gzip_size
+from .tflite import export_tflite
 
 __all__ = ["TARGETS", "ExportResult", "export_model", "default_output", "format_export", "gzip_size"]
 
 #: What ``--to`` accepts.
 TARGETS = ("tflite", "torch")
 _MODEL_FORMATS = ("keras", "savedmodel")
-
-
-def gzip_size(data: bytes) -> int:
-    """Bytes of ``data`` gzipped at level 9 (how a download or an app bundle would ship it).
-
-    Example:
-        >>> gzip_size(bytes(10000)) < 100
-        True
-    """
-    return len(gzip.compress(data, compresslevel=9, mtime=0))
-
-
-@dataclass
-class ExportResult:
-    """What an export wrote and measured."""
-
-    source: str
-    source_format: str
-    out: str
-    target: str
-    dense_bytes: int
-    dense_gzip: int
-    sparse_bytes: int
-    sparse_gzip: int
-    check: str
-    encodings: dict[str, int] = field(default_factory=dict)
-    semi_structured: dict[str, str | None] | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain, JSON-serialisable dict."""
-        return asdict(self)
 
 
 def default_output(path: str | os.PathLike, target: str) -> str:
@@ -177,8 +145,6 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
         raise ValueError(f"out {dest!r} already exists; pass --overwrite to replace it")
     check_destination(dest)                         # before the source is read
     if target == "tflite":
-        from .tflite import export_tflite
-
         return export_tflite(src, fmt, dest, max_bytes)
     fmt, tensors = read_tensors(src, fmt, max_bytes)
     return _torch_export(src, fmt, tensors, dest, encoding, semi_structured)

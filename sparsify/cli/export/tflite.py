@@ -22,6 +22,8 @@ import numpy as np
 
 from ..atomic import write_bytes
 from ..frameworks import import_tensorflow, native_stderr_silenced
+from ..report.readers import check_regular, format_bytes
+from .result import ExportResult, gzip_size
 
 __all__ = ["export_tflite", "convert", "load_interpreter", "run_tflite", "CHECK_SAMPLES"]
 
@@ -102,9 +104,6 @@ def run_tflite(content: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 def export_tflite(src: str, fmt: str, out: str, max_bytes: int | None = None):
     """Convert ``src`` (``"keras"`` or ``"savedmodel"``) twice, check the sparse one, write it to ``out``."""
-    from . import ExportResult, gzip_size
-    from ..report.readers import check_regular, format_bytes
-
     tf = import_tensorflow()
     check_regular(src)
     if max_bytes is not None:

@@ -31,6 +31,7 @@ from sparsify.layout import to_2d
 from sparsify.patterns import get_pattern
 
 from .limits import check_declared
+from .stats_record import TensorStats
 
 __all__ = ["CHUNK_BYTES", "NpyMember", "npz_members", "check_declared_npz", "iter_row_chunks", "streamed_tensor_stats"]
 
@@ -178,10 +179,8 @@ def _chunked_conformity(path: str, member: NpyMember, pattern: Any, chunk_bytes:
 
 
 def streamed_tensor_stats(path: str | os.PathLike, member: NpyMember, pattern: Any = None,
-                          chunk_bytes: int = CHUNK_BYTES) -> Any:
-    """:class:`~sparsify.cli.report.statistics.TensorStats` of one member, read in chunks of ``chunk_bytes``."""
-    from .statistics import TensorStats
-
+                          chunk_bytes: int = CHUNK_BYTES) -> TensorStats:
+    """:class:`~sparsify.cli.report.stats_record.TensorStats` of one member, read in chunks of ``chunk_bytes``."""
     p = os.fspath(path)
     size = int(np.prod(member.shape, dtype=np.int64))
     nonzero = sum(int(np.count_nonzero(c)) for c in iter_row_chunks(p, member, chunk_bytes))

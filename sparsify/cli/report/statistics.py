@@ -28,6 +28,7 @@ import numpy as np
 from sparsify.layout import tf_to_canonical
 from sparsify.patterns import get_pattern
 from .npz_stream import check_declared_npz, streamed_tensor_stats
+from .stats_record import TensorStats
 from .readers import DEFAULT_MAX_BYTES, FORMATS, read_tensors, resolve_format
 
 __all__ = [
@@ -93,20 +94,6 @@ def pattern_conformity(w: np.ndarray, pattern: Any) -> dict[str, Any]:
         return {"fits": False, "conforms": None, "units": 0, "violations": 0, "reason": reason}
     units, violations = pat.conformity(pat.unit_view(w) != 0)   # every family states its own units and zeros
     return {"fits": True, "conforms": violations == 0, "units": units, "violations": violations, "reason": None}
-
-
-@dataclass
-class TensorStats:
-    """Sparsity of one tensor (and conformity of its 2-D view to a pattern)."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    size: int
-    zeros: int
-    sparsity: float
-    is_weight: bool
-    pattern: dict[str, Any] | None = None
 
 
 def tensor_stats(name: str, value: np.ndarray, pattern: Any = None, layout: str = "canonical") -> TensorStats:

@@ -260,15 +260,6 @@ def test_sharded_equals_core_on_layers_large_enough_for_sampling_rounds(pattern,
         assert np.array_equal(got[n], want[n]), n
 
 
-def test_row_shard_validation():
-    with pytest.raises(ValueError, match=r"0 <= start <= stop <= shape\[0\] = 4"):
-        RowShard((4, 4), 3, 5)
-    with pytest.raises(ValueError, match="count must be a positive integer"):
-        RowShard.chunk((4, 4), 0, 0)
-    assert [RowShard.chunk((5, 2), r, 4).rows for r in range(4)] == [2, 2, 1, 0]
-    assert RowShard.whole((3, 2)).local_shape == (3, 2)
-
-
 @pytest.mark.parametrize("kind", ["geometric", "lognormal", "three_values"])
 def test_rounds_stay_few_on_skewed_and_tied_scores(kind):
     rng = np.random.default_rng(5)

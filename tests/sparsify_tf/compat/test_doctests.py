@@ -1,4 +1,5 @@
-"""The examples in the docstrings of sparsify_tf.compat stay true (the suite's testpaths do not collect them)."""
+"""Every module of sparsify_tf.compat has a docstring example (the suite runs them: pyproject's testpaths
+collect sparsify_tf/ with --doctest-modules)."""
 from __future__ import annotations
 
 import doctest
@@ -13,8 +14,7 @@ MODULES = ["sparsify_tf.compat", "sparsify_tf.compat.tfmot", "sparsify_tf.compat
 
 
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name):
+def test_every_module_has_a_docstring_example(name):
     module = importlib.import_module(name)
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0, f"{name} has no docstring example"
-    assert result.failed == 0, f"{result.failed} docstring example(s) of {name} failed"
+    examples = sum(len(t.examples) for t in doctest.DocTestFinder().find(module))
+    assert examples > 0, f"{name} has no docstring example"

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sparsify.selection import _SMALL, exact_prune_count, lowest_k_keep, lowest_k_mask
+from sparsify.lowest_k import _SMALL, exact_prune_count, lowest_k_keep, lowest_k_mask
 
 
 def reference(scores, k):
@@ -88,15 +88,24 @@ def test_property_exact_count_and_order(scores, frac):
 
 
 # ----- tie order, eligible masks, several arrays (LowestKCut), the sampled bracket and its misses -------------------
+import contextlib  # noqa: E402
 from unittest import mock  # noqa: E402
 
-import sparsify.selection as sel  # noqa: E402
-from sparsify.selection import LowestKCut, NaNScoreError  # noqa: E402
+import sparsify.lowest_k_cut as sel  # noqa: E402
+from sparsify.lowest_k_cut import LowestKCut  # noqa: E402
+from sparsify.score_checks import NaNScoreError  # noqa: E402
 
 
 def shrunk(chunk=32, sample=8):
     """Tiny chunks and samples and no small-array shortcut: small inputs take the large-input paths."""
-    return mock.patch.multiple("sparsify.selection", _SMALL=0, _CHUNK=chunk, _SAMPLE=sample, _SAMPLE_MAX=4 * sample)
+    return _both(mock.patch("sparsify.lowest_k._SMALL", 0),
+                 mock.patch.multiple("sparsify.lowest_k_cut", _CHUNK=chunk, _SAMPLE=sample, _SAMPLE_MAX=4 * sample))
+
+
+@contextlib.contextmanager
+def _both(first, second):
+    with first, second:
+        yield
 
 
 def reference_across(arrays, k, tie_axes=None, eligible=None):

@@ -1,123 +1,33 @@
-"""Exact, linear-time selection of the lowest-scoring units.
+"""The ``k`` lowest scores over several arrays at once, without concatenating them: :class:`LowestKCut`.
 
-Pruning fraction ``s`` of ``n`` units prunes exactly
-``k = min(ceil(s * n - 0.5), n - 1)`` of them (rounded half down) (:func:`exact_prune_count`).
-Among equal scores the unit with the lower flat index goes first, so the
-result never depends on threads or on the sort algorithm.
-
-The kernel never sorts the whole array: it estimates a bracket around the
-k-th smallest score from a strided sample, classifies every element against
-the bracket in cache-sized chunks (below: pruned, above: kept), and only
-partitions the few candidates inside the bracket. A bracket that misses
-(adversarial data) is replaced by the exact k-th value from a full
-``np.partition``; the answer is identical either way. :class:`LowestKCut`
-does the same over several arrays at once (the global scope: one threshold
-over all layers, ties in layer order) without concatenating them, and reuses
-its classification when it is asked again for a nearby count.
+The global scope needs one threshold over all layers, ties in layer order.
+:class:`LowestKCut` estimates a bracket around the k-th smallest score from a
+strided sample, classifies every element against the bracket in cache-sized
+chunks (below: pruned, above: kept), and only partitions the few candidates
+inside the bracket; a bracket that misses (adversarial data) is replaced by
+the exact k-th value of a full partition, with the same answer. It reuses its
+classification when it is asked again for a nearby count.
 
 Example:
     >>> import numpy as np
-    >>> lowest_k_mask(np.array([3.0, 1.0, 1.0, 2.0]), 2)
-    array([False,  True,  True, False])
+    >>> LowestKCut([np.array([2.0, 0.5]), np.array([1.0, 3.0])], ["a", "b"]).counts(2)
+    [1, 1]
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
-__all__ = ["exact_prune_count", "lowest_k_mask", "lowest_k_keep", "LowestKCut", "check_finite", "NaNScoreError"]
+from .score_checks import check_finite
+from .tie_order import lowest_k_flags, tie_rank
+
+__all__ = ["LowestKCut"]
 
 _CHUNK = 1 << 16          # elements classified per step (a few chunk-sized arrays stay in L2)
 _SAMPLE = 1 << 16         # smallest sample used to bracket the k-th value ...
 _SAMPLE_MAX = 1 << 18     # ... and the largest (1/64 of the elements in between: a tighter bracket)
-_SMALL = 1 << 19          # up to this size a plain partition is fastest (the bracket's sample costs more)
-_SMALL_ELIGIBLE = 1 << 18  # the same with ``eligible`` (the eligible scores are gathered first)
-
-
-def exact_prune_count(sparsity: float, n_units: int, keep_one: bool = True) -> int:
-    """Number of units to prune: ``min(ceil(sparsity * n - 0.5), n - 1)``.
-
-    The nearest integer to ``sparsity * n``; an exact half rounds *down*, so the
-    extra unit is kept (as tfmot and torch.ao do: 90% of 125 weights prunes
-    112, not 113). See ``docs/design.md``, canonical rule 5.
-
-    Example:
-        >>> exact_prune_count(0.9, 10), exact_prune_count(0.95, 3), exact_prune_count(0.9, 125)
-        (9, 2, 112)
-    """
-    if n_units <= 0:
-        return 0
-    k = int(math.ceil(float(sparsity) * n_units - 0.5))
-    upper = n_units - 1 if keep_one else n_units
-    return max(0, min(k, upper))
-
-
-class NaNScoreError(ValueError):
-    """A score is NaN (a ``ValueError``, so callers may catch either)."""
-
-
-def check_finite(values: np.ndarray, name: str) -> None:
-    """Raise :class:`NaNScoreError` (a ``ValueError``) naming ``name`` if ``values`` holds a NaN.
-
-    Infinities are legal scores: ``+inf`` keeps a unit, ``-inf`` prunes it first.
-
-    Example:
-        >>> check_finite(np.array([1.0, np.nan]), "fc1")
-        Traceback (most recent call last):
-        ...
-        sparsify.selection.NaNScoreError: layer 'fc1': scores contain NaN; fix the weights or gradients before pruning
-    """
-    kind = values.dtype.kind
-    if kind == "f":
-        found = values.size > 0 and bool(np.isnan(np.maximum.reduce(values, axis=None)))   # maximum propagates NaN
-    elif kind == "c":
-        with np.errstate(over="ignore", invalid="ignore"):
-            found = bool(np.isnan(np.sum(values))) and bool(np.isnan(values).any())    # inf - inf: exact check
-    else:
-        return
-    if found:
-        raise NaNScoreError(f"layer {name!r}: scores contain NaN; fix the weights or gradients before pruning")
-
-
-def _tie_rank(idx: np.ndarray, shape: tuple[int, ...], tie_axes: tuple[int, ...] | None) -> np.ndarray:
-    """Position in tie order of the memory-order flat indices ``idx`` of an array of ``shape``.
-
-    The tie order is the row-major order of ``array.transpose(tie_axes)``
-    (None: the memory order itself).
-    """
-    if tie_axes is None:
-        return idx
-    coords = np.unravel_index(idx, shape)
-    return np.ravel_multi_index(tuple(coords[a] for a in tie_axes), tuple(shape[a] for a in tie_axes))
-
-
-def _first_in_tie_order(positions: np.ndarray, count: int, keys: np.ndarray | None) -> np.ndarray:
-    """The first ``count`` of ``positions`` (ascending) when ordered by ``keys`` (None: as given)."""
-    if keys is None or count >= positions.size:
-        return positions[:count]
-    return positions[np.argsort(keys, kind="stable")[:count]]
-
-
-def _lowest_k_flags(values: np.ndarray, k: int,
-                    tie_keys: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-    """True at the ``k`` (``0 < k <= values.size``) lowest of the flat ``values``: one partition,
-    ties at the k-th value in the order of ``tie_keys(positions)`` (None: the positions' own order)."""
-    v = np.partition(values, k - 1)[k - 1]
-    pick = values < v
-    rest = k - int(np.count_nonzero(pick))
-    if rest:
-        ties = np.flatnonzero(values == v)
-        keys = tie_keys(ties) if tie_keys is not None and rest < ties.size else None
-        pick[_first_in_tie_order(ties, rest, keys)] = True
-    return pick
-
-
-def _partition_select(flat: np.ndarray, k: int, shape: tuple[int, ...] | None = None,
-                      tie_axes: tuple[int, ...] | None = None) -> np.ndarray:
-    """Reference path: full partition, ties in tie order. Returns the pruned mask of ``flat``."""
-    return _lowest_k_flags(flat, k, None if tie_axes is None else lambda ties: _tie_rank(ties, shape, tie_axes))
 
 
 class _Part:
@@ -220,7 +130,7 @@ class LowestKCut:
     the classification of the elements whenever the new cut falls inside the
     old bracket.
 
-    NaN raises :class:`NaNScoreError` naming the first array that holds one
+    NaN raises :class:`~sparsify.score_checks.NaNScoreError` naming the first array that holds one
     (NaN where ``eligible`` is False is not looked at).
 
     Example:
@@ -339,7 +249,7 @@ class LowestKCut:
             tie_keys = None
             if any(p.tie_axes is not None for p in parts):
                 tie_keys = lambda ties: self._tie_keys(parts, sizes, ties)    # noqa: E731
-            pick = _lowest_k_flags(val, need, tie_keys)
+            pick = lowest_k_flags(val, need, tie_keys)
             chosen, off = [], 0
             for p, s in zip(parts, sizes):
                 chosen.append(p.idx[pick[off:off + s]])
@@ -358,7 +268,7 @@ class LowestKCut:
             sel = which == j
             if sel.any():
                 local = p.idx[ties[sel] - bounds[j]]
-                keys[sel] = base + _tie_rank(local, p.shape, p.tie_axes)
+                keys[sel] = base + tie_rank(local, p.shape, p.tie_axes)
             base += p.flat.size
         return keys
 
@@ -374,100 +284,13 @@ class LowestKCut:
                 off = 0
                 for p in parts:
                     sel = (ties >= off) & (ties < off + p.flat.size)
-                    keys[sel] = off + _tie_rank(ties[sel] - off, p.shape, p.tie_axes)
+                    keys[sel] = off + tie_rank(ties[sel] - off, p.shape, p.tie_axes)
                     off += p.flat.size
                 return keys
-        pruned = _lowest_k_flags(flat, k, tie_keys)
+        pruned = lowest_k_flags(flat, k, tie_keys)
         keeps, off = [], 0
         for p in parts:
             keeps.append(~pruned[off:off + p.flat.size])
             off += p.flat.size
         self._last = (members, "concat", keeps)
         return [p.flat.size - int(np.count_nonzero(kp)) for p, kp in zip(parts, keeps)]
-
-
-def _keep_among_eligible(arr: np.ndarray, k: int, name: str, tie_axes: tuple[int, ...] | None,
-                         eligible: np.ndarray) -> np.ndarray | None:
-    """:func:`lowest_k_keep` of a small float array with ``eligible`` without writing ``-inf`` into a copy.
-
-    The units that are not eligible are pruned first (they score ``-inf``); the rest of ``k`` is the
-    lowest of the eligible scores: one partition of the eligible scores gives the cut value, the
-    ties at it go in tie order. None when that shortcut does not give the same answer: fewer than
-    all of the non-eligible units are pruned, or an eligible score is ``-inf`` (it would tie with them).
-    """
-    flat = arr.reshape(-1)
-    el = np.broadcast_to(eligible, arr.shape).reshape(-1)
-    vals = np.compress(el, flat)
-    need = k - (flat.size - vals.size)
-    if need < 0:
-        return None
-    check_finite(vals, name)
-    if vals.size and vals.min() == -np.inf:
-        return None
-    if need == 0:
-        return el.copy().reshape(arr.shape)
-    if need == vals.size:
-        return np.zeros(arr.shape, dtype=bool)
-    v = np.partition(vals, need - 1)[need - 1]
-    rest = need - int(np.count_nonzero(vals < v))          # ties at v still to prune
-    keep = flat > v
-    keep &= el
-    ties = np.flatnonzero((flat == v) & el)
-    if rest < ties.size:                                    # keep the ties after the first `rest` in tie order
-        keys = None if tie_axes is None else _tie_rank(ties, arr.shape, tie_axes)
-        pruned = _first_in_tie_order(ties, rest, keys)
-        keep[ties] = True
-        keep[pruned] = False
-    return keep.reshape(arr.shape)
-
-
-def lowest_k_mask(scores: np.ndarray, k: int, name: str = "scores", *,
-                  tie_axes: tuple[int, ...] | None = None, eligible: np.ndarray | None = None) -> np.ndarray:
-    """Boolean mask (same shape as ``scores``) of the ``k`` lowest scores.
-
-    Ties go to the lower flat (row-major) index, or to the lower index of
-    ``scores.transpose(tie_axes)`` when ``tie_axes`` is given. ``-inf`` sorts
-    first, which is how callers force already-pruned units to stay pruned
-    (``eligible=False`` does the same without a copy of the scores).
-    NaN raises ``ValueError`` naming ``name``.
-
-    Example:
-        >>> lowest_k_mask(np.array([[0.0, 5.0], [0.0, 1.0]]), 1)
-        array([[ True, False],
-               [False, False]])
-        >>> lowest_k_mask(np.array([[0.0, 0.0], [0.0, 1.0]]), 2, tie_axes=(1, 0))   # ties column by column
-        array([[ True, False],
-               [ True, False]])
-        >>> lowest_k_mask(np.array([0.0, 5.0, 1.0]), 1, eligible=np.array([True, False, True]))
-        array([False,  True, False])
-    """
-    return ~lowest_k_keep(scores, k, name, tie_axes=tie_axes, eligible=eligible)
-
-
-def lowest_k_keep(scores: np.ndarray, k: int, name: str = "scores", *,
-                  tie_axes: tuple[int, ...] | None = None, eligible: np.ndarray | None = None) -> np.ndarray:
-    """Complement of :func:`lowest_k_mask` (True = kept), without an extra pass.
-
-    Example:
-        >>> lowest_k_keep(np.array([2.0, 1.0, 3.0]), 1).tolist()
-        [True, False, True]
-    """
-    arr = np.asarray(scores)
-    n = arr.size
-    if not 0 <= k <= n:
-        raise ValueError(f"k must be in [0, {n}] for {name!r}, got {k}")
-    if k == 0 or k == n or n <= (_SMALL if eligible is None else _SMALL_ELIGIBLE):
-        if eligible is not None and 0 < k < n and arr.dtype.kind == "f":
-            keep = _keep_among_eligible(arr, k, name, tie_axes, np.asarray(eligible, dtype=bool))
-            if keep is not None:
-                return keep
-        if eligible is not None:
-            arr = np.where(eligible, arr, -np.inf)
-        flat = arr.reshape(-1)
-        check_finite(flat, name)
-        if k == 0 or k == n:
-            return np.full(arr.shape, k == 0, dtype=bool)
-        return ~_partition_select(flat, k, arr.shape, tie_axes).reshape(arr.shape)
-    cut = LowestKCut([arr], [name], [tie_axes], [eligible])
-    cut.counts(k)
-    return cut.keeps()[0]
