@@ -1,4 +1,4 @@
-"""docs/migrating.md: every fenced python block runs, except those marked ``<!-- not-run: ... -->``."""
+"""docs/migrating.md: every fenced python block runs, except those marked ``<!-- skip: ... -->``."""
 from __future__ import annotations
 
 import contextlib
@@ -12,11 +12,11 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "migrating.md"
-BLOCK = re.compile(r"(?:(<!-- not-run: [^>]*-->)\s*\n)?```python\n(.*?)```", re.S)
+BLOCK = re.compile(r"(?:(<!-- skip: [^>]*-->)\s*\n)?```python\n(.*?)```", re.S)
 
 
 def blocks() -> list[tuple[str, str | None, str]]:
-    """``(section, not-run reason or None, code)`` for every python block, in order."""
+    """``(section, skip reason or None, code)`` for every python block, in order."""
     text = DOC.read_text()
     out = []
     for m in BLOCK.finditer(text):
