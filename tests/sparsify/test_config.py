@@ -74,7 +74,7 @@ def test_derived_objects():
     (dict(pattern="2:2"), ValueError, "0 < N < M"),
     (dict(pattern="0x4"), ValueError, "block dimensions must be positive"),
     (dict(pattern="2:4", target_sparsity=0.6), ValueError, r"must be <= N/M = 0.5, got 0.6"),
-    (dict(pruning_scope="globl"), ValueError, r"pruning_scope must be one of \('global', 'local'\), got 'globl' \(did you mean 'global'\?\)"),
+    (dict(pruning_scope="globl"), ValueError, r"pruning_scope must be one of \('global', 'local', 'row'\), got 'globl' \(did you mean 'global'\?\)"),
     (dict(criterion="magnitud"), ValueError, "did you mean 'magnitude'"),
     (dict(criterion="hessian"), ValueError, "criterion must be one of"),
     (dict(sparsity_decay_type="sine"), ValueError, "sparsity_decay_type must be one of"),
@@ -99,7 +99,8 @@ def test_every_field_has_a_validation_case():
     covered = {"target_sparsity", "start_step", "end_step", "pruning_frequency", "pattern", "pruning_scope",
                "criterion", "sparsity_decay_type", "block_score_reduce", "max_sparsity_ratio_per_layer",
                "min_sparsity_ratio_per_layer", "init_sparsity", "exponent", "leave_enabled", "monotone",
-               "op_names", "excluded_op_names", "criterion_momentum", "skip_incompatible_layers"}
+               "op_names", "excluded_op_names", "criterion_momentum", "skip_incompatible_layers",
+               "regrowth", "regrowth_fraction", "pruned_gradient"}   # the last three: tests/sparsify/test_regrowth.py
     assert names == covered
     with pytest.raises(TypeError, match="skip_incompatible_layers must be True or False"):
         PruningConfig(skip_incompatible_layers="no")
