@@ -86,7 +86,7 @@ def input_channel_norms(model: Any, weights: list[PrunableWeight], data: Any) ->
         inputs = getattr(model, "inputs", None)
         if not inputs:
             raise AttributeError("the model has no symbolic inputs")
-        probe = K.Model(inputs, [layer.input for layer in layers])
+        probe = K.Model(inputs[0] if len(inputs) == 1 else inputs, [layer.input for layer in layers])
     except (AttributeError, ValueError, TypeError, RuntimeError) as e:
         raise ValueError(f"model {model.name!r}: the inputs of the pruned layers cannot be read ({e}); activation "
                          "criteria need a Sequential or Functional model whose pruned layers are each called once"
