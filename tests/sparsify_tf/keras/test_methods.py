@@ -265,3 +265,31 @@ def test_prune_oneshot_errors(K):
     model = mlp(K)
     prune_oneshot(model, {"target_sparsity": 0.75, "start_step": 500, "end_step": 900})   # target as given
     assert (model.get_layer("fc1").kernel.numpy() == 0).mean() == 0.75
+
+
+@pytest.mark.parametrize("monotone", [True, False])
+def test_set_regrowth_masks_equal_torch_s_for_the_same_weights(K, digits, monotone):
+    """Learning rate 0: the weights move only by the adapters (grown ones start at zero), so both
+    frameworks hand the core the same dense weights at every update and must get the same masks."""
+    model = K.Sequential([first(K, (64,)), K.layers.Dense(32, activation="relu", name="fc1"),
+                          K.layers.Dense(10, name="out")])
+    model.compile(K.optimizers.Adam(0.0), K.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cfg = {"sparsity_decay_type": "constant", "target_sparsity": 0.7, "start_step": 0, "end_step": 40,
+           "pruning_frequency": 10, "regrowth": "set", "monotone": monotone}
+    tm = _torch_copy(model)
+    opt = torch.optim.Adam(tm.parameters(), lr=0.0)
+    pruner = sparsify_torch.prune(tm, cfg, optimizer=opt)
+    X, y = digits
+    for i in range(30):
+        loss = torch.nn.functional.cross_entropy(tm(torch.from_numpy(X[i * 32:(i + 1) * 32])),
+                                                 torch.from_numpy(y[i * 32:(i + 1) * 32]).long())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        pruner.step()
+    cb = PruningCallback(cfg)
+    model.fit(X[:960], y[:960], batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[cb])
+    assert cb.last_update_step == pruner.done_step == 30
+    masks = pruner.masks()
+    for kname, tname in (("fc1/kernel", "0.weight"), ("out/kernel", "2.weight")):
+        assert np.array_equal(cb.masks[kname], masks[tname].numpy().T), kname
