@@ -92,8 +92,11 @@ def test_regrowth_keeps_exact_sparsity_and_grown_weights_start_at_zero(K, digits
     assert cb.sparsity["total"] == pytest.approx(0.8, abs=1e-3)
 
 
+@pytest.mark.parametrize("first_in_graph", [True, False], ids=["saved_in_graph", "saved_on_host"])
 @pytest.mark.parametrize("method", ["set", "rigl"])
-def test_regrowth_resumes_bit_exactly_from_a_checkpoint(K, digits, tmp_path, method):
+def test_regrowth_resumes_bit_exactly_from_a_checkpoint(K, digits, tmp_path, method, first_in_graph):
+    """Saved on the host path, the checkpoint at step 30 lacks the update due there: the resumed run makes it
+    first, from the saved weights, stored values and (RigL) dense gradients of step 29."""
     cfg = {"sparsity_decay_type": "constant", "target_sparsity": 0.8, "start_step": 0, "end_step": 60,
            "pruning_frequency": 10, "regrowth": method}
     init = compile_(mlp(K), K).get_weights()
@@ -109,12 +112,14 @@ def test_regrowth_resumes_bit_exactly_from_a_checkpoint(K, digits, tmp_path, met
     path = str(tmp_path / ("ckpt.weights.h5" if K.__name__ == "keras" else "ckpt"))
     first_run = fresh()
     first_run.fit(X[:640], y[:640], batch_size=64, epochs=3, verbose=0, shuffle=False,
-                  callbacks=[PruningCallback(cfg), K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+                  callbacks=[PruningCallback(cfg, update_in_graph=first_in_graph),
+                             K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
     resumed, cb = fresh(seed=5), PruningCallback(cfg)
     if K.__name__ == "keras":
         resumed.optimizer.build(resumed.trainable_variables)
     cb.attach(resumed)
     resumed.load_weights(path)
+    assert cb.last_update_step == (30 if first_in_graph else 20)
     resumed.fit(X[:640], y[:640], batch_size=64, epochs=5, initial_epoch=3, verbose=0, shuffle=False, callbacks=[cb])
     assert cb.last_update_step == ref_cb.last_update_step == 50
     for a, b in zip(ref.get_weights(), resumed.get_weights()):
