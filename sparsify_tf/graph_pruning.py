@@ -341,8 +341,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                          "collect; use criterion='magnitude'")
     missing = sorted(PruningEngine(cfg).needs - {"weight"})
     if missing:
-        raise ValueError(f"criterion={cfg.criterion!r} with regrowth={cfg.regrowth!r} needs {missing}, which graph-mode "
-                         "pruning does not collect; use a weight criterion, and regrowth 'none' or 'set'")
+        raise ValueError(f"criterion={cfg.criterion!r} with regrowth={cfg.regrowth!r} needs {missing}, which "
+                         "graph-mode pruning does not collect; use a weight criterion, and regrowth 'none' or 'set'")
     if masking not in MASKING_MODES:
         raise ValueError(f"masking must be one of {MASKING_MODES}, got {masking!r}")
     if graph is None:

@@ -477,7 +477,8 @@ class PruningCallback(_keras3.callbacks.Callback):
             if self._state.grads:        # RigL: the dense gradients of the last step
                 if int(self._state.grads_seen.numpy()) == 0:
                     return               # no step ran yet: the update waits for the first one
-                grads = lambda: {pw.path: pw.to_canonical(g.numpy()) for pw, g in zip(pws, self._state.grads)}  # noqa: E731
+                dense_grads = [pw.to_canonical(g.numpy()) for pw, g in zip(pws, self._state.grads)]
+                grads = dict(zip([pw.path for pw in pws], dense_grads))
             update = self.protocol.advance(step, weights, grads=grads)
             if update is None:
                 return
@@ -524,8 +525,8 @@ class PruningCallback(_keras3.callbacks.Callback):
         zero = [pw.from_canonical(update.zero[pw.path] & ~update.grown[pw.path] if pw.path in update.grown
                                   else update.zero[pw.path]) for pw in pws]
         keep = [pw.from_canonical(update.masks[pw.path]) for pw in pws]
-        apply(tf.constant(np.concatenate([k.ravel() for k in keep])), tf.constant(np.concatenate([z.ravel() for z in zero])),
-              step)
+        apply(tf.constant(np.concatenate([k.ravel() for k in keep])),
+              tf.constant(np.concatenate([z.ravel() for z in zero])), step)
         self._seen_state = (update.step, keep)
 
 

@@ -144,7 +144,7 @@ def distance():
 def test_a_criterion_registered_in_user_code_works_in_keras_like_in_torch(K, distance):
     rng = np.random.default_rng(0)
     model = K.Sequential([first(K, (8,)), K.layers.Dense(6, name="fc1"), K.layers.Dense(4, name="fc2")])
-    kernels = [rng.normal(0.1, 0.3, size=(8, 6)).astype(np.float32), rng.normal(0.1, 0.3, size=(6, 4)).astype(np.float32)]
+    kernels = [rng.normal(0.1, 0.3, size=s).astype(np.float32) for s in ((8, 6), (6, 4))]
     for layer, k in zip(model.layers, kernels):
         layer.kernel.assign(k)
     model.compile(K.optimizers.SGD(0.0), "mse")
