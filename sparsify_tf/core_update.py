@@ -53,6 +53,8 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
     ``ValueError``, also kept in ``errors["error"]`` (and as the function's ``errors`` attribute) for
     :meth:`GraphPruning.run_update` and :func:`~sparsify_tf.core_errors.reraise_core_errors`. ``owner`` names
     the state in that error (default: ``ks_group 'name'``; the Keras callback names the model).
+    The arrays are the weights (dense: pruned entries hold their stored values), the masks and, for
+    ``regrowth="rigl"``, the dense gradients. Entries regrowth grew are zeros to write (they start at zero).
     """
     names = list(protocol.names)
     n = len(names)
@@ -69,7 +71,7 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
     fn.errors = errors                            # type: ignore[attr-defined]  # for reraise_core_errors
 
     def _fn(step, done, fingerprint, *arrays):
-        ws, raw = arrays[:n], arrays[n:]
+        ws, raw, gs = arrays[:n], arrays[n:2 * n], arrays[2 * n:3 * n]
         ms = [np.asarray(m) != 0 for m in raw]           # 0/1 in the masks' own float dtype
         if not np.array_equal(fingerprint, expected):
             raise ValueError(config_mismatch_message(ks_group, fingerprint_differences(protocol.config, fingerprint),
@@ -80,7 +82,8 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
             if not same:
                 protocol.restore(int(done), dict(zip(names, ms)))
             try:
-                update = protocol.advance(int(step), lambda: dict(zip(names, ws)))
+                update = protocol.advance(int(step), lambda: dict(zip(names, ws)),
+                                          grads=(lambda: dict(zip(names, gs))) if gs else None)
             except ValueError as e:
                 last["masks"] = None          # the protocol may be half-advanced: restore it next time
                 raise type(e)(f"pruning update at step {int(step)} refused: {e}; the weights and masks "
@@ -91,6 +94,7 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
             else:
                 new = [np.asarray(update.masks[k], bool) for k in names]
                 zero = [np.asarray(update.zero[k], bool) for k in names]
+                zero = [z & ~update.grown[k] if k in update.grown else z for z, k in zip(zero, names)]
             last["done"], last["masks"] = protocol.done_step, [np.array(m) for m in new]
         back = [m.astype(r.dtype) for m, r in zip(new, raw)] + [m.astype(r.dtype) for m, r in zip(zero, raw)]
         return [*back, np.int64(protocol.done_step), np.int64(NEVER if nxt < 0 else nxt)]

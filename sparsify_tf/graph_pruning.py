@@ -63,7 +63,7 @@ import tensorflow as tf
 
 from sparsify.config import PruningConfig
 from sparsify.criteria import needs_gradients
-from sparsify.engine import select_names
+from sparsify.engine import PruningEngine, select_names
 from sparsify.layout import tf_to_canonical
 from sparsify.protocol import PruningProtocol, config_fingerprint
 
@@ -150,6 +150,10 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     if needs_gradients(cfg.criterion):
         raise ValueError(f"criterion {cfg.criterion!r} needs gradients, which graph-mode pruning does not "
                          "collect; use criterion='magnitude'")
+    missing = sorted(PruningEngine(cfg).needs - {"weight"})
+    if missing:
+        raise ValueError(f"criterion={cfg.criterion!r} with regrowth={cfg.regrowth!r} needs {missing}, which "
+                         "graph-mode pruning does not collect; use a weight criterion, and regrowth 'none' or 'set'")
     if masking not in MASKING_MODES:
         raise ValueError(f"masking must be one of {MASKING_MODES}, got {masking!r}")
     if graph is None:
@@ -239,6 +243,11 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         masks = {n: first[n].mask for n in names}
         masked = {n: first[n].masked for n in names}
         weights = {n: get_tensor_var(graph, n) for n in names}
+        with tf1.variable_scope(PruningScope.general(ks_group)):
+            # the pruned entries' values (0 where kept): the weights stay dense under the masks for the core
+            stored = {n: tf1.get_variable(f"nm_stored/{n}", weights[n].shape, weights[n].dtype.base_dtype,
+                                          initializer=tf1.zeros_initializer(), trainable=False, use_resource=True)
+                      for n in names}
         layer_kinds = {n: kinds[n] for n in names}
         core_errors: dict = {}
         np_fn = core_update_fn(protocol, ks_group, core_errors)
@@ -252,7 +261,7 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                 ready = tf.greater_equal(step, next_due.read_value())
 
                 def _update():
-                    reads = [weights[n].read_value() for n in names]
+                    reads = [weights[n].read_value() + stored[n].read_value() for n in names]   # dense
                     canon_w = [to_canonical(r, layer_kinds[n]) for n, r in zip(names, reads)]
                     # masks travel as 0/1 in their own float dtype: oneDNN logs an error line whenever a
                     # bool or integer tensor is transposed
@@ -268,14 +277,19 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                         outs[k + i].set_shape(canon_m[i].shape)
                         keep = from_canonical(outs[i], layer_kinds[n], r.shape)
                         keep_now = tf.not_equal(from_canonical(outs[k + i], layer_kinds[n], r.shape), 0)
-                        assigns.append(tf1.assign(masks[n], keep, name=PruningScope.OP_MASK_ASSIGN))
-                        # zeros where pruned now; the optimizer state of pruned entries too, so a zero
-                        # gradient keeps them at 0.0
-                        assigns.append(tf1.assign(weights[n], tf.where(keep_now, r, tf.zeros([], r.dtype)),
+                        steady = tf.logical_and(keep_now, tf.not_equal(masks[n].read_value(), 0))
+                        with tf.control_dependencies([steady]):       # the old mask, read before it changes
+                            assigns.append(tf1.assign(masks[n], keep, name=PruningScope.OP_MASK_ASSIGN))
+                        # zeros where pruned now (pruned values move to the stored variable; returning ones
+                        # come back from it; grown ones start at 0); the optimizer state of entries not kept
+                        # throughout too, so a zero gradient keeps pruned weights at 0.0
+                        zero = tf.zeros([], r.dtype)
+                        assigns.append(tf1.assign(weights[n], tf.where(keep_now, r, zero),
                                                   name=PruningScope.OP_WEIGHT_UPDATE))
+                        assigns.append(tf1.assign(stored[n], tf.where(tf.not_equal(keep, 0), zero, r)))
                         for slot in slots.get(n, ()):
                             value = slot.read_value()
-                            assigns.append(tf1.assign(slot, tf.where(keep_now, value, tf.zeros([], value.dtype)),
+                            assigns.append(tf1.assign(slot, tf.where(steady, value, tf.zeros([], value.dtype)),
                                                       name="nm_slot_zero"))
                     for out, var in ((outs[-2], done), (outs[-1], next_due)):
                         out.set_shape([])
@@ -301,7 +315,7 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     pruning = GraphPruning(cfg, protocol, graph, ks_group, gs, update_op, update_ready, sparsity, schedule_sparsity,
                            done, masks, weights, masked, layer_kinds, op_vars, layer_sparsity, total,
                            slots=initial_slots, masking=masking, next_update_step=next_due,
-                           config_fingerprint=fingerprint, core_errors=core_errors,
+                           config_fingerprint=fingerprint, stored=stored, core_errors=core_errors,
                            update_builder=lambda slots: _build_update(slots)[1],
                            built_updates={slots_key(initial_slots): update_op})
     _PRUNINGS.setdefault(graph, {})[ks_group] = pruning

@@ -82,6 +82,8 @@ class GraphPruningHandles:
             that differ (:meth:`check_state`, and the update itself).
         core_errors: where the update's host function leaves the core's error (read by :meth:`run_update`).
         update_builder: builds an update op for a set of optimizer slots (used by :meth:`build_update_op`).
+        stored: layer name -> variable holding the pruned entries' values (0 where kept): the core ranks
+            ``weight + stored``, so with ``monotone=False`` a pruned weight can come back by its value.
         built_updates: the update ops built so far, keyed by :func:`slots_key` of their slots.
     """
 
@@ -106,6 +108,7 @@ class GraphPruningHandles:
     masking: str = "weights"
     next_update_step: tf.Variable | None = None
     config_fingerprint: tf.Variable | None = None
+    stored: dict[str, tf.Variable] = field(default_factory=dict)
     core_errors: dict = field(repr=False, default_factory=dict)
     update_builder: Callable[..., tf.Operation] = field(repr=False, default=None)
     built_updates: dict = field(repr=False, default_factory=dict)

@@ -49,14 +49,15 @@ import tensorflow as tf
 import keras as _keras3
 
 from sparsify import PruningConfig
-from sparsify.criteria import needs_gradients
+from sparsify.criteria import get_criterion, needs_gradients
 from sparsify.protocol import MaskUpdate, PruningProtocol, config_fingerprint, fingerprint_differences
 
 from ..core_errors import reraise_core_errors
 from .compat import keras_flavor, optimizer_slots, steps_per_execution, tf_variable, unwrap_optimizer
 from .grad_masking import GRAD_MASKING_OPTIMIZERS, grad_masking_supported, uninstall_grad_hook
 from .graph_update import NEVER, build_graph_update, host_update_fn, in_graph_unsupported
-from .layers import PrunableWeight, find_prunable_weights
+from .layers import find_prunable_weights, in_model_order
+from .mask_write import dense_value, write_update
 from .state import STATE_ATTR, attach_state, detach_state, model_state, state_class
 from .train_step import install_train_step, mask_all, strategy_of, uninstall_train_step
 
@@ -114,6 +115,9 @@ class PruningCallback(_keras3.callbacks.Callback):
         if needs_gradients(cfg.criterion):
             raise ValueError(f"criterion {cfg.criterion!r} needs gradients, which PruningCallback does not "
                              "collect; use criterion='magnitude' with the Keras callback")
+        if "activation" in get_criterion(cfg.criterion).needs:
+            raise ValueError(f"criterion {cfg.criterion!r} reads the layers' inputs, which PruningCallback does not "
+                             "collect; prune a trained model with sparsify_tf.keras.prune_oneshot(model, config, data)")
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a directory path or None, got {log_dir!r}")
         if not isinstance(log_per_layer, bool):
@@ -250,7 +254,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         if not getattr(model, "built", False):
             raise ValueError(f"model {model.name!r} is not built: build it (model.build(input_shape) or call it "
                              "on a batch) before fit so its weights exist")
-        candidates = _in_model_order(model, find_prunable_weights(model))
+        candidates = in_model_order(model, find_prunable_weights(model))
         protocol = PruningProtocol(self.config, {pw.path: pw.canonical_shape for pw in candidates})
         by_path = {pw.path: pw for pw in candidates}
         chosen = [by_path[n] for n in protocol.names]
@@ -263,7 +267,8 @@ class PruningCallback(_keras3.callbacks.Callback):
             self._check_fingerprint(state, f"model {model.name!r} already carries pruning state")
         else:
             with strategy_of(model).scope():
-                state = state_class(flavor)(chosen, config_fingerprint(self.config))
+                state = state_class(flavor)(chosen, config_fingerprint(self.config),
+                                            keep_grads=self.config.regrowth == "rigl")
             attach_state(model, state, flavor)
         object.__setattr__(state, "owner", weakref.ref(self))
         if self._next_due is None:
@@ -290,6 +295,9 @@ class PruningCallback(_keras3.callbacks.Callback):
             raise ValueError(f"model {model.name!r} has no trainable weights (trainable=False?): fit never advances "
                              "optimizer.iterations, so the pruning schedule could never move; unfreeze the model "
                              "(or the layers to prune) before fit")
+        if self.config.regrowth == "rigl" and "strategy" in (in_graph_unsupported(model) or ""):
+            raise ValueError("regrowth='rigl' is not supported under a distribution strategy yet (the dense "
+                             "gradients are kept per replica); use regrowth='set' or train without a strategy")
         if self.log_dir is not None and self._writer is None:
             self._writer = tf.summary.create_file_writer(self.log_dir)
         self._spe = steps_per_execution(model)
@@ -388,15 +396,15 @@ class PruningCallback(_keras3.callbacks.Callback):
 
     # ----- the mask update ---------------------------------------------------------------------
     def _apply_fn(self) -> tuple[Any, Any]:
-        """``read() -> weights`` and ``apply(flat new masks, step)`` for the mask update, built once.
+        """``read() -> dense weights`` and ``apply(flat masks, flat zeros, step)`` for the mask update, built once.
 
-        ``read`` returns the pruned weights as NumPy arrays (direct variable
-        reads; one compiled call for distributed variables). ``apply`` is one
+        ``read`` returns the pruned weights, dense (kernel + stored values), as NumPy
+        arrays (one compiled call for distributed variables). ``apply`` is one
         compiled function (a concrete function: no retracing, no signature
-        matching per call) that writes the masks, given as one flat bool
-        tensor in the order of the pruned weights, and zeroes the pruned
-        weights and their optimizer slots. Rebuilt only when the optimizer's
-        variables change (slots created, optimizer replaced).
+        matching per call) that writes the masks and the zeros, each one flat bool
+        tensor in the order of the pruned weights (:func:`.mask_write.write_update`:
+        weights, stored values, optimizer slots, masks). Rebuilt only when the
+        optimizer's variables change (slots created, optimizer replaced).
         """
         st, opt = self._state, getattr(self.model, "optimizer", None)
         inner = unwrap_optimizer(opt)
@@ -413,32 +421,32 @@ class PruningCallback(_keras3.callbacks.Callback):
             return self._apply_cache[2], self._apply_cache[3]
         mvars = [tf_variable(m) for m in st.masks]
         wvars = [tf_variable(pw.variable) for pw in st.pweights]
-        pairs = []
-        for w, m, ss in zip(wvars, mvars, slots):
-            pairs.append((w, m))
-            pairs.extend((tf_variable(x), m) for x in ss)
+        svars = [tf_variable(v) for v in st.stored]
+        slots = [[tf_variable(x) for x in ss] for ss in slots]
         last = tf_variable(st.last_step)
         sizes = [int(np.prod(pw.tf_shape)) for pw in st.pweights]
 
         @tf.function(autograph=False)
-        def apply(flat: tf.Tensor, step: tf.Tensor) -> None:
-            for m, new, pw in zip(mvars, tf.split(flat, sizes), st.pweights):
-                m.assign(tf.cast(tf.reshape(new, pw.tf_shape), m.dtype))   # bool masks: 4x less to convert
-            mask_all(pairs)
+        def apply(flat_keep: tf.Tensor, flat_zero: tf.Tensor, step: tf.Tensor) -> None:
+            for i, (keep, zero, pw) in enumerate(zip(tf.split(flat_keep, sizes), tf.split(flat_zero, sizes),
+                                                     st.pweights)):
+                write_update(wvars[i], svars[i], mvars[i], slots[i], tf.reshape(keep, pw.tf_shape),
+                             tf.reshape(zero, pw.tf_shape))
             last.assign(step)
 
-        apply_cf = apply.get_concrete_function(tf.TensorSpec([sum(sizes)], tf.bool), tf.TensorSpec([], tf.int64))
+        flat = tf.TensorSpec([sum(sizes)], tf.bool)
+        apply_cf = apply.get_concrete_function(flat, flat, tf.TensorSpec([], tf.int64))
 
         @tf.function(autograph=False)
         def read_all() -> list:
-            return [tf.identity(w.read_value()) for w in wvars]
+            return [tf.identity(dense_value(w, s)) for w, s in zip(wvars, svars)]
 
         if any(isinstance(w, tf.distribute.DistributedValues) for w in wvars):
             def read() -> list[np.ndarray]:
                 return [v.numpy() for v in read_all()]
         else:
-            def read() -> list[np.ndarray]:     # one ReadVariableOp each, run inline: cheaper than a call
-                return [w.numpy() for w in wvars]
+            def read() -> list[np.ndarray]:     # ReadVariableOps run inline: cheaper than a call
+                return [w.numpy() + s.numpy() for w, s in zip(wvars, svars)]
 
         self._apply_cache = (cheap, key, read, apply_cf)
         return read, apply_cf
@@ -469,7 +477,13 @@ class PruningCallback(_keras3.callbacks.Callback):
             def weights() -> dict[str, np.ndarray]:      # read only when an update is due
                 return {pw.path: pw.to_canonical(v) for pw, v in zip(pws, read())}
 
-            update = self.protocol.advance(step, weights)
+            grads = None
+            if self._state.grads:        # RigL: the dense gradients of the last step
+                if int(self._state.grads_seen.numpy()) == 0:
+                    return               # no step ran yet: the update waits for the first one
+                dense_grads = [pw.to_canonical(g.numpy()) for pw, g in zip(pws, self._state.grads)]
+                grads = dict(zip([pw.path for pw in pws], dense_grads))
+            update = self.protocol.advance(step, weights, grads=grads)
             if update is None:
                 return
             self._write(update, apply)
@@ -511,31 +525,18 @@ class PruningCallback(_keras3.callbacks.Callback):
 
     def _write(self, update: MaskUpdate, apply: Any) -> None:
         pws, step = self._state.pweights, tf.constant(update.step, tf.int64)
-
-        def flat(masks: dict[str, np.ndarray]) -> tf.Tensor:
-            return tf.constant(np.concatenate([pw.from_canonical(masks[pw.path]).ravel() for pw in pws]))
-
-        if update.released:      # weights and slots keep the zeros of the last masks, then unmask
-            apply(flat(update.zero), step)
+        # zeros: the new masks (the last ones at a release: the weights keep their zeros), and grown entries
+        zero = [pw.from_canonical(update.zero[pw.path] & ~update.grown[pw.path] if pw.path in update.grown
+                                  else update.zero[pw.path]) for pw in pws]
         keep = [pw.from_canonical(update.masks[pw.path]) for pw in pws]
-        apply(tf.constant(np.concatenate([k.ravel() for k in keep])), step)
+        apply(tf.constant(np.concatenate([k.ravel() for k in keep])),
+              tf.constant(np.concatenate([z.ravel() for z in zero])), step)
         self._seen_state = (update.step, keep)
 
 
 def _as_bound(next_step: int) -> float:
     """A protocol ``next_step()`` as a number to compare steps with (-1: never)."""
     return float("inf") if next_step < 0 else float(next_step)
-
-
-def _in_model_order(model: Any, weights: list[PrunableWeight]) -> list[PrunableWeight]:
-    """``weights`` sorted by the model's own weight order (``model.weights``), so global scope breaks
-    cross-layer ties as torch (``named_parameters()``) and TF graph mode (variable creation) do."""
-    position = {}
-    for i, v in enumerate(getattr(model, "weights", [])):
-        position.setdefault(id(v), i)
-        position.setdefault(id(tf_variable(v)), i)
-    big = len(position)
-    return sorted(weights, key=lambda pw: position.get(id(pw.variable), big))
 
 
 def strip_pruning(model: Any) -> Any:

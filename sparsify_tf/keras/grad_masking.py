@@ -74,16 +74,21 @@ def grad_masking_supported(optimizer: Any) -> bool:
 
 
 def mask_gradients(models: list, grads: list, variables: list) -> list:
-    """Multiply the gradients of pruned variables by their masks (trace time, replica context)."""
+    """Multiply the gradients of pruned variables by their masks (trace time, replica context).
+
+    With ``regrowth="rigl"`` the dense gradient (before masking) is kept in the state's
+    ``grads`` variables first: the core grows the pruned weights with the largest ones.
+    """
     table: dict[int, Any] = {}
     for ref in models:
         mdl = ref()
         st = model_state(mdl) if mdl is not None else None
         if st is None:
             continue
-        for pw, mask in zip(st.pweights, st.masks):
-            table[id(pw.variable)] = (pw.variable, mask)
-            table[id(tf_variable(pw.variable))] = (pw.variable, mask)
+        for i, (pw, mask) in enumerate(zip(st.pweights, st.masks)):
+            keep = (st.grads[i], st.grads_seen) if st.grads else None
+            table[id(pw.variable)] = (pw.variable, mask, keep)
+            table[id(tf_variable(pw.variable))] = (pw.variable, mask, keep)
     if not table:
         return list(grads)
     seen = getattr(_TLS, "seen", None)
@@ -94,6 +99,9 @@ def mask_gradients(models: list, grads: list, variables: list) -> list:
             out.append(g)
             continue
         m = tf_variable(entry[1])
+        if entry[2] is not None:
+            tf_variable(entry[2][0]).assign(tf.cast(tf.convert_to_tensor(g), entry[2][0].dtype), read_value=False)
+            tf_variable(entry[2][1]).assign(1, read_value=False)
         if isinstance(g, tf.IndexedSlices):
             vals = g.values
             mg = tf.gather(m, g.indices)

@@ -8,7 +8,8 @@ that hands the pruned weights and masks to the core through
 ``tf.numpy_function`` (:func:`sparsify_tf.core_update.core_update_fn`, the
 one TF graph mode runs) and writes what it returns with graph ops: the masks,
 zeros in the weights and their optimizer slots, the done step and the next
-due step. An update at the end of step ``s - 1`` is the update at the start of
+due step (:func:`.mask_write.write_update`: the weights stay dense under the
+masks). An update at the end of step ``s - 1`` is the update at the start of
 step ``s``: the masks, weights and every later step are those of the host
 path, bit for bit (tested).
 
@@ -36,6 +37,7 @@ from sparsify.protocol import PruningProtocol
 
 from ..core_update import NEVER, core_update_fn
 from .compat import optimizer_slots, tf_variable
+from .mask_write import dense_value, write_update
 
 __all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVER"]
 
@@ -79,6 +81,8 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
     pws = list(state.pweights)
     n = len(pws)
     weights = [tf_variable(pw.variable) for pw in pws]
+    stored = [tf_variable(s) for s in state.stored]
+    grads = [tf_variable(g) for g in state.grads]
     masks = [tf_variable(m) for m in state.masks]
     slots = [[tf_variable(s) for s in optimizer_slots(model.optimizer, pw.variable)] for pw in pws]
     last = tf_variable(state.last_step)
@@ -86,7 +90,7 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
     iterations = tf_variable(model.optimizer.iterations)
 
     def host(step: np.ndarray, done: np.ndarray, fp: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
-        canon = [pw.to_canonical(a) for pw, a in zip(pws + pws, arrays)]
+        canon = [pw.to_canonical(a) for pw, a in zip(pws * (len(arrays) // n), arrays)]
         out = core(step, done, fp, *canon)
         back = [np.ascontiguousarray(pw.from_canonical(a)) for pw, a in zip(pws + pws, out[:2 * n])]
         if int(out[-2]) != int(done):
@@ -95,18 +99,16 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
 
     def update() -> tf.Tensor:
         inputs = [step, last.read_value(), fingerprint.read_value(),
-                  *(w.read_value() for w in weights), *(m.read_value() for m in masks)]
+                  *(dense_value(w, s) for w, s in zip(weights, stored)), *(m.read_value() for m in masks),
+                  *(g.read_value() for g in grads)]
         outs = tf.numpy_function(host, inputs, [m.dtype for m in masks] * 2 + [tf.int64, tf.int64],
                                  stateful=True, name="sparsify_core_masks")
         ops = []
-        for i, (w, m, ss) in enumerate(zip(weights, masks, slots)):
+        for i, (w, s, m, ss) in enumerate(zip(weights, stored, masks, slots)):
             keep, zero = outs[i], outs[n + i]
             keep.set_shape(m.shape)
             zero.set_shape(m.shape)
-            ops.append(m.assign(keep, read_value=False))
-            # zeros where pruned now (the last pruning masks at a release), in the optimizer state too
-            for v in (w, *ss):
-                ops.append(v.assign(v * tf.cast(zero, v.dtype), read_value=False))
+            ops.extend(write_update(w, s, m, ss, tf.not_equal(keep, 0), tf.not_equal(zero, 0)))
         for out, var in ((outs[-2], last), (outs[-1], next_due)):
             out.set_shape([])
             ops.append(var.assign(out, read_value=False))

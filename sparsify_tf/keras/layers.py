@@ -37,9 +37,9 @@ import numpy as np
 
 from sparsify.layout import canonical_to_tf, tf_to_canonical
 
-from .compat import iter_tree, own_variables, short_name
+from .compat import iter_tree, own_variables, short_name, tf_variable
 
-__all__ = ["PrunableWeight", "find_prunable_weights", "weight_kinds"]
+__all__ = ["PrunableWeight", "find_prunable_weights", "weight_kinds", "in_model_order"]
 
 _TRANSPOSE = {"Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "BaseConvTranspose", "Conv2DTransposeV1"}
 _SEPARABLE = {"SeparableConv1D", "SeparableConv2D", "SeparableConv", "BaseSeparableConv"}
@@ -175,3 +175,21 @@ def find_prunable_weights(model: Any) -> list[PrunableWeight]:
             seen.add(id(var))
             out.append(PrunableWeight(f"{path}/{name}", var, kind, layer, tuple(int(d) for d in var.shape)))
     return out
+
+
+def in_model_order(model: Any, weights: list[PrunableWeight]) -> list[PrunableWeight]:
+    """``weights`` sorted by the model's own weight order (``model.weights``), so global scope breaks
+    cross-layer ties as torch (``named_parameters()``) and TF graph mode (variable creation) do.
+
+    Example:
+        >>> import keras
+        >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="a"), keras.layers.Dense(2, name="b")])
+        >>> [w.path for w in in_model_order(m, find_prunable_weights(m)[::-1])]
+        ['a/kernel', 'b/kernel']
+    """
+    position: dict[int, int] = {}
+    for i, v in enumerate(getattr(model, "weights", [])):
+        position.setdefault(id(v), i)
+        position.setdefault(id(tf_variable(v)), i)
+    big = len(position)
+    return sorted(weights, key=lambda pw: position.get(id(pw.variable), big))

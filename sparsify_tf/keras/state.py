@@ -1,6 +1,9 @@
 """The pruning state Keras saves with the model.
 
-One mask variable per pruned weight (TF layout, the weight's dtype), the
+One mask variable per pruned weight (TF layout, the weight's dtype), one
+holding the values of its pruned entries (zeros where kept: the kernel holds
+zeros where pruned, so the dense weight the core ranks is ``kernel + stored``),
+for ``regrowth="rigl"`` one holding the dense gradient of the last step, the
 step of the last mask update and the config's fingerprint
 (:func:`sparsify.protocol.config_fingerprint`, so a resume with another config
 is refused naming the keys) live in a small non-trainable layer attached to
@@ -13,8 +16,8 @@ Example:
     >>> from sparsify_tf.keras.layers import find_prunable_weights
     >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="fc")])
     >>> st = state_class("keras3")(find_prunable_weights(m), np.zeros(3, np.int64))
-    >>> [tuple(v.shape) for v in st.masks], int(st.last_step.numpy())
-    ([(4, 3)], -1)
+    >>> [tuple(v.shape) for v in st.masks], [tuple(v.shape) for v in st.stored], st.grads, int(st.last_step.numpy())
+    ([(4, 3)], [(4, 3)], [], -1)
 """
 from __future__ import annotations
 
@@ -41,15 +44,24 @@ def state_class(flavor: str) -> type:
     K = keras_module(flavor)
 
     class PruningState(K.layers.Layer):
-        """Mask variables, the last update step and the config fingerprint, saved with the model's weights."""
+        """Mask and stored-value variables, the last update step and the config fingerprint, saved with
+        the model's weights (and the dense gradients of the last step with ``keep_grads``)."""
 
-        def __init__(self, pweights: list[PrunableWeight], fingerprint: Any, **kwargs: Any) -> None:
+        def __init__(self, pweights: list[PrunableWeight], fingerprint: Any, keep_grads: bool = False,
+                     **kwargs: Any) -> None:
             super().__init__(name="sparsify_pruning_state", trainable=False, **kwargs)
             extra = {"autocast": False} if flavor == "keras3" else {}
             masks = []
             for i, pw in enumerate(pweights):
                 masks.append(self.add_weight(name=f"mask_{i}", shape=pw.tf_shape, dtype=pw.variable.dtype,
                                              initializer="ones", trainable=False, **extra))
+            stored = [self.add_weight(name=f"stored_{i}", shape=pw.tf_shape, dtype=pw.variable.dtype,
+                                      initializer="zeros", trainable=False, **extra) for i, pw in enumerate(pweights)]
+            grads = [self.add_weight(name=f"dense_grad_{i}", shape=pw.tf_shape, dtype=pw.variable.dtype,
+                                     initializer="zeros", trainable=False, **extra)
+                     for i, pw in enumerate(pweights)] if keep_grads else []
+            seen = self.add_weight(name="dense_grad_seen", shape=(), dtype="int64", initializer="zeros",
+                                   trainable=False, **extra) if keep_grads else None
             last = self.add_weight(name="last_update_step", shape=(), dtype="int64",
                                    initializer=K.initializers.Constant(-1), trainable=False, **extra)
             fp = self.add_weight(name="config_fingerprint", shape=(len(fingerprint),), dtype="int64",
@@ -58,6 +70,9 @@ def state_class(flavor: str) -> type:
             # Plain attributes: keep them out of Keras' layer/variable tracking.
             object.__setattr__(self, "pweights", list(pweights))
             object.__setattr__(self, "masks", masks)
+            object.__setattr__(self, "stored", stored)     # values of the pruned entries (0 where kept)
+            object.__setattr__(self, "grads", grads)       # dense gradients of the last step (RigL only)
+            object.__setattr__(self, "grads_seen", seen)   # 1 once a step recorded them
             object.__setattr__(self, "last_step", last)
             object.__setattr__(self, "fingerprint", fp)
             object.__setattr__(self, "slot_count", 0)

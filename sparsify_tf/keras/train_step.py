@@ -85,7 +85,7 @@ def install_train_step(model: Any, state: Any, flavor: str) -> None:
             return inner(data)
         opt = getattr(model, "optimizer", None)
         use_grads = grad_masking_supported(opt)
-        if use_grads:
+        if use_grads or st.grads:        # RigL: the hook also keeps the dense gradients
             install_grad_hook(model, opt, flavor)
         with recording_masked_variables() as seen:
             logs = inner(data)

@@ -495,3 +495,38 @@ def test_resume_with_another_config_is_refused_naming_the_keys(tmp_path):
             with tf1.train.MonitoredTrainingSession(checkpoint_dir=str(ckpt_dir), hooks=[pr.hook()],
                                                     config=session_config()):
                 pass
+
+
+@pytest.mark.parametrize("monotone", [True, False])
+def test_weights_stay_dense_under_the_mask_and_come_back_only_when_monotone_is_false(monotone):
+    g = tf.Graph()
+    with g.as_default():
+        w = tf1.get_variable("fc/kernel", initializer=tf.constant([[1.0], [2.0], [3.0], [4.0]]), use_resource=True)
+        _ = tf.matmul(tf.ones([1, 4]), w)
+        pruning = sparsify_tf.prune_graph({"sparsity_decay_type": "constant", "target_sparsity": 0.5, "start_step": 0,
+                                           "end_step": 4, "pruning_frequency": 2, "monotone": monotone})
+        step = tf1.train.get_global_step()
+    stored = pruning.stored["fc/kernel"]
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(pruning.update_op)
+        assert sess.run(w).ravel().tolist() == [0.0, 0.0, 3.0, 4.0]
+        assert sess.run(stored).ravel().tolist() == [1.0, 2.0, 0.0, 0.0]       # the pruned values are kept
+        w.load(np.array([[0.0], [0.0], [0.1], [0.2]], np.float32), sess)      # the kept weights shrink below them
+        step.load(2, sess)
+        sess.run(pruning.update_op)
+        mask, weight, kept = (sess.run(v).ravel().tolist() for v in (pruning.masks["fc/kernel"], w, stored))
+    if monotone:
+        assert mask == [0.0, 0.0, 1.0, 1.0] and kept == [1.0, 2.0, 0.0, 0.0]
+    else:
+        assert mask == [1.0, 1.0, 0.0, 0.0] and weight == [1.0, 2.0, 0.0, 0.0]
+        assert np.allclose(kept, [0.0, 0.0, 0.1, 0.2])
+
+
+@pytest.mark.parametrize("cfg,needs", [({"regrowth": "rigl"}, "grad"), ({"criterion": "wanda"}, "activation")])
+def test_graph_mode_refuses_what_it_does_not_collect(cfg, needs):
+    g = tf.Graph()
+    with g.as_default():
+        tf.matmul(tf.ones([1, 4]), tf1.get_variable("fc/kernel", [4, 2]))
+        with pytest.raises(ValueError, match=f"needs \\['{needs}'\\], which graph-mode pruning does not collect"):
+            sparsify_tf.prune_graph(cfg)

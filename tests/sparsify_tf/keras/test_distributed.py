@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+
 SCRIPT = textwrap.dedent("""
     import json, os, sys
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
