@@ -544,6 +544,7 @@ def graph_history(cfg: dict, api: str = "prune_graph"):
     config's pattern and scope as ``mask_creator``)."""
     import tensorflow as tf
 
+    from sparsify.patterns import get_pattern
     from sparsify_tf import get_or_create_ks_scheduled_graph_ops, prune_graph
 
     tf1 = tf.compat.v1
@@ -597,7 +598,8 @@ def graph_history(cfg: dict, api: str = "prune_graph"):
             update, op_vars, _, _ = get_or_create_ks_scheduled_graph_ops(
                 graph, gs, ["re:.*kernel$"], cfg["start_step"], cfg["end_step"], cfg["pruning_frequency"],
                 cfg["init_sparsity"], cfg["target_sparsity"], 3.0, True, "parity",
-                {"pattern": cfg["pattern"], "pruning_scope": cfg["pruning_scope"]})
+                # a Pattern object: the core's rules (a name or dict would follow SparseML's: no cap, 1.0 allowed)
+                get_pattern({"pattern": cfg["pattern"], "pruning_scope": cfg["pruning_scope"]}))
         mask_vars = {ov.op_input.op.inputs[0].op.name: ov.mask for ov in op_vars}   # variable name -> mask
         assert sorted(mask_vars) == sorted(layer.graph for layer in GRAPH_LAYERS), sorted(mask_vars)
         assert {ov.op.type for ov in op_vars} == GRAPH_OP_TYPES

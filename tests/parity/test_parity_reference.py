@@ -55,9 +55,10 @@ def test_nm_groups_run_along_the_view_and_straddle_kernel_taps():
 
 def test_nm_prunes_the_lowest_fraction_of_groups_and_all_of_them_at_n_over_m():
     w = np.array([[4., 3., 2., 1., 9., 9., 1., 9., 5., 0.5, 5., 5.]])
-    # group sums of the 2 smallest: 3, 10, 5.5; r = 0.25 -> half of 3 groups -> floor(2.0): the two
-    # lowest; within a group the 2 smallest, ties (the 5s, the 9s) to the lower index
-    assert picture(local_masks({"w": w}, "2:4", 0.25)["w"]) == "x x . . x x x x . . x x"
+    # group sums of the 2 smallest: 3, 10, 5.5; r = 0.25 -> half of 3 groups = 1.5 -> 1 (halves round down):
+    # the lowest; within a group the 2 smallest, ties (the 5s, the 9s) to the lower index
+    assert picture(local_masks({"w": w}, "2:4", 0.25)["w"]) == "x x . . x x x x x x x x"
+    assert picture(local_masks({"w": w}, "2:4", 0.34)["w"]) == "x x . . x x x x . . x x"   # 2.04 -> 2
     assert picture(local_masks({"w": w}, "2:4", 0.5)["w"]) == "x x . . . x . x . . x x"
     assert picture(local_masks({"w": w}, "1:4", 0.25)["w"]) == "x x x . x x . x x . x x"
     with pytest.raises(ValueError):
