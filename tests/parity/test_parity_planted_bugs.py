@@ -12,7 +12,9 @@ import pytest
 from parity_zoo import LAYERS, check_parity, mismatched_layers
 
 import sparsify.patterns.base
+import sparsify.patterns.layer_view
 import sparsify.patterns.nxm
+import sparsify.patterns.row_scope
 import sparsify_torch.layers
 
 KERNEL_LAYERS = {layer.name for layer in LAYERS if layer.kind in ("conv", "depthwise", "conv_transpose")}
@@ -36,8 +38,9 @@ def test_core_view_with_input_channels_slowest_is_caught(monkeypatch):
     def from_2d(view, shape):
         return np.asarray(view).reshape(tuple(shape))
 
-    monkeypatch.setattr(sparsify.patterns.base, "to_2d", to_2d)
-    monkeypatch.setattr(sparsify.patterns.base, "from_2d", from_2d)
+    for module in (sparsify.patterns.base, sparsify.patterns.layer_view, sparsify.patterns.row_scope):
+        monkeypatch.setattr(module, "to_2d", to_2d)
+        monkeypatch.setattr(module, "from_2d", from_2d)
     monkeypatch.setattr(sparsify.patterns.nxm, "to_2d", to_2d)
     assert_caught("torch", "2:4", KERNEL_LAYERS)
 

@@ -101,7 +101,7 @@ def test_topk_subclass_returning_fractions():
             return [0.25, 0.5]
 
     selector = Fractions()
-    assert selector.select(info()) == [3, 4, 6]  # 1 of 4, round(1.5) = 2 of 3 (ties: lower label first)
+    assert selector.select(info()) == [3, 6]  # 1 of 4, 1.5 -> 1 of 3 (halves round down)
     assert selector.pruning_cfg == [0.25, 0.5]
 
 
@@ -134,9 +134,9 @@ def test_get_labels_by_config_is_static_and_takes_counts_or_fractions():
 # --- Uniform ---------------------------------------------------------------------------------------------
 def test_uniform_selector():
     selector = UniformPruningLabelSelector(0.5)
-    assert selector.get_config_for_pruning(info()) == [2, 2]
-    assert selector.select(info()) == [1, 3, 4, 6]
-    assert selector.labels_for_pruning == [1, 3, 4, 6] and selector.pruning_cfg == [2, 2]
+    assert selector.get_config_for_pruning(info()) == [2, 1]     # 1.5 -> 1: halves round down
+    assert selector.select(info()) == [1, 3, 6]
+    assert selector.labels_for_pruning == [1, 3, 6] and selector.pruning_cfg == [2, 1]
     assert isinstance(selector, TopKPruningLabelSelector)
 
 
@@ -188,7 +188,7 @@ def test_check_pruning_config_takes_the_config_alone():
 def test_get_least_important_labels_by_config_and_uniform_default():
     assert get_least_important_labels_by_config(info(), [2, 1]) == [1, 3, 6]
     assert get_least_important_labels_by_config(info(), [0.5, 0.3]) == [1, 3, 6]
-    assert get_labels_for_uniform_pruning(info()) == get_labels_for_uniform_pruning(info(), 0.5) == [1, 3, 4, 6]
+    assert get_labels_for_uniform_pruning(info()) == get_labels_for_uniform_pruning(info(), 0.5) == [1, 3, 6]
     assert list(inspect.signature(get_labels_for_uniform_pruning).parameters.values())[1].default == 0.5
 
 
@@ -204,7 +204,7 @@ def test_selectors_on_model_pruning_info(residual_net, batches):
     model_info = calibrate_model_for_pruning(residual_net, batches, mse_loss)
     labels = UniformPruningLabelSelector(0.5).select(model_info)
     by_group = model_info.split_labels(labels)
-    assert {g: v.size for g, v in by_group.items()} == {0: 3, 1: 6, 2: 3}
+    assert {g: v.size for g, v in by_group.items()} == {0: 3, 1: 6, 2: 2}
     for (group_id, _, criteria), (g, local) in zip(iterate_over_gate_criteria(model_info), by_group.items()):
         c = np.array(criteria)
         assert group_id == g and c[local].max() <= np.delete(c, local).min()

@@ -1,4 +1,5 @@
 """Layer kinds and user-registered layers: a layer the tracer cannot follow becomes prunable once registered."""
+import math
 import warnings
 
 import pytest
@@ -156,8 +157,8 @@ def test_registered_layers_keep_their_sizes_consistent(hidden, width, tokens, ra
         unregister_layer_kind(Dense)
     assert small[0].n_out == small[0].weight.shape[0] == small[2].n_in == small[2].weight.shape[1]
     assert small[2].n_out == small[2].weight.shape[0] == small[4].in_features
-    assert (small[0].n_out, small[2].n_out) == (hidden - min(int(ratio * hidden + 0.5), hidden - 1),
-                                                width - min(int(ratio * width + 0.5), width - 1))
+    assert (small[0].n_out, small[2].n_out) == (hidden - min(math.ceil(ratio * hidden - 0.5), hidden - 1),
+                                                width - min(math.ceil(ratio * width - 0.5), width - 1))
 
 
 def test_registration_follows_subclasses_and_can_be_undone(registered):
