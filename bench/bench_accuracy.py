@@ -143,12 +143,24 @@ def render(data: dict[str, Any], plot_path: str = PLOT, write: bool = True) -> s
              "arm of a seed; final sparsity over the pruned layers (a pattern's misfits stay dense for every "
              "arm). torch runs: one thread, `torch.set_flush_denormal(True)`; tf-keras runs: one intra/inter-op "
              "thread, `model.fit` with the callback (sparsify) or `UpdatePruningStep` (tfmot, "
-             "`begin_step`/`end_step` + 1). " + _versions() + "\n\nCommands: " +
+             "`begin_step`/`end_step` + 1). " + _arms(data.get("runs", [])) + _versions() + "\n\nCommands: " +
              "; ".join(f"`{c}`" for c in dict.fromkeys(data.get("commands", []))))
     if drawn and os.path.abspath(plot_path) == PLOT:
         body += "\n\n![accuracy vs sparsity](../docs/img/accuracy_vs_sparsity.png)"
     publish("bench_accuracy", body, write=write)
     return body
+
+
+def _arms(runs: list[dict[str, Any]]) -> str:
+    """One sentence: each sparsify arm's config overrides on top of the base schedule."""
+    arms = {}
+    for r in runs:
+        if r["arm"] not in PEER_ARMS and r["arm"] != "dense":
+            arms.setdefault(r["arm"], json.dumps(r.get("overrides", {}), sort_keys=True))
+    if not arms:
+        return ""
+    return "Arms (config overrides on the base schedule): " + "; ".join(
+        f"{a} `{o}`" for a, o in sorted(arms.items())) + ". "
 
 
 def _versions() -> str:

@@ -46,8 +46,7 @@ def regrowth_fraction(config: Any, step: int) -> float:
         return 0.0
     span = config.end_step - config.start_step
     p = 0.0 if span <= 0 else min(1.0, max(0.0, (step - config.start_step) / span))
-    f = config.regrowth_fraction * (1.0 + portable_math.cos(np.pi * p)) / 2.0
-    return float(round(f, 12))        # machine independent to the last bits that could decide a count
+    return float(config.regrowth_fraction * (1.0 + portable_math.cos(np.pi * p)) / 2.0)   # the same bits on any CPU
 
 
 def regrow(masks: Mapping[str, np.ndarray], scores: Mapping[str, np.ndarray],

@@ -112,7 +112,9 @@ SETTINGS = {"80": Setting("80", 0.8), "90": Setting("90", 0.9), "95": Setting("9
 #: sparsify arms: name -> config overrides on top of the base schedule (passed through unchanged).
 SPARSIFY_ARMS: dict[str, dict[str, Any]] = {
     "default": {}, "rigl": {"regrowth": "rigl"}, "set": {"regrowth": "set"}, "nonmonotone": {"monotone": False},
-    "wanda": {"criterion": "wanda"}, "ste": {"pruned_gradient": "straight_through"}}
+    "wanda": {"criterion": "wanda"}, "ste": {"pruned_gradient": "straight_through"},
+    "global": {"pruning_scope": "global"}, "global_nm": {"pruning_scope": "global", "monotone": False},
+    "global_rigl": {"pruning_scope": "global", "regrowth": "rigl"}}
 #: peer arms and the framework each runs in.
 PEER_ARMS = {"torch.ao": "torch", "tfmot": "tf_keras"}
 
