@@ -111,11 +111,12 @@ def config_reference() -> str:
 
 
 def bench_section() -> str:
-    """``bench/RESULTS.md`` without its title and its section markers."""
+    """``bench/RESULTS.md`` without its title and its section markers, its links made relative to ``docs/``."""
     if not RESULTS.exists():
         return "_No benchmark has been run yet (bench/RESULTS.md is missing)._"
     text = RESULTS.read_text()
     text = re.sub(r"\A# [^\n]*\n", "", text).strip()
+    text = text.replace("](../docs/", "](")          # links relative to bench/ become relative to docs/
     return re.sub(r"<!-- [\w-]+:(start|end) -->\n?", "", text).strip()
 
 
