@@ -25,6 +25,7 @@ import tensorflow as tf
 
 import keras as _keras3
 
+from ..summaries import write_scalar
 from .tfmot_api import collect_prunable_layers
 from .tfmot_registry import short_name
 
@@ -98,15 +99,6 @@ class UpdatePruningStep(_BothKerasCallback):
             layer.apply_masks()
 
 
-def _scalar(tag: str, value: float) -> None:
-    from tensorflow.core.framework import summary_pb2
-
-    md = summary_pb2.SummaryMetadata()
-    md.plugin_data.plugin_name = "scalars"
-    md.data_class = summary_pb2.DATA_CLASS_SCALAR
-    tf.summary.write(tag, tf.constant(float(value), tf.float32), metadata=md)
-
-
 class PruningSummaries(_BothKerasCallback):
     """Writes TensorBoard scalars at each epoch end: each mask's sparsity and threshold, and the epoch logs.
 
@@ -155,7 +147,7 @@ class PruningSummaries(_BothKerasCallback):
                 figures[f"{_name(layer, threshold)}/threshold"] = float(threshold.numpy())
         with self._writer.as_default(step=step):
             for tag, value in figures.items():
-                _scalar(tag, value)
+                write_scalar(tag, value)
         self._writer.flush()
 
     def on_train_end(self, logs: dict | None = None) -> None:

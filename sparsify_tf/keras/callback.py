@@ -1,30 +1,16 @@
 """``PruningCallback``: gradual pruning inside ``model.fit`` (tf-keras and Keras 3).
 
-How it works:
+How it works (docs/keras.md has the long version):
 
-* **Discovery** (``set_model``/``on_train_begin``): all sublayers are walked
-  (:func:`~sparsify_tf.keras.layers.find_prunable_weights`) and listed in the
-  model's own weight order (``model.weights``); the core
-  :class:`sparsify.PruningProtocol` selects among them (``op_names`` /
-  ``excluded_op_names``) and checks the pattern against every selected weight
-  before anything changes.
-* **State** (:mod:`.state`): mask variables and the step of the last update,
-  saved with the model's weights, so a resumed run continues exactly.
-* **Mask updates** follow ``optimizer.iterations``. Without a distribution
-  strategy or XLA, the train step itself ends with a guarded update for the
-  step just reached (:mod:`.graph_update`: one comparison per step, the core
-  runs through ``tf.numpy_function`` only when an update is due, the masks
-  are written with graph ops; no per-batch host work). Otherwise, and at the
-  start of every epoch (the starting step, a checkpoint restored in between),
-  the host path runs: the protocol says whether an update (or the release)
-  is due since the last one, also one that fell inside a block of
-  ``steps_per_execution`` steps, and computes the masks from the
-  canonical-layout weights; the callback writes them back with one compiled
-  function. No pruning math and no step logic live here.
-* **Keeping zeros** (:mod:`.train_step`, :mod:`.grad_masking`): a mask
-  update zeroes the pruned weights and their optimizer slots; in between,
-  pruned gradients are masked (or weights re-masked after each step for
-  optimizers where that is not exact).
+* **Discovery**: all sublayers are walked (:func:`~sparsify_tf.keras.layers.find_prunable_weights`) in the
+  model's own weight order; the core :class:`sparsify.PruningProtocol` selects among them and checks the
+  pattern before anything changes. **State** (:mod:`.state`): masks, stored values of pruned entries and the
+  last update step, saved with the model's weights, so a resumed run continues exactly.
+* **Mask updates** follow ``optimizer.iterations``: inside the train step (:mod:`.graph_update`, the core
+  through ``tf.numpy_function`` only when an update is due), or on the host at each epoch start and under a
+  distribution strategy or XLA; :mod:`.mask_apply` writes them. No pruning math and no step logic live here.
+* **Keeping zeros** (:mod:`.train_step`, :mod:`.grad_masking`): pruned gradients are masked between updates
+  (or weights re-masked after each step where that is not exact).
 
 Example:
     >>> import numpy as np, keras
@@ -53,25 +39,17 @@ from sparsify.criteria import get_criterion, needs_gradients
 from sparsify.protocol import MaskUpdate, PruningProtocol, config_fingerprint, fingerprint_differences
 
 from ..core_errors import reraise_core_errors
-from .compat import keras_flavor, optimizer_slots, steps_per_execution, tf_variable, unwrap_optimizer
-from .grad_masking import GRAD_MASKING_OPTIMIZERS, grad_masking_supported, uninstall_grad_hook
+from ..summaries import write_scalar
+from .compat import keras_flavor, steps_per_execution
+from .grad_masking import GRAD_MASKING_OPTIMIZERS, grad_masking_supported
 from .graph_update import NEVER, build_graph_update, host_update_fn, in_graph_unsupported
 from .layers import find_prunable_weights, in_model_order
-from .mask_write import dense_value, write_update
-from .state import STATE_ATTR, attach_state, detach_state, model_state, state_class
-from .train_step import install_train_step, mask_all, strategy_of, uninstall_train_step
+from .mask_apply import MaskApplier, build_optimizer_slots
+from .state import STATE_ATTR, attach_state, model_state, state_class
+from .strip import strip_pruning
+from .train_step import install_train_step, strategy_of
 
 __all__ = ["PruningCallback", "strip_pruning", "STATE_ATTR", "GRAD_MASKING_OPTIMIZERS", "grad_masking_supported"]
-
-
-def _scalar(tag: str, value: float) -> None:
-    """A TensorBoard scalar summary that needs no ``tensorboard`` package (as tf.summary.scalar writes it)."""
-    from tensorflow.core.framework import summary_pb2
-
-    md = summary_pb2.SummaryMetadata()
-    md.plugin_data.plugin_name = "scalars"
-    md.data_class = summary_pb2.DATA_CLASS_SCALAR
-    tf.summary.write(tag, tf.constant(float(value), tf.float32), metadata=md)
 
 
 class PruningCallback(_keras3.callbacks.Callback):
@@ -148,7 +126,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._next = 0.0            # first step at which the protocol may act
         self._est: int | None = None  # expected optimizer.iterations at the next batch start
         self._spe = 1
-        self._apply_cache: tuple | None = None
+        self._applier = MaskApplier()
         self._seen_fingerprint: np.ndarray | None = None   # the state as last read or written (see _sync_from_state)
         self._seen_state: tuple[int, list[np.ndarray]] | None = None
         self._autotune = False
@@ -400,84 +378,11 @@ class PruningCallback(_keras3.callbacks.Callback):
         logs.update(figures if self.log_per_layer else {"sparsity": figures["sparsity"]})
 
     # ----- the mask update ---------------------------------------------------------------------
-    def _apply_fn(self) -> tuple[Any, Any]:
-        """``read() -> dense weights`` and ``apply(flat masks, flat zeros, step)`` for the mask update, built once.
-
-        ``read`` returns the pruned weights, dense (kernel + stored values), as NumPy
-        arrays (one compiled call for distributed variables). ``apply`` is one
-        compiled function (a concrete function: no retracing, no signature
-        matching per call) that writes the masks and the zeros, each one flat bool
-        tensor in the order of the pruned weights (:func:`.mask_write.write_update`:
-        weights, stored values, optimizer slots, masks). Rebuilt only when the
-        optimizer's variables change (slots created, optimizer replaced).
-        """
-        st, opt = self._state, getattr(self.model, "optimizer", None)
-        inner = unwrap_optimizer(opt)
-        nvars = getattr(inner, "_variables", None)
-        if not isinstance(nvars, list):
-            nvars = getattr(inner, "_weights", None)
-        cheap = (id(st), id(opt), len(nvars)) if isinstance(nvars, list) else None
-        if cheap is not None and self._apply_cache is not None and self._apply_cache[0] == cheap:
-            return self._apply_cache[2], self._apply_cache[3]
-        slots = [optimizer_slots(opt, pw.variable) for pw in st.pweights]
-        key = (id(st), tuple(id(s) for ss in slots for s in ss))
-        if self._apply_cache is not None and self._apply_cache[1] == key:
-            self._apply_cache = (cheap, *self._apply_cache[1:])
-            return self._apply_cache[2], self._apply_cache[3]
-        mvars = [tf_variable(m) for m in st.masks]
-        wvars = [tf_variable(pw.variable) for pw in st.pweights]
-        svars = [tf_variable(v) for v in st.stored]
-        slots = [[tf_variable(x) for x in ss] for ss in slots]
-        last = tf_variable(st.last_step)
-        sizes = [int(np.prod(pw.tf_shape)) for pw in st.pweights]
-
-        @tf.function(autograph=False)
-        def apply(flat_keep: tf.Tensor, flat_zero: tf.Tensor, step: tf.Tensor) -> None:
-            for i, (keep, zero, pw) in enumerate(zip(tf.split(flat_keep, sizes), tf.split(flat_zero, sizes),
-                                                     st.pweights)):
-                write_update(wvars[i], svars[i], mvars[i], slots[i], tf.reshape(keep, pw.tf_shape),
-                             tf.reshape(zero, pw.tf_shape))
-            last.assign(step)
-
-        flat = tf.TensorSpec([sum(sizes)], tf.bool)
-        apply_cf = apply.get_concrete_function(flat, flat, tf.TensorSpec([], tf.int64))
-
-        @tf.function(autograph=False)
-        def read_all() -> list:
-            return [tf.identity(dense_value(w, s)) for w, s in zip(wvars, svars)]
-
-        if any(isinstance(w, tf.distribute.DistributedValues) for w in wvars):
-            def read() -> list[np.ndarray]:
-                return [v.numpy() for v in read_all()]
-        else:
-            def read() -> list[np.ndarray]:     # ReadVariableOps run inline: cheaper than a call
-                return [w.numpy() + s.numpy() for w, s in zip(wvars, svars)]
-
-        self._apply_cache = (cheap, key, read, apply_cf)
-        return read, apply_cf
-
-    def _build_optimizer(self) -> None:
-        """Create the optimizer's slots now if it has none yet (as its first step would, same variables).
-
-        Otherwise an update before the first step of a run (step 0, or a resume from a checkpoint
-        saved at an update point) could not zero the slots of the newly pruned weights, and the slots
-        a checkpoint restores into them when they are created would move those weights.
-        """
-        model = self.model
-        opt = unwrap_optimizer(getattr(model, "optimizer", None))
-        if opt is None:
-            return
-        if hasattr(opt, "_create_all_weights") and not hasattr(opt, "build"):     # tf-keras legacy optimizer
-            if not optimizer_slots(opt, self._state.pweights[0].variable):
-                opt._create_all_weights(model.trainable_variables)
-        elif hasattr(opt, "build") and not (getattr(opt, "built", False) or getattr(opt, "_built", False)):
-            opt.build(model.trainable_variables)
-
     def _update(self, step: int) -> None:
         pws = self._state.pweights
         with strategy_of(self.model).scope():
-            self._build_optimizer()
-            read, apply = self._apply_fn()
+            build_optimizer_slots(self.model, self._state)
+            read, apply = self._applier.functions(self._state, getattr(self.model, "optimizer", None))
 
             def weights() -> dict[str, np.ndarray]:      # read only when an update is due
                 return {pw.path: pw.to_canonical(v) for pw, v in zip(pws, read())}
@@ -508,9 +413,9 @@ class PruningCallback(_keras3.callbacks.Callback):
         pending, self._pending_logs = self._pending_logs, []
         for step, figures in pending:
             with self._writer.as_default(step=step):
-                _scalar("sparsity/total", figures.pop("sparsity"))
+                write_scalar("sparsity/total", figures.pop("sparsity"))
                 for tag, v in figures.items():
-                    _scalar(tag, v)
+                    write_scalar(tag, v)
 
     # ----- the mask update inside the train step (see .graph_update) ---------------------------
     def _trace_graph_update(self, model: Any) -> None:
@@ -542,31 +447,3 @@ class PruningCallback(_keras3.callbacks.Callback):
 def _as_bound(next_step: int) -> float:
     """A protocol ``next_step()`` as a number to compare steps with (-1: never)."""
     return float("inf") if next_step < 0 else float(next_step)
-
-
-def strip_pruning(model: Any) -> Any:
-    """Remove the pruning state from ``model`` and return it as a plain model.
-
-    The masks are applied one last time (pruned weights are exactly zero), the
-    wrapped ``train_step`` and the state layer are removed, so the model saves
-    and loads (``.keras``, SavedModel, weights) without sparsify.
-
-    Example:
-        >>> import keras
-        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])
-        >>> model.compile("sgd", "mse")
-        >>> _ = model.fit(np.ones((4, 4)), np.zeros((4, 8)), verbose=0,
-        ...               callbacks=[PruningCallback({"target_sparsity": 0.5, "end_step": 0})])
-        >>> plain = strip_pruning(model)      # then plain.save("pruned.keras"): loads without sparsify
-        >>> float((plain.layers[0].kernel.numpy() == 0).mean())
-        0.5
-    """
-    keras_flavor(model)
-    state = model_state(model)
-    if state is not None:
-        with strategy_of(model).scope():
-            mask_all([(tf_variable(pw.variable), tf_variable(m)) for pw, m in zip(state.pweights, state.masks)])
-    uninstall_train_step(model)
-    uninstall_grad_hook(model)
-    detach_state(model)
-    return model

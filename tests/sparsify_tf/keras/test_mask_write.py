@@ -28,7 +28,9 @@ def test_grown_entries_start_at_zero_in_the_weight_and_the_slots():
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.tuples(st.floats(-4, 4, width=32), st.booleans(), st.booleans(), st.floats(-1, 1, width=32)),
+# no subnormals: TF's CPU kernels may flush them to zero (a denormal stored value reads back as 0)
+@given(st.lists(st.tuples(st.floats(-4, 4, width=32, allow_subnormal=False), st.booleans(), st.booleans(),
+                          st.floats(-1, 1, width=32, allow_subnormal=False)),
                 min_size=1, max_size=12))
 def test_an_update_loses_no_value_and_leaves_exact_zeros(entries):
     dense = np.array([e[0] for e in entries], np.float32)
