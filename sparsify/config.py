@@ -30,7 +30,7 @@ from .yaml_io import load_yaml_mapping, yaml_loader  # re-exported: sparsify.con
 __all__ = ["PruningConfig", "SCOPES", "REGROWTH", "PRUNED_GRADIENTS", "SCHEDULE_TYPES", "DEFAULT_TARGET_SPARSITY", "default_target_sparsity",
            "yaml_loader", "load_yaml_mapping"]
 
-SCOPES = ("global", "local", "row")
+SCOPES = ("global", "local", "row", "erk")
 REGROWTH = ("none", "rigl", "set")
 PRUNED_GRADIENTS = ("none", "straight_through")
 
@@ -81,8 +81,10 @@ class PruningConfig:
             the last axis (``"2:4"`` keeps 2 of 4, which is NVIDIA's "2:4
             sparsity").
         pruning_scope: ``"local"`` (every layer the same ratio), ``"global"``
-            (one threshold over all layers) or ``"row"`` (every output row of every
-            layer the same ratio, as Wanda compares weights; pattern ``"1x1"``).
+            (one threshold over all layers), ``"row"`` (every output row of every
+            layer the same ratio, as Wanda compares weights; pattern ``"1x1"``) or
+            ``"erk"`` (each layer's ratio from its shape, Erdős–Rényi-Kernel as in
+            RigL: small layers stay denser, the total is exact; pattern ``"1x1"``).
         start_step, end_step: schedule window (optimizer steps).
         pruning_frequency: steps between mask updates (<= 0: every step).
         sparsity_decay_type: the schedule from ``init_sparsity`` i to
@@ -191,6 +193,7 @@ class PruningConfig:
             raise ValueError(f"init_sparsity ({self.init_sparsity}) must be <= target_sparsity ({self.target_sparsity})")
         pat.check_ratio(self.target_sparsity, "target_sparsity")      # e.g. at most N/M for "N:M"
         for what, active in (("pruning_scope='row'", self.pruning_scope == "row"),
+                             ("pruning_scope='erk'", self.pruning_scope == "erk"),
                              (f"regrowth={self.regrowth!r}", self.regrowth != "none")):
             if active and self.pattern != "1x1":
                 raise ValueError(f"{what} works on single weights: pattern must be '1x1', got {self.pattern!r}")

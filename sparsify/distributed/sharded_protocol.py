@@ -28,6 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..config import PruningConfig
+from ..patterns.erk_scope import erk_layer_ratios
 from ..protocol import PruningProtocol, counted_sparsity_figures
 from .collective import Collective
 from .row_shard import RowShard
@@ -101,6 +102,14 @@ class ShardedPruningProtocol(PruningProtocol):
         if self.config.pruning_scope == "row":        # rows are compared within themselves: no collective
             out = self.engine.pattern.get_masks({n: scores[n] for n in live}, self.engine.target_sparsity(step),
                                                 None if pre is None else {n: pre[n] for n in live})
+        elif self.config.pruning_scope == "erk":      # per-layer counts from the full shapes, each layer local
+            target, pattern = self.engine.target_sparsity(step), self.engine.pattern
+            ratios = erk_layer_ratios(pattern, {n: self.shapes[n] for n in live}, pattern.check_ratio(target),
+                                      pattern.max_sparsity_ratio_per_layer)
+            out = {}
+            for n in live:
+                out.update(sharded_masks(pattern, {n: scores[n]}, self.shards, ratios[n], self.collective,
+                                         None if pre is None else {n: pre[n]}, sample_size=self.sample_size))
         else:
             out = sharded_masks(self.engine.pattern, {n: scores[n] for n in live}, self.shards,
                                 self.engine.target_sparsity(step), self.collective,

@@ -23,6 +23,7 @@ from ..layout import from_2d, to_2d, view_shape
 from ..schedules.base import validate_ratio
 from ..lowest_k import exact_prune_count
 from ..score_checks import NaNScoreError, check_finite
+from .erk_scope import erk_masks
 from .global_scope import global_masks
 from .layer_view import fill_units, finish_mask, layer_view, select_units, unit_nan_error
 from .row_scope import row_masks
@@ -84,8 +85,8 @@ class Pattern:
     def __init__(self, config: Any = None) -> None:
         self.pattern: str = config_value(config, "pattern", "1x1")
         scope = config_value(config, "pruning_scope", "local")
-        if scope not in ("global", "local", "row"):
-            raise ValueError(f"pruning_scope must be 'global', 'local' or 'row', got {scope!r}")
+        if scope not in ("global", "local", "row", "erk"):
+            raise ValueError(f"pruning_scope must be 'global', 'local', 'row' or 'erk', got {scope!r}")
         self.is_global: bool = scope == "global"
         self.scope: str = scope
         self.max_sparsity_ratio_per_layer: float = validate_ratio(
@@ -106,7 +107,7 @@ class Pattern:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.pattern!r}, scope={'global' if self.is_global else 'local'})"
+        return f"{type(self).__name__}({self.pattern!r}, scope={self.scope!r})"
 
     # ----- what a unit is (subclasses) -------------------------------------------------
     @property
@@ -307,6 +308,9 @@ class Pattern:
             return {k: np.asarray(v, dtype=bool).copy() for k, v in pre_masks.items()}
         if self.scope == "row":
             return row_masks(self, scores, target_sparsity_ratio, pre_masks, max_sparsity_ratio_per_layer)
+        if self.scope == "erk":
+            return erk_masks(self, scores, self.check_ratio(target_sparsity_ratio), pre_masks,
+                             self._max_ratio_arg(max_sparsity_ratio_per_layer))
         fn = self.get_masks_global if self.is_global else self.get_masks_local
         return fn(scores, target_sparsity_ratio, pre_masks, max_sparsity_ratio_per_layer)
 

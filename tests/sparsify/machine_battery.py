@@ -95,6 +95,9 @@ def mask_digests() -> dict[str, str]:
         p = get_pattern({"pattern": "4x1", "block_score_reduce": reduce, "pruning_scope": "global"})
         layers = {name: _scores(3, shape, np.float32, False) for name, shape in LAYERS}
         out[f"masks/reduce/{reduce}"] = _digest(*p.get_masks(layers, 0.6).values())
+    erk = get_pattern({"pattern": "1x1", "pruning_scope": "erk"})
+    layers = {name: _scores(4, shape, np.float32, False) for name, shape in LAYERS}
+    out["masks/erk"] = _digest(*[m for r in (0.3, 0.77, 0.95) for m in erk.get_masks(layers, r).values()])
     flat = _scores(11, (3_000_000,), np.float32, False)
     out["kernel/lowest_k_keep"] = _digest(lowest_k_keep(flat, 1_234_567), lowest_k_keep(flat.astype(np.float64), 7))
     w = _scores(5, (128, 256), np.float32, False) - 1.5

@@ -74,7 +74,7 @@ def test_derived_objects():
     (dict(pattern="2:2"), ValueError, "0 < N < M"),
     (dict(pattern="0x4"), ValueError, "block dimensions must be positive"),
     (dict(pattern="2:4", target_sparsity=0.6), ValueError, r"must be <= N/M = 0.5, got 0.6"),
-    (dict(pruning_scope="globl"), ValueError, r"pruning_scope must be one of \('global', 'local', 'row'\), got 'globl' \(did you mean 'global'\?\)"),
+    (dict(pruning_scope="globl"), ValueError, r"pruning_scope must be one of \('global', 'local', 'row', 'erk'\), got 'globl' \(did you mean 'global'\?\)"),
     (dict(criterion="magnitud"), ValueError, "did you mean 'magnitude'"),
     (dict(criterion="hessian"), ValueError, "criterion must be one of"),
     (dict(sparsity_decay_type="sine"), ValueError, "sparsity_decay_type must be one of"),

@@ -153,9 +153,11 @@ def test_masking_weights_refuses_gradients_built_before_pruning():
 
 
 # ----- parity with the core ---------------------------------------------------------------------
-@pytest.mark.parametrize("pattern,builder", [("1x1", "cnn"), ("4x1", "cnn"), ("2:4", "mlp")])
-def test_masks_equal_core_masks(pattern, builder):
-    cfg = sparsify.PruningConfig(target_sparsity=0.5, pattern=pattern, start_step=0, end_step=0)
+@pytest.mark.parametrize("pattern,builder,scope", [("1x1", "cnn", "local"), ("4x1", "cnn", "local"),
+                                                   ("2:4", "mlp", "local"), ("1x1", "cnn", "erk")])
+def test_masks_equal_core_masks(pattern, builder, scope):
+    cfg = sparsify.PruningConfig(target_sparsity=0.5, pattern=pattern, start_step=0, end_step=0,
+                                 pruning_scope=scope)
     g = tf.Graph()
     with g.as_default():
         m = build_cnn() if builder == "cnn" else build_mlp()

@@ -60,6 +60,7 @@ def single(cfg, steps, scores=False):
      "pruning_frequency": 1, "max_sparsity_ratio_per_layer": 0.8, "op_names": ["fc"]},
     {"target_sparsity": 0.6, "pattern": "1xchannel", "start_step": 0, "end_step": 3, "pruning_frequency": 1,
      "monotone": False},
+    {"target_sparsity": 0.9, "pruning_scope": "erk", "start_step": 0, "end_step": 6, "pruning_frequency": 2},
 ])
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_sharded_protocol_follows_the_single_process_protocol(cfg, world):

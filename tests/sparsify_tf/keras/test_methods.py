@@ -164,6 +164,30 @@ def test_a_criterion_registered_in_user_code_works_in_keras_like_in_torch(K, dis
     assert cb.masks["d/kernel"].ravel().tolist() == [False, True, False, True]
 
 
+def test_erk_scope_gives_torch_masks_in_keras(K):
+    """ERK per-layer counts come from the canonical shapes: a Keras conv net and its torch twin agree."""
+    rng = np.random.default_rng(3)
+    model = K.Sequential([first(K, (12, 2)), K.layers.Conv1D(6, 3, name="c"), K.layers.Flatten(),
+                          K.layers.Dense(5, name="fc")])
+    ck, fk = rng.standard_normal((3, 2, 6)).astype(np.float32), rng.standard_normal((60, 5)).astype(np.float32)
+    model.layers[0].kernel.assign(ck)
+    model.layers[-1].kernel.assign(fk)
+    model.compile(K.optimizers.SGD(0.0), "mse")
+    cfg = {"pruning_scope": "erk", "target_sparsity": 0.9, "end_step": 0}
+    cb = PruningCallback(cfg)
+    model.fit(np.ones((2, 12, 2), np.float32), np.zeros((2, 5), np.float32), verbose=0, callbacks=[cb])
+    tm = torch.nn.Sequential(torch.nn.Conv1d(2, 6, 3), torch.nn.Linear(60, 5))
+    with torch.no_grad():
+        tm[0].weight.copy_(torch.from_numpy(ck.transpose(2, 1, 0).copy()))
+        tm[1].weight.copy_(torch.from_numpy(fk.T.copy()))
+    torch_masks = {n: m.numpy() for n, m in sparsify_torch.prune(tm, cfg).masks().items()}
+    assert np.array_equal(cb.masks["c/kernel"], torch_masks["0.weight"].transpose(2, 1, 0))
+    assert np.array_equal(cb.masks["fc/kernel"], torch_masks["1.weight"].T)
+    # ERK (6+2+3)/36 vs (5+60)/300: the conv keeps a larger share; 302 of 336 weights pruned in all
+    pruned = {n: int((~m).sum()) for n, m in cb.masks.items()}
+    assert sum(pruned.values()) == 302 and pruned["c/kernel"] / 36 < pruned["fc/kernel"] / 300
+
+
 def test_a_registered_criterion_works_in_tf_graph_mode(distance):
     from sparsify_tf import prune_graph
     tf1 = tf.compat.v1
