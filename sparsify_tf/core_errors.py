@@ -39,10 +39,10 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-__all__ = ["reraise_core_errors", "raise_core_errors_from_session_runs", "PY_FUNC_OP_TYPES"]
+__all__ = ["reraise_core_errors", "raise_core_errors_from_session_runs"]
 
-#: op types of ``tf.numpy_function`` / ``tf.compat.v1.py_func`` in a graph: the ops that can run the core.
-PY_FUNC_OP_TYPES = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+# op types of ``tf.numpy_function`` / ``tf.compat.v1.py_func`` in a graph: the ops that can run the core.
+_PY_FUNC_OP_TYPES = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
 # graph -> the ``errors`` dicts of the core updates built in it (dicts hold no reference to the graph)
 _GRAPH_ERRORS: "weakref.WeakKeyDictionary[tf.Graph, list[dict]]" = weakref.WeakKeyDictionary()
@@ -127,7 +127,7 @@ def _run_raising_core_errors(run: Callable) -> Callable:
 
 def _pop_core_error(graph: tf.Graph, error: tf.errors.OpError) -> BaseException | None:
     """The core error behind ``error`` (a failed run of ``graph``), removed from its dict; None if none."""
-    if error.op is None or error.op.type not in PY_FUNC_OP_TYPES:
+    if error.op is None or error.op.type not in _PY_FUNC_OP_TYPES:
         return None
     for errors in _GRAPH_ERRORS.get(graph, ()):
         err = errors.pop("error", None)
