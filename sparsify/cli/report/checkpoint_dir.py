@@ -84,8 +84,9 @@ def directory_checkpoint_prefix(d: str) -> str:
 
     Raises:
         ValueError: one line naming what is missing: the state file (listing the checkpoint
-            prefixes found and the path to pass instead, or the data shards whose ``.index``
-            file is missing), the state file's entry, or the ``.index`` file it names.
+            prefixes found and the path to pass instead, also the SavedModel directory for a
+            SavedModel's ``variables/``, or the data shards whose ``.index`` file is missing),
+            the state file's entry, or the ``.index`` file it names.
     """
     state = os.path.join(d, STATE_FILE)
     if os.path.isfile(state):
@@ -98,8 +99,11 @@ def directory_checkpoint_prefix(d: str) -> str:
         also = f" and data shards without an .index file ({_named(orphans)})" if orphans else ""
         n = len(prefixes)
         how = "pass its prefix instead:" if n == 1 else "pass one prefix, e.g."
+        parent = os.path.dirname(os.path.abspath(d))
+        saved_model = f" (or its SavedModel directory {parent!r})" \
+            if os.path.isfile(os.path.join(parent, "saved_model.pb")) else ""
         raise ValueError(f"{missing} and holds {n} checkpoint{'s' if n > 1 else ''} ({_named(shown)}){also}; "
-                         f"{how} {os.path.join(d, prefixes[-1])!r}")
+                         f"{how} {os.path.join(d, prefixes[-1])!r}{saved_model}")
     if shards:
         whose = "whose .index file is" if len(shards) == 1 else "whose .index files are"
         raise ValueError(f"{missing} and every *.index file: it holds only the checkpoint data shards of "

@@ -174,3 +174,18 @@ def test_prefixes_come_in_numeric_order(indexed, sharded):
         with pytest.raises(ValueError) as info:
             directory_checkpoint_prefix(d)
     assert str(info.value).endswith(repr(os.path.join(d, f"model.ckpt-{max(indexed)}")))
+
+
+def test_a_saved_models_variables_directory_points_to_the_saved_model(tmp_path, capsys):
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.w = tf.Variable(np.eye(4, dtype=np.float32))
+    tf.saved_model.save(module, str(tmp_path / "sm"))
+    variables = tmp_path / "sm" / "variables"
+    assert refused(capsys, variables) == (
+        f"{str(variables)!r} {MISSING} and holds 1 checkpoint (variables); pass its prefix instead: "
+        f"{str(variables / 'variables')!r} (or its SavedModel directory {str(tmp_path / 'sm')!r})")
+    for path in (variables / "variables", tmp_path / "sm"):
+        rc, out, _ = report(capsys, str(path), "--json")
+        assert rc == 0 and json.loads(out)["weights_total"]["zeros"] == 12
