@@ -31,6 +31,7 @@ from sparsify.engine import PruningEngine
 from sparsify.layout import tf_to_canonical
 from sparsify.protocol import PruningProtocol, fingerprint_differences
 
+from .core_errors import raise_core_errors_from_session_runs
 from .core_update import config_mismatch_message
 from .export import export_frozen_graph, export_saved_model
 from .graph_utils import check_graph_editable
@@ -113,6 +114,10 @@ class GraphPruningHandles:
     update_builder: Callable[..., tf.Operation] = field(repr=False, default=None)
     built_updates: dict = field(repr=False, default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # a refused update raises the core's one-line error from any tf.compat.v1 session run of the graph
+        raise_core_errors_from_session_runs(self.graph, self.core_errors)
+
     @property
     def engine(self) -> PruningEngine:
         """The core engine of the config (schedule, pattern): ``protocol.engine``."""
@@ -166,12 +171,11 @@ class GraphPruningHandles:
         """A train op that runs ``train_op`` and then the pruning update, in one ``sess.run``.
 
         The update also zeroes the pruned entries of the optimizer slots found in
-        the graph now (build ``train_op`` first, as usual). Run it with
-        ``pruning.run_update(sess, train_op, feed_dict)``: an update the core refuses (NaN
-        weights) then raises the core's one-line ``ValueError``; a plain
-        ``sess.run(train_op)`` raises TensorFlow's ``InvalidArgumentError``, whose
-        message starts with TensorFlow's "Graph execution error:" and holds the
-        core's line further down.
+        the graph now (build ``train_op`` first, as usual). Run it with ``sess.run(train_op,
+        feed_dict)`` (or ``pruning.run_update(sess, train_op, feed_dict)``): an update the core
+        refuses (NaN weights) raises the core's one-line ``ValueError`` naming the layer instead
+        of TensorFlow's long ``InvalidArgumentError`` (see :mod:`sparsify_tf.core_errors`), and
+        writes nothing.
 
         Example:
                 train_op = pruning.wrap_train_op(opt.minimize(loss, global_step=gs))
@@ -200,7 +204,8 @@ class GraphPruningHandles:
         """``sess.run(fetch or update_op, feed_dict)``; an update refused by the core (NaN weights, another
         config) raises the core's short ``ValueError`` naming the layer or keys instead of TF's long error.
         ``fetch`` may be a :meth:`wrap_train_op` train op with its ``feed_dict``. The session stays
-        usable: a refused update writes nothing."""
+        usable: a refused update writes nothing. (A plain ``sess.run`` of the graph raises the same
+        error, see :mod:`sparsify_tf.core_errors`.)"""
         self.core_errors.pop("error", None)
         try:
             return sess.run(self.update_op if fetch is None else fetch, feed_dict)

@@ -6,7 +6,9 @@ Three steps, one module each:
   ``state_dict``, TF checkpoint, SavedModel, frozen GraphDef, ``.keras`` /
   HDF5 file or ``.npz`` archive, without executing code from the file
   (:mod:`~sparsify.cli.report.npz_stream` reads an ``.npz`` in bounded chunks,
-  :mod:`~sparsify.cli.report.limits` holds the cap on declared bytes);
+  :mod:`~sparsify.cli.report.limits` holds the cap on declared bytes,
+  :mod:`~sparsify.cli.report.checkpoint_dir` finds the checkpoint a directory's
+  state file names);
 * :mod:`~sparsify.cli.report.statistics`: per-tensor and total sparsity,
   and whether each 2-D view satisfies a pattern (:class:`SparsityReport`);
 * :mod:`~sparsify.cli.report.formatting`: the table the command prints.

@@ -5,7 +5,8 @@ Reads, without executing any code stored in the file:
 * PyTorch ``state_dict`` files (``torch.load(weights_only=True)``; nested
   dicts such as ``{"model": state_dict}`` are flattened with dotted names),
 * TensorFlow checkpoints (a prefix, its ``.index`` file or a directory with a
-  ``checkpoint`` file; values are read with ``tf.train.load_checkpoint``),
+  ``checkpoint`` state file, :mod:`~sparsify.cli.report.checkpoint_dir`; values are
+  read with ``tf.train.load_checkpoint``),
 * SavedModel directories (the variables checkpoint inside ``variables/``, or
   for a frozen inference graph the float constants of ``saved_model.pb``) and
   frozen GraphDef ``.pb`` files (protobuf parsing only),
@@ -47,6 +48,7 @@ import numpy as np
 from sparsify import sparse_format
 
 from ..frameworks import import_tensorflow, import_torch
+from .checkpoint_dir import STATE_FILE, checkpoint_prefixes, data_shard_prefixes, directory_checkpoint_prefix
 from .limits import DEFAULT_MAX_BYTES, check_declared, check_regular, format_bytes, zip_declared
 from .npz_stream import check_declared_npz
 
@@ -88,8 +90,8 @@ def detect_format(path: str | os.PathLike) -> str:
     if os.path.isdir(p):
         if os.path.exists(os.path.join(p, "saved_model.pb")) or os.path.exists(os.path.join(p, "saved_model.pbtxt")):
             return "savedmodel"
-        if os.path.isfile(os.path.join(p, "checkpoint")) or any(f.endswith(".index") for f in os.listdir(p)):
-            return "tf-checkpoint"
+        if os.path.isfile(os.path.join(p, STATE_FILE)) or checkpoint_prefixes(p) or data_shard_prefixes(p):
+            return "tf-checkpoint"           # directory_checkpoint_prefix says what is missing, if anything
         inside = sorted(f + "/" for f in os.listdir(p) if os.path.isdir(os.path.join(p, f)))
         raise ValueError(f"{p!r} is a directory but neither a SavedModel (no saved_model.pb) "
                          "nor a TensorFlow checkpoint directory (no 'checkpoint' state file and no *.index file)"
@@ -397,7 +399,7 @@ def read_tensors(path: str | os.PathLike, fmt: str | None = None,
         tensors = _read_torch(p, max_bytes)
     elif fmt == "tf-checkpoint":
         if os.path.isdir(p):
-            tensors = _read_tf_checkpoint(_latest_checkpoint(p), max_bytes)
+            tensors = _read_tf_checkpoint(directory_checkpoint_prefix(p), max_bytes)
         else:
             tensors = _read_tf_checkpoint(p, max_bytes)
     elif fmt == "savedmodel":
@@ -414,28 +416,3 @@ def read_tensors(path: str | os.PathLike, fmt: str | None = None,
     if not tensors:
         raise ValueError(f"{p!r} ({fmt}) holds no numeric tensors")
     return fmt, tensors
-
-
-def _latest_checkpoint(d: str) -> str:
-    """The checkpoint prefix a directory points to (its ``checkpoint`` file, else its only ``*.index``)."""
-    state = os.path.join(d, "checkpoint")
-    if os.path.isfile(state):
-        try:
-            text = open(state, encoding="utf-8", errors="replace").read(1 << 16)
-        except OSError as e:
-            raise ValueError(f"{d!r}: its 'checkpoint' file cannot be read: {e.strerror}") from None
-        m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', text, flags=re.M)
-        if not m:
-            raise ValueError(f"{d!r}: its 'checkpoint' state file names no model_checkpoint_path; "
-                             "pass the checkpoint prefix")
-        prefix = m.group(1) if os.path.isabs(m.group(1)) else os.path.join(d, m.group(1))
-        if not os.path.isfile(prefix + ".index"):
-            raise ValueError(f"{d!r}: its 'checkpoint' state file names {m.group(1)!r}, but "
-                             f"{prefix + '.index'!r} is missing")
-        return prefix
-    indexes = sorted(f[: -len(".index")] for f in os.listdir(d) if f.endswith(".index"))
-    if len(indexes) == 1:
-        return os.path.join(d, indexes[0])
-    raise ValueError(f"{d!r} is missing its 'checkpoint' state file (which names the latest checkpoint) and "
-                     f"holds {len(indexes)} checkpoints ({', '.join(indexes[:4])}); pass one prefix, e.g. "
-                     f"{os.path.join(d, indexes[-1])!r}")
