@@ -54,7 +54,7 @@ __all__ = ["PruningCallback", "strip_pruning", "STATE_ATTR", "GRAD_MASKING_OPTIM
 
 
 class PruningCallback(_keras3.callbacks.Callback):
-    """Gradual magnitude / block / N:M pruning during ``model.fit``.
+    """Gradual pruning during ``model.fit``: magnitude or Wanda scores (:mod:`.statistics`), blocks, N:M.
 
     Works for tf-keras (``import tf_keras``) and Keras 3 on the TensorFlow
     backend (``import keras`` or ``tf.keras``), chosen by the model passed to

@@ -9,7 +9,8 @@ that hands the pruned weights and masks to the core through
 one TF graph mode runs) and writes what it returns with graph ops: the masks,
 zeros in the weights and their optimizer slots, the done step and the next
 due step (:func:`.mask_write.write_update`: the weights stay dense under the
-masks). An update at the end of step ``s - 1`` is the update at the start of
+masks). With ``criterion="wanda"`` the input statistics (:mod:`.statistics`)
+go to the core too and start again from zero after an update. An update at the end of step ``s - 1`` is the update at the start of
 step ``s``: the masks, weights and every later step are those of the host
 path, bit for bit (tested).
 
