@@ -284,3 +284,24 @@ def test_training_under_a_distribution_strategy_is_refused(K):
     cb = PruningCallback({"target_sparsity": 0.5, "end_step": 0, "criterion": "wanda"})
     with pytest.raises(ValueError, match="not supported under a distribution strategy"):
         model.fit(np.ones((4, 3), "float32"), np.zeros((4, 2), "float32"), verbose=0, callbacks=[cb])
+
+
+@pytest.mark.parametrize("compile_kw", [{"jit_compile": True}, {"steps_per_execution": 3}], ids=["xla", "spe3"])
+def test_xla_and_several_steps_per_execution_record_the_same_statistics(K, digits, compile_kw):
+    """Under XLA the updates run on the host, with steps_per_execution=3 the host or graph sees 3 steps a call:
+    the recorded sums, masks and weights are those of the plain run."""
+    cfg = {"target_sparsity": 0.8, "start_step": 0, "end_step": 12, "pruning_frequency": 6, "criterion": "wanda"}
+    X, y = digits
+    runs = []
+    for kw in ({}, compile_kw):
+        model = compile_(mlp(K), K, opt="sgd", lr=0.05, **kw)
+        cb = PruningCallback(cfg)
+        model.fit(X[:480], y[:480], batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[cb])
+        runs.append((model, cb))
+    (a, cb_a), (b, cb_b) = runs
+    assert cb_a.last_update_step == cb_b.last_update_step == 12
+    assert all(np.array_equal(cb_a.masks[k], cb_b.masks[k]) for k in cb_a.masks)
+    assert all(np.allclose(u, v, rtol=1e-5, atol=1e-6) for u, v in zip(a.get_weights(), b.get_weights()))
+    sa, sb = _sums(cb_a), _sums(cb_b)
+    assert all(np.allclose(sa[k], sb[k], rtol=1e-5) for k in sa) and _calls(cb_a) == _calls(cb_b)
+    assert all(c == 3 for c in _calls(cb_b).values())               # steps 12, 13, 14 since the update at 12
