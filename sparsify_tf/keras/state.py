@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import tensorflow as tf
+
 from .compat import keras_module
 from .layers import PrunableWeight
 from .statistics import install_recorders, uninstall_recorders
@@ -69,12 +71,14 @@ def state_class(flavor: str) -> type:
                      for i, pw in enumerate(pweights)] if keep_grads else []
             seen = self.add_weight(name="dense_grad_seen", shape=(), dtype="int64", initializer="zeros",
                                    trainable=False, **extra) if keep_grads else None
-            # per input channel (canonical axis 1), float32 like torch's sums (sparsify_torch.statistics)
+            # per input channel (canonical axis 1), float32 like torch's sums (sparsify_torch.statistics);
+            # under a distribution strategy each replica adds its share (aggregation: sum)
+            summed = {**extra, "aggregation": "sum" if flavor == "keras3" else tf.VariableAggregation.SUM}
             sums = [self.add_weight(name=f"activation_sum_{i}", shape=(pw.canonical_shape[1],), dtype="float32",
-                                    initializer="zeros", trainable=False, **extra)
+                                    initializer="zeros", trainable=False, **summed)
                     for i, pw in enumerate(pweights)] if keep_activations else []
             calls = [self.add_weight(name=f"activation_calls_{i}", shape=(), dtype="int64", initializer="zeros",
-                                     trainable=False, **extra) for i in range(len(pweights))] if keep_activations else []
+                                     trainable=False, **summed) for i in range(len(pweights))] if keep_activations else []
             last = self.add_weight(name="last_update_step", shape=(), dtype="int64",
                                    initializer=K.initializers.Constant(-1), trainable=False, **extra)
             fp = self.add_weight(name="config_fingerprint", shape=(len(fingerprint),), dtype="int64",

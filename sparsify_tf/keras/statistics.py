@@ -12,7 +12,9 @@ At a mask update the core gets their square roots, shaped to broadcast against t
 canonical weight (``(1, in)`` for Dense, ``(1, in, 1, ...)`` for Conv1D/2D/3D), and the sums
 start again from zero (:class:`ActivationWindow` on the host, :func:`graph_activation_inputs`
 and :func:`graph_reset` inside the train step). The sums live in the state layer, so a
-checkpoint keeps them and a resumed run continues exactly.
+checkpoint keeps them and a resumed run continues exactly. Under a distribution strategy
+the variables aggregate by sum: each replica adds its share of the global batch (the call
+counts then count replica calls).
 
 Example:
     >>> import keras
@@ -147,15 +149,11 @@ def recording_activations(state: Any, criterion: str = "wanda") -> Iterator[None
     """Record the inputs of ``state``'s pruned layers in the train step traced inside (nothing without sums).
 
     Raises:
-        ValueError: the step is traced under a distribution strategy (not supported yet), or a pruned layer
-            was not called in it (its inputs cannot be read), named.
+        ValueError: a pruned layer was not called in the traced step (its inputs cannot be read), named.
     """
     if not getattr(state, "activation_sums", None):
         yield
         return
-    if tf.distribute.has_strategy():
-        raise ValueError(f"criterion {criterion!r} is not supported under a distribution strategy yet (the input "
-                         "statistics would be kept per replica); train without a strategy")
     by_state = _active.__dict__.setdefault("by_state", {})
     seen: set[int] = set()
     by_state[id(state)] = seen

@@ -1,12 +1,15 @@
 """criterion="wanda" during model.fit (sparsify_tf/keras/statistics.py): the per-input-channel sums of squares of
 each pruned layer's inputs since the last update, the core's masks from them, torch parity, resume, errors."""
+import json
 import os
+import subprocess
+import sys
+import textwrap
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import torch
 
 import sparsify_torch
@@ -276,14 +279,53 @@ def test_a_pruned_layer_the_train_step_never_calls_is_refused_by_name(K):
     assert (model.unused.kernel.numpy() != 0).all()                   # nothing was pruned
 
 
-def test_training_under_a_distribution_strategy_is_refused(K):
-    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    with strategy.scope():
-        model = K.Sequential([first(K, (3,)), K.layers.Dense(2, name="fc")])
-        model.compile(K.optimizers.SGD(0.1), "mse")
-    cb = PruningCallback({"target_sparsity": 0.5, "end_step": 0, "criterion": "wanda"})
-    with pytest.raises(ValueError, match="not supported under a distribution strategy"):
-        model.fit(np.ones((4, 3), "float32"), np.zeros((4, 2), "float32"), verbose=0, callbacks=[cb])
+DISTRIBUTED = textwrap.dedent("""
+    import json, os
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    import numpy as np, tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras, tf_keras
+    from sparsify_tf.keras import PruningCallback
+    from sparsify_tf.keras.compat import tf_variable
+    x = np.random.default_rng(0).normal(size=(64, 6)).astype("float32")
+    result = {}
+    for K in (tf_keras, keras):
+        for dist in (False, True):
+            strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if dist else tf.distribute.get_strategy()
+            with strategy.scope():
+                K.utils.set_random_seed(0)
+                first = K.layers.InputLayer((6,)) if K is tf_keras else K.Input((6,))
+                m = K.Sequential([first, K.layers.Dense(5, activation="relu", name="fc1"),
+                                  K.layers.Dense(3, name="out")])
+                m.compile(K.optimizers.SGD(0.0), "mse")
+            cb = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 6, "pruning_frequency": 3,
+                                  "criterion": "wanda"})
+            m.fit(x, np.zeros((64, 3), "float32"), batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=[cb])
+            var = tf_variable(cb._state.activation_sums[0])
+            replicas = [v.numpy().tolist() for v in var.values] if dist else [var.numpy().tolist()]
+            result[f"{K.__name__}/{dist}"] = {"done": cb.last_update_step, "fc1_sums": replicas,
+                                             "masks": {k: v.tolist() for k, v in cb.masks.items()}}
+    print("RESULT " + json.dumps(result))
+""")
+
+
+def test_under_mirrored_strategy_each_replica_adds_its_share_of_the_global_batch():
+    """Two logical CPUs (own process: devices are fixed before TF starts), batch 16 split 8 + 8: the sums on
+    every replica are those of the whole batch and the masks are those of training without a strategy."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-c", DISTRIBUTED], capture_output=True, text=True, env=env, timeout=600)
+    line = [s for s in res.stdout.splitlines() if s.startswith("RESULT ")]
+    assert res.returncode == 0 and line, res.stderr[-3000:]
+    result = json.loads(line[0][len("RESULT "):])
+    x = np.random.default_rng(0).normal(size=(64, 6)).astype("float32")
+    for flavor in ("tf_keras", "keras"):
+        plain, mirrored = result[f"{flavor}/False"], result[f"{flavor}/True"]
+        assert plain["done"] == mirrored["done"] == 3 and plain["masks"] == mirrored["masks"]
+        assert len(mirrored["fc1_sums"]) == 2
+        for sums in plain["fc1_sums"] + mirrored["fc1_sums"]:      # step 3's batch: x[48:64]
+            np.testing.assert_allclose(sums, np.square(x[48:].astype(np.float64)).sum(axis=0), rtol=1e-5)
 
 
 @pytest.mark.parametrize("compile_kw", [{"jit_compile": True}, {"steps_per_execution": 3}], ids=["xla", "spe3"])
