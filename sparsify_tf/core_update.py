@@ -55,6 +55,9 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
     the state in that error (default: ``ks_group 'name'``; the Keras callback names the model).
     The arrays are the weights (dense: pruned entries hold their stored values), the masks and, for
     ``regrowth="rigl"``, the dense gradients. Entries regrowth grew are zeros to write (they start at zero).
+    Criteria that read activations get them from the keyword ``activations`` (canonical per-input-channel
+    norms by name, or a callable returning them, read only when an update is due; the Keras callback
+    passes them from its host function, :mod:`sparsify_tf.keras.statistics`).
     """
     names = list(protocol.names)
     n = len(names)
@@ -62,15 +65,15 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
     last: dict[str, Any] = {"done": None, "masks": None}
     expected = config_fingerprint(protocol.config)
 
-    def fn(step, done, fingerprint, *arrays):
+    def fn(step, done, fingerprint, *arrays, activations=None):
         try:
-            return _fn(step, done, fingerprint, *arrays)
+            return _fn(step, done, fingerprint, *arrays, activations=activations)
         except (ValueError, TypeError) as e:      # a short error: the layer or keys, no core traceback
             errors["error"] = e
             raise type(e)(str(e)) from None
     fn.errors = errors                            # type: ignore[attr-defined]  # for reraise_core_errors
 
-    def _fn(step, done, fingerprint, *arrays):
+    def _fn(step, done, fingerprint, *arrays, activations=None):
         ws, raw, gs = arrays[:n], arrays[n:2 * n], arrays[2 * n:3 * n]
         ms = [np.asarray(m) != 0 for m in raw]           # 0/1 in the masks' own float dtype
         if not np.array_equal(fingerprint, expected):
@@ -83,7 +86,8 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
                 protocol.restore(int(done), dict(zip(names, ms)))
             try:
                 update = protocol.advance(int(step), lambda: dict(zip(names, ws)),
-                                          grads=(lambda: dict(zip(names, gs))) if gs else None)
+                                          grads=(lambda: dict(zip(names, gs))) if gs else None,
+                                          activations=activations)
             except ValueError as e:
                 last["masks"] = None          # the protocol may be half-advanced: restore it next time
                 raise type(e)(f"pruning update at step {int(step)} refused: {e}; the weights and masks "

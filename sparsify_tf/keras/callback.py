@@ -35,7 +35,7 @@ import tensorflow as tf
 import keras as _keras3
 
 from sparsify import PruningConfig
-from sparsify.criteria import get_criterion, needs_gradients
+from sparsify.criteria import needs_gradients
 from sparsify.protocol import MaskUpdate, PruningProtocol, config_fingerprint, fingerprint_differences
 
 from ..core_errors import reraise_core_errors
@@ -46,6 +46,7 @@ from .graph_update import NEVER, build_graph_update, host_update_fn, in_graph_un
 from .layers import find_prunable_weights, in_model_order
 from .mask_apply import MaskApplier, build_optimizer_slots
 from .state import STATE_ATTR, attach_state, model_state, state_class
+from .statistics import activation_window, check_activation_layers, reset_activations
 from .strip import strip_pruning
 from .train_step import install_train_step, strategy_of
 
@@ -53,7 +54,7 @@ __all__ = ["PruningCallback", "strip_pruning", "STATE_ATTR", "GRAD_MASKING_OPTIM
 
 
 class PruningCallback(_keras3.callbacks.Callback):
-    """Gradual magnitude / block / N:M pruning during ``model.fit``.
+    """Gradual pruning during ``model.fit``: magnitude or Wanda scores (:mod:`.statistics`), blocks, N:M.
 
     Works for tf-keras (``import tf_keras``) and Keras 3 on the TensorFlow
     backend (``import keras`` or ``tf.keras``), chosen by the model passed to
@@ -98,9 +99,6 @@ class PruningCallback(_keras3.callbacks.Callback):
         if needs_gradients(cfg.criterion):
             raise ValueError(f"criterion {cfg.criterion!r} needs gradients, which PruningCallback does not "
                              "collect; use criterion='magnitude' with the Keras callback")
-        if "activation" in get_criterion(cfg.criterion).needs:
-            raise ValueError(f"criterion {cfg.criterion!r} reads the layers' inputs, which PruningCallback does not "
-                             "collect; prune a trained model with sparsify_tf.keras.prune_oneshot(model, config, data)")
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a directory path or None, got {log_dir!r}")
         if not isinstance(log_per_layer, bool):
@@ -241,6 +239,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         protocol = PruningProtocol(self.config, {pw.path: pw.canonical_shape for pw in candidates})
         by_path = {pw.path: pw for pw in candidates}
         chosen = [by_path[n] for n in protocol.names]
+        reads_inputs = check_activation_layers(chosen, self.config.criterion)     # Wanda: Dense/Conv kernels
         state = model_state(model)
         if state is not None:
             old = [(pw.path, pw.tf_shape) for pw in state.pweights]
@@ -251,7 +250,7 @@ class PruningCallback(_keras3.callbacks.Callback):
         else:
             with strategy_of(model).scope():
                 state = state_class(flavor)(chosen, config_fingerprint(self.config),
-                                            keep_grads=self.config.regrowth == "rigl")
+                                            keep_grads=self.config.regrowth == "rigl", keep_activations=reads_inputs)
             attach_state(model, state, flavor)
         object.__setattr__(state, "owner", weakref.ref(self))
         if self._next_due is None:
@@ -387,16 +386,18 @@ class PruningCallback(_keras3.callbacks.Callback):
             def weights() -> dict[str, np.ndarray]:      # read only when an update is due
                 return {pw.path: pw.to_canonical(v) for pw, v in zip(pws, read())}
 
+            window = activation_window(self._state, self.config.criterion)   # Wanda: inputs since the last update
+            if window.waiting() or (self._state.grads and int(self._state.grads_seen.numpy()) == 0):
+                return                   # no step ran yet: the update waits for the first one
             grads = None
             if self._state.grads:        # RigL: the dense gradients of the last step
-                if int(self._state.grads_seen.numpy()) == 0:
-                    return               # no step ran yet: the update waits for the first one
                 dense_grads = [pw.to_canonical(g.numpy()) for pw, g in zip(pws, self._state.grads)]
                 grads = dict(zip([pw.path for pw in pws], dense_grads))
-            update = self.protocol.advance(step, weights, grads=grads)
+            update = self.protocol.advance(step, weights, grads=grads, activations=window.read)
             if update is None:
                 return
             self._write(update, apply)
+            reset_activations(self._state)
         self._set_next()
         self._log_update(step, update.released)
         self._flush_logs()

@@ -9,7 +9,8 @@ that hands the pruned weights and masks to the core through
 one TF graph mode runs) and writes what it returns with graph ops: the masks,
 zeros in the weights and their optimizer slots, the done step and the next
 due step (:func:`.mask_write.write_update`: the weights stay dense under the
-masks). An update at the end of step ``s - 1`` is the update at the start of
+masks). With ``criterion="wanda"`` the input statistics (:mod:`.statistics`)
+go to the core too and start again from zero after an update. An update at the end of step ``s - 1`` is the update at the start of
 step ``s``: the masks, weights and every later step are those of the host
 path, bit for bit (tested).
 
@@ -38,6 +39,7 @@ from sparsify.protocol import PruningProtocol
 from ..core_update import NEVER, core_update_fn
 from .compat import optimizer_slots, tf_variable
 from .mask_write import dense_value, write_update
+from .statistics import ActivationWindow, graph_activation_inputs, graph_reset
 
 __all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVER"]
 
@@ -88,10 +90,13 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
     last = tf_variable(state.last_step)
     fingerprint = tf_variable(state.fingerprint)
     iterations = tf_variable(model.optimizer.iterations)
+    n_acts = 2 * n if state.activation_sums else 0     # Wanda: input sums of squares, then call counts
 
     def host(step: np.ndarray, done: np.ndarray, fp: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
+        arrays, acts = arrays[:len(arrays) - n_acts], arrays[len(arrays) - n_acts:]
         canon = [pw.to_canonical(a) for pw, a in zip(pws * (len(arrays) // n), arrays)]
-        out = core(step, done, fp, *canon)
+        extra = {"activations": ActivationWindow(pws, acts[:n], acts[n:]).read} if n_acts else {}
+        out = core(step, done, fp, *canon, **extra)
         back = [np.ascontiguousarray(pw.from_canonical(a)) for pw, a in zip(pws + pws, out[:2 * n])]
         if int(out[-2]) != int(done):
             on_update(int(out[-2]), [b != 0 for b in back[:n]])
@@ -100,7 +105,7 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
     def update() -> tf.Tensor:
         inputs = [step, last.read_value(), fingerprint.read_value(),
                   *(dense_value(w, s) for w, s in zip(weights, stored)), *(m.read_value() for m in masks),
-                  *(g.read_value() for g in grads)]
+                  *(g.read_value() for g in grads), *graph_activation_inputs(state)]
         outs = tf.numpy_function(host, inputs, [m.dtype for m in masks] * 2 + [tf.int64, tf.int64],
                                  stateful=True, name="sparsify_core_masks")
         ops = []
@@ -112,6 +117,7 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
         for out, var in ((outs[-2], last), (outs[-1], next_due)):
             out.set_shape([])
             ops.append(var.assign(out, read_value=False))
+        ops.extend(graph_reset(state, tf.not_equal(outs[-2], inputs[1])))     # an update: a new window
         with tf.control_dependencies(ops):
             return tf.constant(True)
 

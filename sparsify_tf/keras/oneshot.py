@@ -35,22 +35,9 @@ from sparsify.criteria import get_criterion
 from .compat import keras_flavor, keras_module
 from .layers import PrunableWeight, find_prunable_weights, in_model_order
 from .state import model_state
+from .statistics import check_activation_layers
 
 __all__ = ["prune_oneshot", "input_channel_norms"]
-
-_CONV = {"Conv1D", "Conv2D", "Conv3D", "Conv"}
-
-
-def _reads_input_channels(pw: PrunableWeight) -> bool:
-    """True when the layer multiplies its inputs' last axis by the weight's input channels directly."""
-    names = {c.__name__ for c in type(pw.layer).__mro__}
-    if pw.kind == "dense":
-        return "Dense" in names and "EinsumDense" not in names and pw.path.endswith("/kernel")
-    return (pw.kind == "conv" and bool(names & _CONV) and pw.path.endswith("/kernel")
-            and int(getattr(pw.layer, "groups", 1) or 1) == 1
-            and getattr(pw.layer, "data_format", "channels_last") == "channels_last"
-            and not names & {"SeparableConv1D", "SeparableConv2D", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"})
-
 
 def _batches(data: Any) -> Iterable[Any]:
     """The model inputs of each batch: arrays/tensors/dicts are one batch; tuples ``(x, y, ...)`` give ``x``."""
@@ -63,7 +50,8 @@ def _batches(data: Any) -> Iterable[Any]:
         yield batch[0] if isinstance(batch, (tuple, list)) and batch else batch
 
 
-def input_channel_norms(model: Any, weights: list[PrunableWeight], data: Any) -> dict[str, np.ndarray]:
+def input_channel_norms(model: Any, weights: list[PrunableWeight], data: Any,
+                        criterion: str = "wanda") -> dict[str, np.ndarray]:
     """Per-input-channel L2 norms of the inputs of each weight's layer over ``data``, canonical-broadcastable.
 
     Raises:
@@ -76,10 +64,7 @@ def input_channel_norms(model: Any, weights: list[PrunableWeight], data: Any) ->
         >>> input_channel_norms(m, find_prunable_weights(m), [np.array([[3.0, 0.0], [4.0, 1.0]])])["fc/kernel"]
         array([[5., 1.]])
     """
-    bad = [pw.path for pw in weights if not _reads_input_channels(pw)]
-    if bad:
-        raise ValueError(f"the criterion needs the input channels of each pruned weight; {bad} are not Dense or "
-                         "Conv1D/2D/3D kernels (channels_last, groups=1): exclude them with excluded_op_names")
+    check_activation_layers(weights, criterion)
     K = keras_module(keras_flavor(model))
     layers = list(dict.fromkeys(pw.layer for pw in weights))
     try:
@@ -142,7 +127,7 @@ def prune_oneshot(model: Any, config: PruningConfig | Mapping[str, Any] | str, d
     protocol = PruningProtocol(cfg, {pw.path: pw.canonical_shape for pw in candidates})
     by_path = {pw.path: pw for pw in candidates}
     chosen = [by_path[n] for n in protocol.names]
-    acts = input_channel_norms(model, chosen, data) if needs_data else None
+    acts = input_channel_norms(model, chosen, data, cfg.criterion) if needs_data else None
     weights = {pw.path: pw.to_canonical(pw.variable.numpy()) for pw in chosen}
     update = protocol.advance(0, weights, activations=acts)
     for pw in chosen:

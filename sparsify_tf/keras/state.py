@@ -3,8 +3,10 @@
 One mask variable per pruned weight (TF layout, the weight's dtype), one
 holding the values of its pruned entries (zeros where kept: the kernel holds
 zeros where pruned, so the dense weight the core ranks is ``kernel + stored``),
-for ``regrowth="rigl"`` one holding the dense gradient of the last step, the
-step of the last mask update and the config's fingerprint
+for ``regrowth="rigl"`` one holding the dense gradient of the last step, for
+criteria that read activations (``"wanda"``) the per-input-channel sums of
+squares of each pruned layer's inputs since the last update and how many calls
+they hold (:mod:`.statistics`), the step of the last mask update and the config's fingerprint
 (:func:`sparsify.protocol.config_fingerprint`, so a resume with another config
 is refused naming the keys) live in a small non-trainable layer attached to
 the model as ``model._sparsify_pruning_state``. Keras saves it with the
@@ -18,13 +20,19 @@ Example:
     >>> st = state_class("keras3")(find_prunable_weights(m), np.zeros(3, np.int64))
     >>> [tuple(v.shape) for v in st.masks], [tuple(v.shape) for v in st.stored], st.grads, int(st.last_step.numpy())
     ([(4, 3)], [(4, 3)], [], -1)
+    >>> st = state_class("keras3")(find_prunable_weights(m), np.zeros(3, np.int64), keep_activations=True)
+    >>> [tuple(v.shape) for v in st.activation_sums], [int(c.numpy()) for c in st.activation_calls]
+    ([(4,)], [0])
 """
 from __future__ import annotations
 
 from typing import Any
 
+import tensorflow as tf
+
 from .compat import keras_module
 from .layers import PrunableWeight
+from .statistics import install_recorders, uninstall_recorders
 
 __all__ = ["STATE_ATTR", "state_class", "attach_state", "detach_state", "model_state"]
 
@@ -45,10 +53,11 @@ def state_class(flavor: str) -> type:
 
     class PruningState(K.layers.Layer):
         """Mask and stored-value variables, the last update step and the config fingerprint, saved with
-        the model's weights (and the dense gradients of the last step with ``keep_grads``)."""
+        the model's weights (and the dense gradients of the last step with ``keep_grads``; the input
+        activation sums of squares and call counts with ``keep_activations``)."""
 
         def __init__(self, pweights: list[PrunableWeight], fingerprint: Any, keep_grads: bool = False,
-                     **kwargs: Any) -> None:
+                     keep_activations: bool = False, **kwargs: Any) -> None:
             super().__init__(name="sparsify_pruning_state", trainable=False, **kwargs)
             extra = {"autocast": False} if flavor == "keras3" else {}
             masks = []
@@ -62,6 +71,14 @@ def state_class(flavor: str) -> type:
                      for i, pw in enumerate(pweights)] if keep_grads else []
             seen = self.add_weight(name="dense_grad_seen", shape=(), dtype="int64", initializer="zeros",
                                    trainable=False, **extra) if keep_grads else None
+            # per input channel (canonical axis 1), float32 like torch's sums (sparsify_torch.statistics);
+            # under a distribution strategy each replica adds its share (aggregation: sum)
+            summed = {**extra, "aggregation": "sum" if flavor == "keras3" else tf.VariableAggregation.SUM}
+            sums = [self.add_weight(name=f"activation_sum_{i}", shape=(pw.canonical_shape[1],), dtype="float32",
+                                    initializer="zeros", trainable=False, **summed)
+                    for i, pw in enumerate(pweights)] if keep_activations else []
+            calls = [self.add_weight(name=f"activation_calls_{i}", shape=(), dtype="int64", initializer="zeros",
+                                     trainable=False, **summed) for i in range(len(pweights))] if keep_activations else []
             last = self.add_weight(name="last_update_step", shape=(), dtype="int64",
                                    initializer=K.initializers.Constant(-1), trainable=False, **extra)
             fp = self.add_weight(name="config_fingerprint", shape=(len(fingerprint),), dtype="int64",
@@ -73,6 +90,8 @@ def state_class(flavor: str) -> type:
             object.__setattr__(self, "stored", stored)     # values of the pruned entries (0 where kept)
             object.__setattr__(self, "grads", grads)       # dense gradients of the last step (RigL only)
             object.__setattr__(self, "grads_seen", seen)   # 1 once a step recorded them
+            object.__setattr__(self, "activation_sums", sums)    # inputs' sums of squares since the update
+            object.__setattr__(self, "activation_calls", calls)  # layer calls they hold
             object.__setattr__(self, "last_step", last)
             object.__setattr__(self, "fingerprint", fp)
             object.__setattr__(self, "slot_count", 0)
@@ -93,6 +112,7 @@ def state_class(flavor: str) -> type:
 
 def attach_state(model: Any, state: Any, flavor: str) -> None:
     object.__setattr__(model, STATE_ATTR, state)
+    install_recorders(state)        # with activation sums (Wanda): the train step records the layers' inputs
     if flavor == "tf_keras":
         # Checkpoint dependency (TF-format save_weights, BackupAndRestore); also triggers
         # deferred restoration when load_weights ran before the state existed.
@@ -101,6 +121,7 @@ def attach_state(model: Any, state: Any, flavor: str) -> None:
 
 def detach_state(model: Any) -> Any:
     state = model.__dict__.pop(STATE_ATTR, None)
+    uninstall_recorders(state)
     deps = getattr(model, "_self_unconditional_checkpoint_dependencies", None)
     if isinstance(deps, list):
         deps[:] = [d for d in deps if d.name != STATE_ATTR]

@@ -25,6 +25,7 @@ import tensorflow as tf
 from .compat import optimizer_slots, tf_variable
 from .grad_masking import grad_masking_supported, install_grad_hook, recording_masked_variables
 from .state import model_state
+from .statistics import recording_activations
 
 __all__ = ["strategy_of", "mask_all", "masking_pairs", "install_train_step", "uninstall_train_step"]
 
@@ -87,7 +88,7 @@ def install_train_step(model: Any, state: Any, flavor: str) -> None:
         use_grads = grad_masking_supported(opt)
         if use_grads or st.grads:        # RigL: the hook also keeps the dense gradients
             install_grad_hook(model, opt, flavor)
-        with recording_masked_variables() as seen:
+        with recording_masked_variables() as seen, recording_activations(st):   # Wanda: sums the layers' inputs
             logs = inner(data)
         # Gradient-masked weights need nothing more; constrained weights (the constraint
         # may move a zero), weights the hook did not see (a custom train_step with another

@@ -1,5 +1,6 @@
 """Dense weights under the mask, monotone=False, regrowth (SET, RigL), registered criteria and one-shot
-pruning (Wanda) in Keras, on small real models trained with model.fit as a user trains them (both Kerases)."""
+pruning (Wanda) in Keras, on small real models trained with model.fit as a user trains them (both Kerases).
+Wanda during fit: test_activation_statistics.py."""
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -200,11 +201,6 @@ def test_a_registered_criterion_works_in_tf_graph_mode(distance):
         sess.run(tf1.global_variables_initializer())
         sess.run(pruning.update_op)
         assert sess.run(pruning.masks["fc/kernel"]).ravel().tolist() == [0.0, 1.0, 0.0, 1.0]
-
-
-def test_the_callback_refuses_activation_criteria_pointing_to_prune_oneshot():
-    with pytest.raises(ValueError, match="prune_oneshot"):
-        PruningCallback({"criterion": "wanda"})
 
 
 def _trained_mlp(K, digits, seed):
