@@ -33,7 +33,7 @@ from sparsify import PruningConfig, PruningProtocol
 from sparsify.criteria import get_criterion
 
 from .compat import keras_flavor, keras_module
-from .layers import PrunableWeight, find_prunable_weights, in_model_order
+from .layers import KerasPrunableWeight, find_prunable_weights, in_model_order
 from .state import model_state
 
 __all__ = ["prune_oneshot", "input_channel_norms"]
@@ -41,7 +41,7 @@ __all__ = ["prune_oneshot", "input_channel_norms"]
 _CONV = {"Conv1D", "Conv2D", "Conv3D", "Conv"}
 
 
-def _reads_input_channels(pw: PrunableWeight) -> bool:
+def _reads_input_channels(pw: KerasPrunableWeight) -> bool:
     """True when the layer multiplies its inputs' last axis by the weight's input channels directly."""
     names = {c.__name__ for c in type(pw.layer).__mro__}
     if pw.kind == "dense":
@@ -63,7 +63,7 @@ def _batches(data: Any) -> Iterable[Any]:
         yield batch[0] if isinstance(batch, (tuple, list)) and batch else batch
 
 
-def input_channel_norms(model: Any, weights: list[PrunableWeight], data: Any) -> dict[str, np.ndarray]:
+def input_channel_norms(model: Any, weights: list[KerasPrunableWeight], data: Any) -> dict[str, np.ndarray]:
     """Per-input-channel L2 norms of the inputs of each weight's layer over ``data``, canonical-broadcastable.
 
     Raises:
