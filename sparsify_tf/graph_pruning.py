@@ -74,6 +74,7 @@ from .graph_utils import (
     in_variable_creation_order, unmaskable_weight_uses, v1_cond,
 )
 from .layout_ops import from_canonical, to_canonical
+from .mask_write import dense_value, write_update
 from .masking import GraphMasks, PruningOpVars, gradient_ops_of, mask_op_gradient, mask_op_input
 from .optimizer_slots import find_optimizer_slots
 from .pruning_hook import PruningHook
@@ -261,7 +262,7 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                 ready = tf.greater_equal(step, next_due.read_value())
 
                 def _update():
-                    reads = [weights[n].read_value() + stored[n].read_value() for n in names]   # dense
+                    reads = [dense_value(weights[n], stored[n]) for n in names]
                     canon_w = [to_canonical(r, layer_kinds[n]) for n, r in zip(names, reads)]
                     # masks travel as 0/1 in their own float dtype: oneDNN logs an error line whenever a
                     # bool or integer tensor is transposed
@@ -275,22 +276,12 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                     for i, (n, r) in enumerate(zip(names, reads)):
                         outs[i].set_shape(canon_m[i].shape)
                         outs[k + i].set_shape(canon_m[i].shape)
+                        # the new mask; the weight keeps its value where kept now (the rest moves to the
+                        # stored values); optimizer state only where kept throughout (sparsify_tf.mask_write)
                         keep = from_canonical(outs[i], layer_kinds[n], r.shape)
-                        keep_now = tf.not_equal(from_canonical(outs[k + i], layer_kinds[n], r.shape), 0)
-                        steady = tf.logical_and(keep_now, tf.not_equal(masks[n].read_value(), 0))
-                        with tf.control_dependencies([steady]):       # the old mask, read before it changes
-                            assigns.append(tf1.assign(masks[n], keep, name=PruningScope.OP_MASK_ASSIGN))
-                        # zeros where pruned now (pruned values move to the stored variable; returning ones
-                        # come back from it; grown ones start at 0); the optimizer state of entries not kept
-                        # throughout too, so a zero gradient keeps pruned weights at 0.0
-                        zero = tf.zeros([], r.dtype)
-                        assigns.append(tf1.assign(weights[n], tf.where(keep_now, r, zero),
-                                                  name=PruningScope.OP_WEIGHT_UPDATE))
-                        assigns.append(tf1.assign(stored[n], tf.where(tf.not_equal(keep, 0), zero, r)))
-                        for slot in slots.get(n, ()):
-                            value = slot.read_value()
-                            assigns.append(tf1.assign(slot, tf.where(steady, value, tf.zeros([], value.dtype)),
-                                                      name="nm_slot_zero"))
+                        keep_now = from_canonical(outs[k + i], layer_kinds[n], r.shape)
+                        assigns.extend(write_update(weights[n], masks[n], keep, keep_now, stored=stored[n],
+                                                    slots=slots.get(n, ()), dense=r))
                     for out, var in ((outs[-2], done), (outs[-1], next_due)):
                         out.set_shape([])
                         assigns.append(tf1.assign(var, out))

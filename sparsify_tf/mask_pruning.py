@@ -60,6 +60,7 @@ from .graph_utils import (
 )
 from .mask_creator import CoreMaskCreator, MaskCreatorLike
 from .mask_creator_coercion import get_mask_creator
+from .mask_write import write_update
 from .masking import (
     GraphMasks, PruningOpVars, bake_masks, mask_op_input, no_update_op, prunable_input, pruned_inputs,
     sparsity_summaries,
@@ -112,11 +113,9 @@ def _recorded_input(graph: tf.Graph, ks_group: str, op: tf.Operation, op_input: 
 
 def _assign_masks(weights: Sequence[tf.Variable], reads: Sequence[tf.Tensor], masks: Sequence[tf.Variable],
                   new_masks: Sequence[tf.Tensor]) -> tf.Operation:
-    assigns = []
-    for var, weight, mask, new in zip(weights, reads, masks, new_masks):
-        assigns.append(tf1.assign(mask, new, name=PruningScope.OP_MASK_ASSIGN))
-        assigns.append(tf1.assign(var, weight * new, name=PruningScope.OP_WEIGHT_UPDATE))
-    return tf.group(*assigns)
+    # the seed's write: mask = new, weight = weight * new (no stored values, optimizer slots untouched)
+    return tf.group(*(op for var, weight, mask, new in zip(weights, reads, masks, new_masks)
+                      for op in write_update(var, mask, new, dense=weight)))
 
 
 def create_op_pruning(op: tf.Operation, op_input: tf.Tensor, sparsity: tf.Tensor, update_ready: tf.Tensor,
@@ -198,10 +197,8 @@ def create_constant_op_pruning(op: tf.Operation, op_input: tf.Tensor, is_start_s
             old = mask.read_value()
             new_mask = tf.numpy_function(_lock, [weight, is_start_step], weight.dtype, name="nm_core_lock_mask")
             new_mask.set_shape(weight.shape)
-            new_weight = weight * old * new_mask
-            with tf.control_dependencies([new_weight]):
-                return tf.group(tf1.assign(mask, new_mask, name=PruningScope.OP_MASK_ASSIGN),
-                                tf1.assign(var, new_weight, name=PruningScope.OP_WEIGHT_UPDATE))
+            # mask = new, weight = weight * old * new (the old mask is read before the mask changes)
+            return tf.group(*write_update(var, mask, new_mask, dense=weight * old))
 
     with graph.as_default(), tf1.name_scope(scope):
         mask_update = v1_cond(tf.logical_or(is_start_step, is_end_step), _set_constant_mask,

@@ -18,8 +18,8 @@ Example:
 from .callback import PruningCallback, strip_pruning
 from .state import STATE_ATTR
 from .compat import keras_flavor
-from .layers import PrunableWeight, find_prunable_weights, weight_kinds
+from .layers import KerasPrunableWeight, find_prunable_weights, weight_kinds
 from .oneshot import prune_oneshot
 
-__all__ = ["PruningCallback", "strip_pruning", "prune_oneshot", "find_prunable_weights", "PrunableWeight",
+__all__ = ["PruningCallback", "strip_pruning", "prune_oneshot", "find_prunable_weights", "KerasPrunableWeight",
            "weight_kinds", "keras_flavor", "STATE_ATTR"]

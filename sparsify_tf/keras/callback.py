@@ -252,11 +252,10 @@ class PruningCallback(_keras3.callbacks.Callback):
                 state = state_class(flavor)(chosen, config_fingerprint(self.config),
                                             keep_grads=self.config.regrowth == "rigl", keep_activations=reads_inputs)
             attach_state(model, state, flavor)
-        object.__setattr__(state, "owner", weakref.ref(self))
         if self._next_due is None:
             with tf.init_scope():
                 self._next_due = tf.Variable(0, dtype=tf.int64, trainable=False, name="sparsify_next_due_step")
-        install_train_step(model, state, flavor)
+        install_train_step(model, state, flavor, extension=self)
         self.protocol = protocol
         self._state = state
         self._bound = weakref.ref(model)
@@ -419,8 +418,8 @@ class PruningCallback(_keras3.callbacks.Callback):
                     write_scalar(tag, v)
 
     # ----- the mask update inside the train step (see .graph_update) ---------------------------
-    def _trace_graph_update(self, model: Any) -> None:
-        """Called by the wrapped train step while it is traced, after the optimizer step."""
+    def extend_train_step(self, model: Any) -> None:
+        """:class:`~sparsify_tf.keras.train_step.TrainStepExtension`: the in-graph update, traced into the step."""
         self._in_graph = (self.update_in_graph and self.protocol is not None and self._next_due is not None
                           and in_graph_unsupported(model) is None)
         if self._in_graph:

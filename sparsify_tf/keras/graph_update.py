@@ -8,7 +8,7 @@ that hands the pruned weights and masks to the core through
 ``tf.numpy_function`` (:func:`sparsify_tf.core_update.core_update_fn`, the
 one TF graph mode runs) and writes what it returns with graph ops: the masks,
 zeros in the weights and their optimizer slots, the done step and the next
-due step (:func:`.mask_write.write_update`: the weights stay dense under the
+due step (:func:`sparsify_tf.mask_write.write_update`: the weights stay dense under the
 masks). With ``criterion="wanda"`` the input statistics (:mod:`.statistics`)
 go to the core too and start again from zero after an update. An update at the end of step ``s - 1`` is the update at the start of
 step ``s``: the masks, weights and every later step are those of the host
@@ -37,8 +37,8 @@ import tensorflow as tf
 from sparsify.protocol import PruningProtocol
 
 from ..core_update import NEVER, core_update_fn
+from ..mask_write import dense_value, write_update
 from .compat import optimizer_slots, tf_variable
-from .mask_write import dense_value, write_update
 from .statistics import ActivationWindow, graph_activation_inputs, graph_reset
 
 __all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVER"]
@@ -113,7 +113,7 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
             keep, zero = outs[i], outs[n + i]
             keep.set_shape(m.shape)
             zero.set_shape(m.shape)
-            ops.extend(write_update(w, s, m, ss, tf.not_equal(keep, 0), tf.not_equal(zero, 0)))
+            ops.extend(write_update(w, m, tf.not_equal(keep, 0), tf.not_equal(zero, 0), stored=s, slots=ss))
         for out, var in ((outs[-2], last), (outs[-1], next_due)):
             out.set_shape([])
             ops.append(var.assign(out, read_value=False))

@@ -39,7 +39,7 @@ from sparsify.layout import canonical_to_tf, tf_to_canonical
 
 from .compat import iter_tree, own_variables, short_name, tf_variable
 
-__all__ = ["PrunableWeight", "find_prunable_weights", "weight_kinds", "in_model_order"]
+__all__ = ["KerasPrunableWeight", "find_prunable_weights", "weight_kinds", "in_model_order"]
 
 _TRANSPOSE = {"Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "BaseConvTranspose", "Conv2DTransposeV1"}
 _SEPARABLE = {"SeparableConv1D", "SeparableConv2D", "SeparableConv", "BaseSeparableConv"}
@@ -94,7 +94,7 @@ def _einsum_perm(layer: Any, ndim: int) -> tuple[tuple[int, ...], int]:
 
 
 @dataclass
-class PrunableWeight:
+class KerasPrunableWeight:
     """One prunable weight: where it is, its TF layout and how to reach the canonical one.
 
     Attributes:
@@ -149,7 +149,7 @@ class PrunableWeight:
         return tuple(self.to_canonical(np.zeros(self.tf_shape, dtype=np.int8)).shape)
 
 
-def find_prunable_weights(model: Any) -> list[PrunableWeight]:
+def find_prunable_weights(model: Any) -> list[KerasPrunableWeight]:
     """Every prunable weight below ``model`` in a deterministic order (layer walk order).
 
     A variable shared by several layers (tied weights) is listed once.
@@ -161,7 +161,7 @@ def find_prunable_weights(model: Any) -> list[PrunableWeight]:
         >>> [w.path for w in find_prunable_weights(m)]
         ['c/kernel', 'fc/kernel']
     """
-    out: list[PrunableWeight] = []
+    out: list[KerasPrunableWeight] = []
     seen: set[int] = set()
     for path, layer in iter_tree(model):
         kinds = weight_kinds(layer)
@@ -173,11 +173,11 @@ def find_prunable_weights(model: Any) -> list[PrunableWeight]:
             if kind is None or id(var) in seen or len(tuple(var.shape)) < 2:
                 continue
             seen.add(id(var))
-            out.append(PrunableWeight(f"{path}/{name}", var, kind, layer, tuple(int(d) for d in var.shape)))
+            out.append(KerasPrunableWeight(f"{path}/{name}", var, kind, layer, tuple(int(d) for d in var.shape)))
     return out
 
 
-def in_model_order(model: Any, weights: list[PrunableWeight]) -> list[PrunableWeight]:
+def in_model_order(model: Any, weights: list[KerasPrunableWeight]) -> list[KerasPrunableWeight]:
     """``weights`` sorted by the model's own weight order (``model.weights``), so global scope breaks
     cross-layer ties as torch (``named_parameters()``) and TF graph mode (variable creation) do.
 

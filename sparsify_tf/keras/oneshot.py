@@ -33,7 +33,7 @@ from sparsify import PruningConfig, PruningProtocol
 from sparsify.criteria import get_criterion
 
 from .compat import keras_flavor, keras_module
-from .layers import PrunableWeight, find_prunable_weights, in_model_order
+from .layers import KerasPrunableWeight, find_prunable_weights, in_model_order
 from .state import model_state
 from .statistics import check_activation_layers
 
@@ -50,7 +50,7 @@ def _batches(data: Any) -> Iterable[Any]:
         yield batch[0] if isinstance(batch, (tuple, list)) and batch else batch
 
 
-def input_channel_norms(model: Any, weights: list[PrunableWeight], data: Any,
+def input_channel_norms(model: Any, weights: list[KerasPrunableWeight], data: Any,
                         criterion: str = "wanda") -> dict[str, np.ndarray]:
     """Per-input-channel L2 norms of the inputs of each weight's layer over ``data``, canonical-broadcastable.
 

@@ -31,7 +31,7 @@ from typing import Any
 import tensorflow as tf
 
 from .compat import keras_module
-from .layers import PrunableWeight
+from .layers import KerasPrunableWeight
 from .statistics import install_recorders, uninstall_recorders
 
 __all__ = ["STATE_ATTR", "state_class", "attach_state", "detach_state", "model_state"]
@@ -56,7 +56,7 @@ def state_class(flavor: str) -> type:
         the model's weights (and the dense gradients of the last step with ``keep_grads``; the input
         activation sums of squares and call counts with ``keep_activations``)."""
 
-        def __init__(self, pweights: list[PrunableWeight], fingerprint: Any, keep_grads: bool = False,
+        def __init__(self, pweights: list[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
                      keep_activations: bool = False, **kwargs: Any) -> None:
             super().__init__(name="sparsify_pruning_state", trainable=False, **kwargs)
             extra = {"autocast": False} if flavor == "keras3" else {}
@@ -94,10 +94,12 @@ def state_class(flavor: str) -> type:
             object.__setattr__(self, "activation_calls", calls)  # layer calls they hold
             object.__setattr__(self, "last_step", last)
             object.__setattr__(self, "fingerprint", fp)
-            object.__setattr__(self, "slot_count", 0)
-            object.__setattr__(self, "per_step_paths", [pw.path for pw in pweights])
-            object.__setattr__(self, "owner", None)
+            self.record_per_step_paths([pw.path for pw in pweights])
             self.built = True
+
+        def record_per_step_paths(self, paths: list[str]) -> None:
+            """Set ``per_step_paths``: the weights the train step re-masks after every step."""
+            object.__setattr__(self, "per_step_paths", list(paths))
 
         def call(self, inputs: Any) -> Any:  # pragma: no cover - never called
             return inputs

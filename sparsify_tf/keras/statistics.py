@@ -39,7 +39,7 @@ import tensorflow as tf
 from sparsify.criteria import get_criterion
 
 from .compat import tf_variable
-from .layers import PrunableWeight
+from .layers import KerasPrunableWeight
 
 __all__ = ["reads_input_channels", "check_activation_layers", "install_recorders", "uninstall_recorders",
            "recording_activations", "ActivationWindow", "activation_window", "graph_activation_inputs",
@@ -51,7 +51,7 @@ _WRAP_FLAG = "_sparsify_activation_recorder"
 _active = threading.local()       # the states whose train step is being traced
 
 
-def reads_input_channels(pw: PrunableWeight) -> bool:
+def reads_input_channels(pw: KerasPrunableWeight) -> bool:
     """True when ``pw``'s layer multiplies the last axis of its input by the weight's input channels directly
     (Dense; Conv1D/2D/3D, channels_last, groups=1).
 
@@ -71,7 +71,7 @@ def reads_input_channels(pw: PrunableWeight) -> bool:
             and getattr(pw.layer, "data_format", "channels_last") == "channels_last")
 
 
-def check_activation_layers(weights: Sequence[PrunableWeight], criterion: str) -> bool:
+def check_activation_layers(weights: Sequence[KerasPrunableWeight], criterion: str) -> bool:
     """Whether ``criterion`` reads activations; if it does, raise ``ValueError`` naming the weights whose
     layers' inputs cannot be read per input channel.
 
@@ -178,7 +178,7 @@ class ActivationWindow:
         criterion: named in errors.
     """
 
-    def __init__(self, pweights: Sequence[PrunableWeight], sums: Sequence[Any], calls: Sequence[Any],
+    def __init__(self, pweights: Sequence[KerasPrunableWeight], sums: Sequence[Any], calls: Sequence[Any],
                  criterion: str = "wanda") -> None:
         self.pweights = list(pweights)
         self.sums = [np.asarray(s, np.float32) for s in sums]

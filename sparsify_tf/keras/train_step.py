@@ -5,9 +5,10 @@ it installs gradient masking (:mod:`.grad_masking`) for the optimizers that
 support it, and for everything else (other optimizers, constrained weights,
 weights whose gradients bypass ``model.optimizer``, found when the step is
 traced) multiplies the weight and its optimizer slots by the mask after every
-step. Both run in the graph, on every replica. Last, the step asks the
-callback for the mask update due at the step it has just reached
-(:mod:`.graph_update`; nothing is added under a distribution strategy or XLA).
+step. Both run in the graph, on every replica. Last, the step hands itself to
+a :class:`TrainStepExtension` (the :class:`~sparsify_tf.keras.PruningCallback`
+adds the mask update due at the step just reached, :mod:`.graph_update`;
+nothing under a distribution strategy or XLA).
 
 Example:
     >>> import tensorflow as tf
@@ -18,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import tensorflow as tf
 
@@ -27,9 +28,43 @@ from .grad_masking import grad_masking_supported, install_grad_hook, recording_m
 from .state import model_state
 from .statistics import recording_activations
 
-__all__ = ["strategy_of", "mask_all", "masking_pairs", "install_train_step", "uninstall_train_step"]
+__all__ = ["TrainStepExtension", "strategy_of", "mask_all", "masking_pairs", "install_train_step",
+           "uninstall_train_step"]
 
 _WRAP_FLAG = "_sparsify_wrapped_train_step"
+
+
+@runtime_checkable
+class TrainStepExtension(Protocol):
+    """What :func:`install_train_step` calls at the end of the wrapped train step while Keras traces it.
+
+    ``extend_train_step(model)`` runs inside the step's trace (a ``tf.function``), after the optimizer
+    step and the masking, so the ops it creates run at the end of every step (``PruningCallback`` adds its
+    guarded in-graph mask update there). The train step keeps only a weak reference to the extension.
+
+    Example:
+        >>> import numpy as np, keras
+        >>> from sparsify_tf.keras.layers import find_prunable_weights
+        >>> from sparsify_tf.keras.state import attach_state, state_class
+        >>> class CountTraces:
+        ...     traces = 0
+        ...     def extend_train_step(self, model):
+        ...         self.traces += 1
+        >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        >>> m.compile("sgd", "mse")
+        >>> state = state_class("keras3")(find_prunable_weights(m), np.zeros(3, np.int64))
+        >>> attach_state(m, state, "keras3")
+        >>> counter = CountTraces()
+        >>> isinstance(counter, TrainStepExtension)
+        True
+        >>> install_train_step(m, state, "keras3", extension=counter)
+        >>> _ = m.fit(np.ones((4, 4)), np.zeros((4, 2)), verbose=0)
+        >>> counter.traces > 0
+        True
+    """
+
+    def extend_train_step(self, model: Any) -> None:
+        """Add ops to the train step of ``model`` being traced (after the optimizer step)."""
 
 
 def strategy_of(model: Any) -> tf.distribute.Strategy:
@@ -57,7 +92,7 @@ def mask_all(pairs: list[tuple[tf.Variable, tf.Variable]]) -> Any:
 
 def masking_pairs(state: Any, model: Any, skip: frozenset = frozenset()) -> list[tuple[tf.Variable, tf.Variable]]:
     """(variable, mask) pairs for the pruned weights not in ``skip`` (ids) and their optimizer slots."""
-    pairs, n_slots = [], 0
+    pairs = []
     opt = getattr(model, "optimizer", None)
     for pw, mask in zip(state.pweights, state.masks):
         if id(pw.variable) in skip:
@@ -66,18 +101,18 @@ def masking_pairs(state: Any, model: Any, skip: frozenset = frozenset()) -> list
         pairs.append((tf_variable(pw.variable), m))
         for s in optimizer_slots(opt, pw.variable):
             pairs.append((tf_variable(s), m))
-            n_slots += 1
-    object.__setattr__(state, "slot_count", n_slots)
     return pairs
 
 
-def install_train_step(model: Any, state: Any, flavor: str) -> None:
+def install_train_step(model: Any, state: Any, flavor: str, extension: TrainStepExtension | None = None) -> None:
+    """Wrap ``model.train_step`` (see the module); ``extension`` extends the step at its end (weakly held)."""
     current = model.__dict__.get("train_step")
     if current is not None and getattr(current, _WRAP_FLAG, False):
         inner = current._sparsify_inner
     else:
         inner = current if current is not None else type(model).train_step.__get__(model, type(model))
     state_ref = weakref.ref(state)
+    extension_ref = weakref.ref(extension) if extension is not None else None
 
     def train_step(data: Any) -> Any:
         # Runs when Keras traces the train function (per replica under a strategy).
@@ -96,13 +131,13 @@ def install_train_step(model: Any, state: Any, flavor: str) -> None:
         skip = frozenset(id(pw.variable) for pw in st.pweights
                          if use_grads and id(pw.variable) in seen
                          and getattr(pw.variable, "constraint", None) is None)
-        object.__setattr__(st, "per_step_paths", [pw.path for pw in st.pweights if id(pw.variable) not in skip])
+        st.record_per_step_paths([pw.path for pw in st.pweights if id(pw.variable) not in skip])
         pairs = masking_pairs(st, model, skip)
         if pairs:
             mask_all(pairs)
-        owner = st.owner() if st.owner is not None else None
-        if owner is not None:        # the mask update due at the step just reached, in the graph when it can
-            owner._trace_graph_update(model)
+        ext = extension_ref() if extension_ref is not None else None
+        if ext is not None:          # PruningCallback: the mask update due at the step just reached
+            ext.extend_train_step(model)
         return logs
 
     setattr(train_step, _WRAP_FLAG, True)
