@@ -35,18 +35,20 @@ import tensorflow as tf
 import keras as _keras3
 
 from sparsify import PruningConfig
+from sparsify.adapter import collect_reads
 from sparsify.criteria import needs_gradients
-from sparsify.protocol import MaskUpdate, PruningProtocol, config_fingerprint, fingerprint_differences
+from sparsify.protocol import PruningProtocol, config_fingerprint, fingerprint_differences
 
 from ..core_errors import reraise_core_errors
 from ..summaries import write_scalar
+from .adapter import KerasAdapter
 from .compat import keras_flavor, steps_per_execution
 from .grad_masking import GRAD_MASKING_OPTIMIZERS, grad_masking_supported
 from .graph_update import NEVER, build_graph_update, host_update_fn, in_graph_unsupported
 from .layers import find_prunable_weights, in_model_order
-from .mask_apply import MaskApplier, build_optimizer_slots
+from .mask_apply import MaskApplier
 from .state import STATE_ATTR, attach_state, model_state, state_class
-from .statistics import activation_window, check_activation_layers, reset_activations
+from .statistics import check_activation_layers
 from .strip import strip_pruning
 from .train_step import install_train_step, strategy_of
 
@@ -377,26 +379,15 @@ class PruningCallback(_keras3.callbacks.Callback):
 
     # ----- the mask update ---------------------------------------------------------------------
     def _update(self, step: int) -> None:
-        pws = self._state.pweights
         with strategy_of(self.model).scope():
-            build_optimizer_slots(self.model, self._state)
-            read, apply = self._applier.functions(self._state, getattr(self.model, "optimizer", None))
-
-            def weights() -> dict[str, np.ndarray]:      # read only when an update is due
-                return {pw.path: pw.to_canonical(v) for pw, v in zip(pws, read())}
-
-            window = activation_window(self._state, self.config.criterion)   # Wanda: inputs since the last update
-            if window.waiting() or (self._state.grads and int(self._state.grads_seen.numpy()) == 0):
+            adapter = KerasAdapter(self.model, self._state, self._applier, self.config.criterion)
+            if adapter.waiting():
                 return                   # no step ran yet: the update waits for the first one
-            grads = None
-            if self._state.grads:        # RigL: the dense gradients of the last step
-                dense_grads = [pw.to_canonical(g.numpy()) for pw, g in zip(pws, self._state.grads)]
-                grads = dict(zip([pw.path for pw in pws], dense_grads))
-            update = self.protocol.advance(step, weights, grads=grads, activations=window.read)
+            update = self.protocol.advance(step, **collect_reads(self.protocol, adapter))
             if update is None:
                 return
-            self._write(update, apply)
-            reset_activations(self._state)
+            adapter.write_update(update)
+            self._seen_state = (update.step, [pw.from_canonical(update.masks[pw.path]) for pw in self._state.pweights])
         self._set_next()
         self._log_update(step, update.released)
         self._flush_logs()
@@ -432,16 +423,6 @@ class PruningCallback(_keras3.callbacks.Callback):
         self._seen_state = (done, keep)
         self._next = _as_bound(self.protocol.next_step())
         self._log_update(done, self.protocol.released)
-
-    def _write(self, update: MaskUpdate, apply: Any) -> None:
-        pws, step = self._state.pweights, tf.constant(update.step, tf.int64)
-        # zeros: the new masks (the last ones at a release: the weights keep their zeros), and grown entries
-        zero = [pw.from_canonical(update.zero[pw.path] & ~update.grown[pw.path] if pw.path in update.grown
-                                  else update.zero[pw.path]) for pw in pws]
-        keep = [pw.from_canonical(update.masks[pw.path]) for pw in pws]
-        apply(tf.constant(np.concatenate([k.ravel() for k in keep])),
-              tf.constant(np.concatenate([z.ravel() for z in zero])), step)
-        self._seen_state = (update.step, keep)
 
 
 def _as_bound(next_step: int) -> float:

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import sparsify
 from sparsify_tf.keras import PruningCallback, find_prunable_weights
+from sparsify_tf.keras.adapter import KerasAdapter
 from sparsify_tf.keras.compat import optimizer_slots
 
 from _keras_helpers import cnn, compile_, exact_pruned, first, inp, mlp
@@ -173,7 +174,7 @@ def test_leave_enabled_false_releases_masks_after_end(K, digits):
     assert float((model.get_layer("fc1").kernel.numpy() == 0).mean()) < 0.5   # regrown
 
 
-def test_mask_update_built_once_and_step_read_only_when_an_update_may_be_due(K, digits):
+def test_mask_update_built_once_and_step_read_only_when_an_update_may_be_due(K, digits, monkeypatch):
     """Host path (update_in_graph=False): the update function is one concrete function for the whole run
     (no retracing: shapes never change; the optimizer's slots are created before the update at step 0),
     optimizer.iterations is read on the host only at epoch starts, at the due steps and at the end, and
@@ -183,9 +184,10 @@ def test_mask_update_built_once_and_step_read_only_when_an_update_may_be_due(K, 
     cb = PruningCallback({"target_sparsity": 0.6, "start_step": 0, "end_step": 30, "pruning_frequency": 10},
                          update_in_graph=False)
     reads, applies, checked = [], [], []
-    step, write = cb._step, cb._write
+    step, write = cb._step, KerasAdapter.write_update
     cb._step = lambda: reads.append(step()) or reads[-1]
-    cb._write = lambda update, apply: applies.append((update.step, apply)) or write(update, apply)
+    monkeypatch.setattr(KerasAdapter, "write_update",
+                        lambda self, update: applies.append((update.step, self.apply_function)) or write(self, update))
     model.fit(X[:1408], y[:1408], batch_size=64, epochs=2, verbose=0, shuffle=False,
               callbacks=[cb, zero_checker(K, cb, model, checked)])
     assert [s for s, _ in applies] == [0, 10, 20, 30]

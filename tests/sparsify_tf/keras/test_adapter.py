@@ -1,0 +1,41 @@
+"""KerasAdapter: the Keras host update through the typed adapter contract (sparsify.adapter)."""
+import numpy as np
+
+from sparsify import PruningProtocol
+from sparsify.adapter import ActivationReader, GradientReader, MaskWriter, WeightReader, collect_reads
+from sparsify_tf.keras import PruningCallback
+from sparsify_tf.keras.adapter import KerasAdapter
+from sparsify_tf.keras.mask_apply import MaskApplier
+from sparsify_tf.keras.state import model_state
+
+from _keras_helpers import first
+
+
+def _attached(K, cfg):
+    model = K.Sequential([first(K, (4,)), K.layers.Dense(2, use_bias=False, name="d")])
+    model.layers[-1].kernel.assign(np.array([[1.0, -8.0], [2.0, 7.0], [-3.0, 6.0], [4.0, 5.0]], np.float32))
+    model.compile(K.optimizers.Adam(0.1), "mse")
+    cb = PruningCallback(cfg)
+    cb.attach(model)
+    return model, cb, KerasAdapter(model, model_state(model), MaskApplier(), cfg.get("criterion", "magnitude"))
+
+
+def test_the_adapter_is_every_reader_and_the_writer(K):
+    _, _, adapter = _attached(K, {"target_sparsity": 0.5, "end_step": 0})
+    assert all(isinstance(adapter, kind) for kind in (WeightReader, GradientReader, ActivationReader, MaskWriter))
+    assert adapter.names == ["d/kernel"]
+
+
+def test_a_pruned_weight_is_read_back_dense_and_returns_when_its_mask_comes_back(K):
+    model, cb, adapter = _attached(K, {"target_sparsity": 0.5, "end_step": 0})
+    update = cb.protocol.advance(0, **collect_reads(cb.protocol, adapter))
+    adapter.write_update(update)
+    kernel = model.layers[-1].kernel.numpy()
+    # canonical (out=2, in=4): row 0 = [1, 2, -3, 4], row 1 = [-8, 7, 6, 5]; the 4 lowest |w| are 1, 2, -3, 4
+    assert update.masks["d/kernel"].astype(int).tolist() == [[0, 0, 0, 0], [1, 1, 1, 1]]
+    assert kernel.T.tolist() == [[0.0, 0.0, 0.0, 0.0], [-8.0, 7.0, 6.0, 5.0]]
+    assert adapter.read_weights()["d/kernel"].tolist() == [[1.0, 2.0, -3.0, 4.0], [-8.0, 7.0, 6.0, 5.0]]
+    # a hand-made update that brings row 0 back: its stored values return to the kernel
+    back = {"d/kernel": np.ones((2, 4), bool)}
+    adapter.write_update(type(update)(1, back, back, False, {}))
+    assert model.layers[-1].kernel.numpy().T.tolist() == [[1.0, 2.0, -3.0, 4.0], [-8.0, 7.0, 6.0, 5.0]]
