@@ -18,7 +18,6 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from sparsify import PruningConfig
-from sparsify.criteria import get_criterion
 from sparsify.protocol import PruningProtocol
 
 from .fsdp import ShardedPruner, is_sharded, prune_sharded
@@ -125,12 +124,9 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             if process_group is not None:
                 raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
                                  "over their own device mesh: pass process_group=None")
-            unsupported = [f"regrowth={config.regrowth!r}"] if config.regrowth != "none" else []
-            if "activation" in get_criterion(config.criterion).needs:
-                unsupported.append(f"criterion={config.criterion!r}")
-            if unsupported:
-                raise ValueError(f"{', '.join(unsupported)} is not supported on FSDP2 (DTensor) weights yet; "
-                                 "prune the unsharded model, or use the defaults")
+            if config.regrowth != "none":
+                raise ValueError(f"regrowth={config.regrowth!r} is not supported on FSDP2 (DTensor) weights yet; "
+                                 "prune the unsharded model, or use regrowth='none'")
             return prune_sharded(model, config, candidates, params, log_dir=log_dir, optimizer=optimizer)
     by_name = {w.name: w for w in candidates}
     protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})

@@ -46,16 +46,18 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 
 from sparsify import PruningConfig, PruningEngine
+from sparsify.adapter import collect_reads
 from sparsify.distributed import RowShard, ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
+from .fsdp_activations import GroupActivationNorms
 from .layers import PrunableWeight
 from .pruner_base import PrunerBase, check_num_steps, check_state_counters, gradient_score
+from .statistics import check_activation_layers
 from .tensorboard import SparsityWriter
 from .torch_collective import TorchCollective
 
@@ -125,7 +127,12 @@ class ShardedPruner(PrunerBase):
         if optimizer is not None:
             self.hooks += [optimizer.register_step_pre_hook(self._before_optimizer_step),
                            optimizer.register_step_post_hook(self._after_optimizer_step)]
-        if not protocol.engine.needs_gradients:
+        self._activations = None
+        if "activation" in protocol.engine.needs:      # each rank's inputs, summed over the group at updates
+            self._activations = GroupActivationNorms(layers, collective.group, collective.rank, collective.device,
+                                                     self.config.criterion)
+            self.hooks.append(self._activations)
+        if not protocol.engine.needs_gradients and self._activations is None:
             try:
                 self._maybe_update(0, {})     # an update point at step 0 applies right away
             except BaseException:
@@ -204,6 +211,11 @@ class ShardedPruner(PrunerBase):
         """This rank's rows of the canonical weights, dense under the mask (pruned entries: the stored values)."""
         return {n: pw.to_canonical(self._dense(n)) for n, pw in self._layers.items()}
 
+    def read_activations(self) -> dict[str, np.ndarray]:
+        """Per-input-channel norms of every rank's inputs since the last update (collective), broadcastable
+        to this rank's rows."""
+        return self._activations.canonical(self.protocol.shards)
+
     def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
         if not scores:
             raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
@@ -230,13 +242,16 @@ class ShardedPruner(PrunerBase):
             if n in self._stored:
                 self._stored[n].copy_(dense.masked_fill(mask, 0))
             self._mask[n].copy_(mask)
+        if self._activations is not None:
+            self._activations.reset()
 
     def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
         """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
         if not self.protocol.due(step):
             return
         scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.needs_gradients else None
-        self.advance_to(step, scores)
+        reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
+        self.advance_to(step, scores, grads=reads.get("grads"), activations=reads.get("activations"))
 
     def step(self, num_steps: int = 1) -> None:
         """Zero the pruned weights of every local shard, count ``num_steps`` optimizer steps and
@@ -274,6 +289,8 @@ class ShardedPruner(PrunerBase):
         state["scores"] = scores
         state["scored"] = sorted(self._scores)
         state["step"] = self._step
+        if self._activations is not None:     # global sums of the inputs since the last update (collective)
+            state.update(self._activations.state())
         return state
 
     def _local_rows(self, what: str, name: str, value: Any) -> torch.Tensor:
@@ -331,7 +348,10 @@ class ShardedPruner(PrunerBase):
         for n, v in local_stored.items():
             if not v.is_floating_point() or not bool(torch.isfinite(v).all()):
                 raise ValueError(f"state['stored'][{n!r}] is not a finite float tensor")
-        core = {k: v for k, v in state.items() if k not in ("masks", "scores", "scored", "step", "stored")}
+        if self._activations is not None:
+            self._activations.load_state(dict(state), check_only=True)
+        core = {k: v for k, v in state.items() if k not in ("masks", "scores", "scored", "step", "stored",
+                                                          "activation_sums", "activation_seen")}
         core["masks"] = {n: self._layers[n].to_canonical(m.cpu()) for n, m in local_masks.items()}
         self.protocol.load_state_dict(core)              # checks the rest; raises before any change
         for n in self.names:
@@ -339,6 +359,8 @@ class ShardedPruner(PrunerBase):
         for n, v in self._stored.items():
             v.copy_(local_stored[n].masked_fill(self._mask[n], 0) if n in local_stored else torch.zeros_like(v))
         self._apply_masks()
+        if self._activations is not None:
+            self._activations.load_state(dict(state))
         self._scores = local_scores
         self._pending.clear()
         self._step = step
@@ -402,6 +424,8 @@ def prune_sharded(model: nn.Module, config: PruningConfig | Mapping[str, Any] | 
         p = params[w.name]
         if not p.is_floating_point():
             raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
+    if "activation" in engine.needs:
+        check_activation_layers(layers, config.criterion)
     mesh = params[layers[0].name].device_mesh
     other = [w.name for w in layers if params[w.name].device_mesh != mesh]
     if other:

@@ -6,6 +6,7 @@ Each rank holds only its rows of every weight and mask. The tests gather full te
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import socket
 import time
@@ -117,20 +118,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, world: int, port: int, name: str, out_dir: str, args: tuple) -> None:
+def _entry(rank: int, world: int, port: int, module: str, name: str, out_dir: str, args: tuple) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        result = globals()[name](rank, world, *args)
+        result = getattr(importlib.import_module(module), name)(rank, world, *args)
         torch.save(result, os.path.join(out_dir, f"{name}-{world}-rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
 def spawn(fn, world: int, tmp_path, *args, timeout: float = 240) -> list:
-    ctx = mp.spawn(_entry, args=(world, _free_port(), fn.__name__, str(tmp_path), args), nprocs=world, join=False)
+    """Run ``fn(rank, world, *args)`` (a module-level function) in ``world`` gloo processes; their results."""
+    ctx = mp.spawn(_entry, args=(world, _free_port(), fn.__module__, fn.__name__, str(tmp_path), args),
+                   nprocs=world, join=False)
     deadline = time.time() + timeout
     while not ctx.join(timeout=1):
         assert time.time() < deadline, f"{fn.__name__} on {world} ranks did not finish in {timeout} s"
