@@ -20,7 +20,8 @@ from torch.nn.utils import parametrize
 from sparsify import PruningConfig
 from sparsify.protocol import PruningProtocol
 
-from .fsdp import ShardedPruner, is_sharded, prune_sharded
+from .fsdp import ShardedPruner, is_sharded
+from .fsdp_entry import prune_sharded
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
 from .pruner import Pruner
@@ -124,9 +125,6 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             if process_group is not None:
                 raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
                                  "over their own device mesh: pass process_group=None")
-            if config.regrowth != "none":
-                raise ValueError(f"regrowth={config.regrowth!r} is not supported on FSDP2 (DTensor) weights yet; "
-                                 "prune the unsharded model, or use regrowth='none'")
             return prune_sharded(model, config, candidates, params, log_dir=log_dir, optimizer=optimizer)
     by_name = {w.name: w for w in candidates}
     protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})

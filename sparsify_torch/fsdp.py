@@ -27,6 +27,13 @@ a :class:`ShardedPruner`, which never gathers a weight, a score or a mask:
   gradient of the masked weight the model used). Without an optimizer the
   pruned entries are dropped (zeros) after every step, which only
   ``monotone=True`` without regrowth allows;
+* **what criteria and regrowth read**: activation criteria (``wanda``) read
+  every rank's inputs, summed over the group at each update
+  (:mod:`sparsify_torch.fsdp_activations`); RigL reads this rank's rows of the
+  reduced dense gradient of the backward pass before an update; the core
+  (:func:`sparsify.distributed.sharded_regrow`) swaps exactly the weights the
+  single-process core swaps, and grown weights start at zero with zeroed
+  optimizer state;
 * **checkpoints**: :meth:`ShardedPruner.state_dict` holds DTensor masks,
   stored values (and ``snip_momentum`` scores), so
   ``torch.distributed.checkpoint`` saves and loads it, resharding when the
@@ -47,42 +54,24 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 from torch import nn
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor
 
-from sparsify import PruningConfig, PruningEngine
 from sparsify.adapter import collect_reads
-from sparsify.distributed import RowShard, ShardedPruningProtocol
+from sparsify.distributed import ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
 from .fsdp_activations import GroupActivationNorms
 from .layers import PrunableWeight
 from .pruner_base import PrunerBase, check_num_steps, check_state_counters, gradient_score
-from .statistics import check_activation_layers
 from .tensorboard import SparsityWriter
 from .torch_collective import TorchCollective
 
-__all__ = ["TorchCollective", "ShardedPruner", "prune_sharded", "is_sharded"]
+__all__ = ["TorchCollective", "ShardedPruner", "is_sharded"]
 
 
 def is_sharded(tensor: Any) -> bool:
     """True for a DTensor (a parameter sharded by FSDP2 or ``distribute_tensor``)."""
     return isinstance(tensor, DTensor)
-
-
-def _row_shard(name: str, param: DTensor) -> RowShard:
-    """The rows of ``param`` this rank holds, checking that it is sharded along dim 0 like FSDP2 does."""
-    mesh = param.device_mesh
-    if mesh.ndim != 1 or tuple(param.placements) != (Shard(0),):
-        raise ValueError(f"weight {name!r} is a DTensor placed {tuple(param.placements)} on a {mesh.ndim}-D mesh; "
-                         "sparsify_torch prunes DTensors sharded along dim 0 on a 1-D mesh (FSDP2's fully_shard "
-                         "default), exclude it with excluded_op_names")
-    shard = RowShard.chunk(tuple(param.shape), mesh.get_local_rank(), mesh.size())
-    local = tuple(param.to_local().shape)
-    if local != shard.local_shape:
-        raise ValueError(f"weight {name!r}: this rank holds a local shard of shape {local}, but dim-0 sharding "
-                         f"over {mesh.size()} ranks gives {shard.local_shape}; only torch.chunk-style row shards "
-                         "are supported")
-    return shard
 
 
 class ShardedPruner(PrunerBase):
@@ -132,12 +121,17 @@ class ShardedPruner(PrunerBase):
             self._activations = GroupActivationNorms(layers, collective.group, collective.rank, collective.device,
                                                      self.config.criterion)
             self.hooks.append(self._activations)
-        if not protocol.engine.needs_gradients and self._activations is None:
+        # RigL: the dense gradient of the backward pass before an update
+        self._capture = "grad" in protocol.engine.needs and not protocol.engine.needs_gradients
+        self._capture_now = False
+        self._dense_grads: dict[str, torch.Tensor] = {}
+        if not protocol.engine.needs_gradients and self._activations is None and not self._capture:
             try:
                 self._maybe_update(0, {})     # an update point at step 0 applies right away
             except BaseException:
                 self.release_resources()     # prune() fails: no hook or open event file is left behind
                 raise
+        self._arm_capture()
 
     def _local(self, name: str) -> torch.Tensor:
         return self._params[name].to_local()
@@ -200,6 +194,8 @@ class ShardedPruner(PrunerBase):
                 return
             with torch.no_grad():
                 g = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
+                if self._capture_now:
+                    self._dense_grads[name] = g.detach().clone()  # of the masked weight the model used
                 if not self._straight_through:
                     g.mul_(self._mask[name])                 # pruned entries get no gradient
                 if self.engine.needs_gradients:
@@ -210,6 +206,20 @@ class ShardedPruner(PrunerBase):
     def read_weights(self) -> dict[str, np.ndarray]:
         """This rank's rows of the canonical weights, dense under the mask (pruned entries: the stored values)."""
         return {n: pw.to_canonical(self._dense(n)) for n, pw in self._layers.items()}
+
+    def read_grads(self) -> dict[str, np.ndarray]:
+        """This rank's rows of the dense (reduced) gradients of the last backward pass (RigL), canonical."""
+        missing = [n for n in self.names if n not in self._dense_grads]
+        if missing:
+            raise RuntimeError(f"regrowth={self.config.regrowth!r} needs the gradient of {missing[0]!r} at the update, "
+                               "but no backward pass ran since the last one: call loss.backward() before pruner.step()")
+        return {n: pw.to_canonical(self._dense_grads[n]) for n, pw in self._layers.items()}
+
+    def _arm_capture(self) -> None:
+        """Record dense gradients only in the backward pass before an update (RigL)."""
+        if self._capture and not self.removed:
+            nxt = self.protocol.next_step()
+            self._capture_now = 0 <= nxt <= self._step + 1
 
     def read_activations(self) -> dict[str, np.ndarray]:
         """Per-input-channel norms of every rank's inputs since the last update (collective), broadcastable
@@ -237,6 +247,14 @@ class ShardedPruner(PrunerBase):
             dense = self._dense(n).clone()
             if update.released:
                 dense.mul_(pw.mask_like(update.zero[n], dense))
+            grown = update.grown.get(n)
+            if grown is not None and grown.any():       # grown weights start at zero, with zeroed optimizer state
+                keep = pw.mask_like(~grown, dense)
+                dense.mul_(keep)
+                state = self.optimizer.state.get(self._params[n], {}) if self.optimizer is not None else {}
+                for v in state.values():
+                    if isinstance(v, torch.Tensor) and tuple(v.shape) == tuple(self._params[n].shape):
+                        (v.to_local() if isinstance(v, DTensor) else v).mul_(keep.to(v.dtype))
             mask = pw.mask_like(update.masks[n], self._mask[n])
             local.copy_(dense * mask)
             if n in self._stored:
@@ -244,6 +262,7 @@ class ShardedPruner(PrunerBase):
             self._mask[n].copy_(mask)
         if self._activations is not None:
             self._activations.reset()
+        self._dense_grads.clear()
 
     def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
         """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
@@ -265,6 +284,7 @@ class ShardedPruner(PrunerBase):
         self._maybe_update(step, scores)          # raises before anything changes
         self._scores, self._step = scores, step
         self._pending.clear()
+        self._arm_capture()
 
     # ----- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -387,54 +407,3 @@ def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
         stride.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(stride))
-
-
-def prune_sharded(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str,
-                  candidates: list[PrunableWeight], params: Mapping[str, Any], *,
-                  sample_size: int | None = None, log_dir: Any = None,
-                  optimizer: torch.optim.Optimizer | None = None) -> ShardedPruner:
-    """The FSDP2 path of :func:`sparsify_torch.prune` (called by it when weights are DTensors).
-
-    ``params[name]`` is the parameter of each candidate. Everything is checked
-    before anything changes.
-    """
-    config = PruningConfig.coerce(config)
-    if optimizer is None:
-        dense = [f"{k}={getattr(config, k)!r}" for k, plain in
-                 (("monotone", True), ("pruned_gradient", "none"), ("regrowth", "none")) if getattr(config, k) != plain]
-        if dense:
-            raise ValueError(f"{', '.join(dense)} on FSDP2 (DTensor) weights needs the values of the pruned weights, "
-                             "which the optimizer steps: pass it, prune(model, config, optimizer=opt)")
-    engine = PruningEngine(config)
-    shapes = {w.name: w.shape for w in candidates}
-    chosen = engine.select_layers(list(shapes), shapes)
-    by_name = {w.name: w for w in candidates}
-    layers = [by_name[n] for n in chosen]
-    plain = [w.name for w in layers if not is_sharded(params[w.name])]
-    if plain:
-        raise ValueError(f"weights {plain} are plain tensors while other weights of the model are FSDP2 shards "
-                         "(DTensors); apply fully_shard to the whole model (the root too) before prune(), or exclude "
-                         "them with excluded_op_names")
-    for w in layers:
-        if w.rows is not None or w.conv_transpose_groups:
-            kind = "the fused in_proj_weight of MultiheadAttention" if w.rows is not None else "a transposed conv"
-            raise ValueError(f"weight {w.name!r} is {kind}: its rows in the core's layout are not its rows on the "
-                             "shards, so it cannot be pruned sharded; exclude it with excluded_op_names (for "
-                             "attention, separate q/k/v projections work)")
-        p = params[w.name]
-        if not p.is_floating_point():
-            raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
-    if "activation" in engine.needs:
-        check_activation_layers(layers, config.criterion)
-    mesh = params[layers[0].name].device_mesh
-    other = [w.name for w in layers if params[w.name].device_mesh != mesh]
-    if other:
-        raise ValueError(f"weights {other} are sharded over another device mesh than {layers[0].name!r} "
-                         f"({mesh}); sparsify_torch prunes weights sharded over one mesh")
-    shards = {w.name: _row_shard(w.name, params[w.name]) for w in layers}
-    collective = TorchCollective(mesh.get_group(), device="cpu" if mesh.device_type == "cpu" else None)
-    protocol = ShardedPruningProtocol(config, {w.name: w.shape for w in candidates if w.name in shards}, shards,
-                                      collective, sample_size=sample_size)
-    return ShardedPruner(model, protocol, layers, {w.name: params[w.name] for w in layers}, collective, log_dir,
-                         optimizer)
-

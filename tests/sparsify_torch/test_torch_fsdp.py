@@ -295,6 +295,9 @@ DENSE_CFGS = {
     "straight_through": {"target_sparsity": 0.5, "pattern": "2:4", "pruning_scope": "global", "start_step": 0,
                          "end_step": 8, "pruning_frequency": 2, "monotone": False,
                          "pruned_gradient": "straight_through", "skip_incompatible_layers": True},
+    "rigl": {"target_sparsity": 0.6, "regrowth": "rigl", "start_step": 0, "end_step": 8, "pruning_frequency": 2},
+    "set": {"target_sparsity": 0.6, "regrowth": "set", "pruning_scope": "global", "start_step": 0, "end_step": 8,
+            "pruning_frequency": 2},
 }
 
 
@@ -528,7 +531,7 @@ def test_fsdp_optimizer_steps_the_dense_weights_as_the_single_process_pruner(run
     for key in DENSE_CFGS:
         want = dense_train_run(0, 0, key, "", "full")
         got = runs(1)[0]["dense_train"][key]
-        assert want["revived"] and got["revived"], key
+        assert want["revived"] and got["revived"], key          # regrowth: pruned weights come back too
         assert all(got["zero_after_step"]) and len(got["zero_after_step"]) == 10
         _assert_records_equal(got["saved"], want["saved"], key)
         _assert_records_equal(got["final"], want["final"], key)
