@@ -18,10 +18,10 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from sparsify import PruningConfig
-from sparsify.criteria import get_criterion
 from sparsify.protocol import PruningProtocol
 
-from .fsdp import ShardedPruner, is_sharded, prune_sharded
+from .fsdp import ShardedPruner, is_sharded
+from .fsdp_entry import prune_sharded
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
 from .pruner import Pruner
@@ -57,7 +57,10 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     (``fully_shard``), call ``prune`` *after* ``fully_shard``; it returns a
     :class:`sparsify_torch.fsdp.ShardedPruner` that keeps each rank's rows of
     the masks only and computes the single-process masks exactly, with small
-    collectives (see ``docs/distributed.md``).
+    collectives (see ``docs/distributed.md``). Pass the ``optimizer`` there too: the pruner
+    then keeps the values of the pruned weights beside the shards and the optimizer steps
+    the dense weights, as here (required for ``monotone=False`` and
+    ``pruned_gradient="straight_through"``).
 
     Args:
         model: the model; modified in place.
@@ -67,7 +70,8 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             ``sparsity/<weight>`` scalars at every mask update (as Keras'
             ``PruningCallback(log_dir=)``), through ``torch.utils.tensorboard``.
         optimizer: the ``torch.optim.Optimizer`` training the model; required with
-            ``regrowth`` (grown weights start with zeroed optimizer state).
+            ``regrowth`` (grown weights start with zeroed optimizer state), and on FSDP2
+            weights for the dense weights under the masks.
 
     The stored weights stay dense under the masks (``parametrizations.weight.original``):
     the model computes with ``original * mask``, :meth:`Pruner.remove` and exports bake
@@ -121,14 +125,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             if process_group is not None:
                 raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
                                  "over their own device mesh: pass process_group=None")
-            unsupported = [f"{k}={getattr(config, k)!r}" for k, plain in
-                           (("regrowth", "none"), ("pruned_gradient", "none")) if getattr(config, k) != plain]
-            if "activation" in get_criterion(config.criterion).needs:
-                unsupported.append(f"criterion={config.criterion!r}")
-            if unsupported:
-                raise ValueError(f"{', '.join(unsupported)} is not supported on FSDP2 (DTensor) weights yet; "
-                                 "prune the unsharded model, or use the defaults")
-            return prune_sharded(model, config, candidates, params, log_dir=log_dir)
+            return prune_sharded(model, config, candidates, params, log_dir=log_dir, optimizer=optimizer)
     by_name = {w.name: w for w in candidates}
     protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
     layers = [by_name[n] for n in protocol.names]

@@ -11,18 +11,33 @@ a :class:`ShardedPruner`, which never gathers a weight, a score or a mask:
   each rank scores its own rows and the exact k-th unit (and its tie break) is
   found with small collectives (:class:`TorchCollective`), so the masks are
   bit for bit those of the single-process core on the full weights;
-* **zeros**: FSDP2 owns the parameters (all-gather before forward,
-  reduce-scatter after backward), so no parametrization is registered.
-  Instead, pruned gradient entries are zeroed on the sharded gradient as soon
-  as FSDP2 has reduced it (a post-accumulate-grad hook on the sharded
-  parameter, which FSDP2 calls), and :meth:`ShardedPruner.step`, called right
-  after ``optimizer.step()``, multiplies every local shard by its mask. The
-  masked weights are therefore exactly zero on every shard after every step
-  (also for optimizers whose momentum or weight decay would move them), and
-  the next forward pass all-gathers the zeros;
-* **checkpoints**: :meth:`ShardedPruner.state_dict` holds DTensor masks (and
-  ``snip_momentum`` scores), so ``torch.distributed.checkpoint`` saves and
-  loads it, resharding when the number of ranks changes.
+* **dense under the mask**: FSDP2 owns the parameters (all-gather before
+  forward, reduce-scatter after backward), so no parametrization is
+  registered. The shards hold ``weight * mask`` during forward and backward
+  (so FSDP2 all-gathers the masked weight) and the pruner keeps the values of
+  the pruned entries beside them, in a tensor per weight shaped like the local
+  shard (``stored``). With ``prune(..., optimizer=opt)`` an optimizer step
+  pre-hook puts the stored values back into the shards and a post-hook takes
+  them out again, so the optimizer steps the dense weights exactly as it steps
+  ``parametrizations.weight.original`` in the single-process
+  :class:`~sparsify_torch.Pruner`, and ``monotone=False`` ranks the pruned
+  weights by the values they keep. The pruned gradient entries are zeroed on
+  the sharded gradient once FSDP2 has reduced it (a post-accumulate-grad hook,
+  which FSDP2 calls), or kept (``pruned_gradient="straight_through"``: the
+  gradient of the masked weight the model used). Without an optimizer the
+  pruned entries are dropped (zeros) after every step, which only
+  ``monotone=True`` without regrowth allows;
+* **what criteria and regrowth read**: activation criteria (``wanda``) read
+  every rank's inputs, summed over the group at each update
+  (:mod:`sparsify_torch.fsdp_activations`); RigL reads this rank's rows of the
+  reduced dense gradient of the backward pass before an update; the core
+  (:func:`sparsify.distributed.sharded_regrow`) swaps exactly the weights the
+  single-process core swaps, and grown weights start at zero with zeroed
+  optimizer state;
+* **checkpoints**: :meth:`ShardedPruner.state_dict` holds DTensor masks,
+  stored values (and ``snip_momentum`` scores), so
+  ``torch.distributed.checkpoint`` saves and loads it, resharding when the
+  number of ranks changes.
 
 Call ``prune`` after ``fully_shard`` (on the whole model, so every pruned
 weight is sharded) and ``pruner.step()`` after every ``optimizer.step()``;
@@ -38,90 +53,25 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor
 
-from sparsify import PruningConfig, PruningEngine
-from sparsify.distributed import RowShard, ShardedPruningProtocol
+from sparsify.adapter import collect_reads
+from sparsify.distributed import ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
+from .fsdp_activations import GroupActivationNorms
 from .layers import PrunableWeight
 from .pruner_base import PrunerBase, check_num_steps, check_state_counters, gradient_score
 from .tensorboard import SparsityWriter
+from .torch_collective import TorchCollective
 
-__all__ = ["TorchCollective", "ShardedPruner", "prune_sharded", "is_sharded"]
-
+__all__ = ["TorchCollective", "ShardedPruner", "is_sharded"]
 
 
 def is_sharded(tensor: Any) -> bool:
     """True for a DTensor (a parameter sharded by FSDP2 or ``distribute_tensor``)."""
     return isinstance(tensor, DTensor)
-
-
-class TorchCollective:
-    """:class:`sparsify.distributed.Collective` over a ``torch.distributed`` process group.
-
-    ``allgather`` first gathers the lengths (one int64 per rank), then the
-    arrays padded to the longest; ``allreduce_sum`` is one ``all_reduce``.
-    Tensors live on ``device`` (the CPU for gloo, the current GPU for NCCL).
-
-    Args:
-        group: the process group (None: the default group).
-        device: where the communication tensors live (default: CPU, or the
-            current CUDA device when the group's backend is NCCL).
-    """
-
-    def __init__(self, group: Any = None, device: torch.device | str | None = None) -> None:
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("TorchCollective needs torch.distributed to be initialized "
-                               "(torch.distributed.init_process_group)")
-        self.group = group
-        self.rank = dist.get_rank(group)
-        self.world_size = dist.get_world_size(group)
-        if device is None:
-            nccl = "nccl" in str(dist.get_backend(group)).lower()
-            device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
-        self.device = torch.device(device)
-
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
-
-    def allgather(self, array: np.ndarray) -> list[np.ndarray]:
-        a = np.ascontiguousarray(np.asarray(array).reshape(-1))
-        sizes = [torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world_size)]
-        dist.all_gather(sizes, self._tensor(np.array([a.size], dtype=np.int64)), group=self.group)
-        lengths = [int(s.item()) for s in sizes]
-        longest = max(lengths)
-        padded = np.zeros(longest, dtype=a.dtype)
-        padded[:a.size] = a
-        out = [torch.empty(longest, dtype=torch.from_numpy(padded).dtype, device=self.device)
-               for _ in range(self.world_size)]
-        if longest:
-            dist.all_gather(out, self._tensor(padded), group=self.group)
-        return [t[:n].cpu().numpy() for t, n in zip(out, lengths)]
-
-    def allreduce_sum(self, array: np.ndarray) -> np.ndarray:
-        a = np.asarray(array)
-        t = self._tensor(a.copy())
-        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
-        return t.cpu().numpy().astype(a.dtype, copy=False)
-
-
-def _row_shard(name: str, param: DTensor) -> RowShard:
-    """The rows of ``param`` this rank holds, checking that it is sharded along dim 0 like FSDP2 does."""
-    mesh = param.device_mesh
-    if mesh.ndim != 1 or tuple(param.placements) != (Shard(0),):
-        raise ValueError(f"weight {name!r} is a DTensor placed {tuple(param.placements)} on a {mesh.ndim}-D mesh; "
-                         "sparsify_torch prunes DTensors sharded along dim 0 on a 1-D mesh (FSDP2's fully_shard "
-                         "default), exclude it with excluded_op_names")
-    shard = RowShard.chunk(tuple(param.shape), mesh.get_local_rank(), mesh.size())
-    local = tuple(param.to_local().shape)
-    if local != shard.local_shape:
-        raise ValueError(f"weight {name!r}: this rank holds a local shard of shape {local}, but dim-0 sharding "
-                         f"over {mesh.size()} ranks gives {shard.local_shape}; only torch.chunk-style row shards "
-                         "are supported")
-    return shard
 
 
 class ShardedPruner(PrunerBase):
@@ -130,7 +80,9 @@ class ShardedPruner(PrunerBase):
     Build it with :func:`sparsify_torch.prune` after ``fully_shard``. Same use
     as :class:`sparsify_torch.Pruner`: :meth:`step` once per optimizer step
     (on every rank), :meth:`state_dict` / :meth:`load_state_dict`,
-    :meth:`sparsity`. Every method that changes masks is collective.
+    :meth:`sparsity`. Every method that changes masks is collective. With an
+    ``optimizer`` the pruned entries keep their values (see the module
+    docstring and :meth:`dense_weights`).
 
     Attributes:
         protocol: the core :class:`sparsify.distributed.ShardedPruningProtocol`.
@@ -142,25 +94,44 @@ class ShardedPruner(PrunerBase):
     after_remove = "this pruner no longer controls the model"
 
     def __init__(self, model: nn.Module, protocol: ShardedPruningProtocol, layers: list[PrunableWeight],
-                 params: Mapping[str, DTensor], collective: TorchCollective, log_dir: Any = None) -> None:
+                 params: Mapping[str, DTensor], collective: TorchCollective, log_dir: Any = None,
+                 optimizer: torch.optim.Optimizer | None = None) -> None:
         # TensorBoard on rank 0 only: the figures are over all ranks (counts summed at each update)
         super().__init__(protocol, SparsityWriter(log_dir) if log_dir is not None and collective.rank == 0 else None)
         self.model = model
         self.collective = collective
+        self.optimizer = optimizer
         self._layers = {w.name: w for w in layers}
         self._params = dict(params)
         self._mask: dict[str, torch.Tensor] = {
             n: torch.ones(protocol.local_shapes[n], dtype=torch.bool, device=self._params[n].device)
             for n in self.names}
+        # values of the pruned entries (zero where kept), kept beside the shards when an optimizer steps them
+        self._stored: dict[str, torch.Tensor] = {} if optimizer is None else {
+            n: torch.zeros_like(self._local(n)) for n in self.names}
+        self._straight_through = self.config.pruned_gradient == "straight_through"
         self._scores: dict[str, torch.Tensor] = {}
         self._pending: dict[str, torch.Tensor] = {}
         self.hooks += [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
-        if not protocol.engine.needs_gradients:
+        if optimizer is not None:
+            self.hooks += [optimizer.register_step_pre_hook(self._before_optimizer_step),
+                           optimizer.register_step_post_hook(self._after_optimizer_step)]
+        self._activations = None
+        if "activation" in protocol.engine.needs:      # each rank's inputs, summed over the group at updates
+            self._activations = GroupActivationNorms(layers, collective.group, collective.rank, collective.device,
+                                                     self.config.criterion)
+            self.hooks.append(self._activations)
+        # RigL: the dense gradient of the backward pass before an update
+        self._capture = "grad" in protocol.engine.needs and not protocol.engine.needs_gradients
+        self._capture_now = False
+        self._dense_grads: dict[str, torch.Tensor] = {}
+        if not protocol.engine.needs_gradients and self._activations is None and not self._capture:
             try:
                 self._maybe_update(0, {})     # an update point at step 0 applies right away
             except BaseException:
                 self.release_resources()     # prune() fails: no hook or open event file is left behind
                 raise
+        self._arm_capture()
 
     def _local(self, name: str) -> torch.Tensor:
         return self._params[name].to_local()
@@ -178,6 +149,36 @@ class ShardedPruner(PrunerBase):
         """This rank's rows of the masks (bool tensors, shapes of the local shards)."""
         return {n: m.clone() for n, m in self._mask.items()}
 
+    def dense_weights(self) -> dict[str, DTensor]:
+        """The weights dense under the masks, as DTensors placed like the weights (what the single-process
+        ``Pruner`` keeps in ``parametrizations.weight.original``): the shards where kept, the stored values
+        where pruned (zeros without an optimizer)."""
+        return {n: self._dtensor(n, self._dense(n).clone()) for n in self.names}
+
+    def _dense(self, name: str) -> torch.Tensor:
+        local = self._local(name).detach()
+        if name not in self._stored:
+            return local
+        return torch.where(self._mask[name], local, self._stored[name])
+
+    # ----- the optimizer steps the dense weights -----------------------------------------------
+    @torch.no_grad()
+    def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.removed:
+            return
+        for n, stored in self._stored.items():
+            local = self._local(n)
+            local.copy_(torch.where(self._mask[n], local, stored))
+
+    @torch.no_grad()
+    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.removed:
+            return
+        for n, stored in self._stored.items():
+            local = self._local(n)
+            stored.copy_(local.masked_fill(self._mask[n], 0))
+            local.mul_(self._mask[n])
+
     def sparsity(self) -> dict[str, float | None]:
         """Fraction of pruned weights per layer, over the full weights (None: skipped, ``protocol.skipped``)."""
         return self.protocol.layer_sparsity()
@@ -193,21 +194,37 @@ class ShardedPruner(PrunerBase):
                 return
             with torch.no_grad():
                 g = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
-                g.mul_(self._mask[name])                     # pruned entries get no gradient
+                if self._capture_now:
+                    self._dense_grads[name] = g.detach().clone()  # of the masked weight the model used
+                if not self._straight_through:
+                    g.mul_(self._mask[name])                 # pruned entries get no gradient
                 if self.engine.needs_gradients:
-                    self._pending[name] = gradient_score(self.config, self._scores.get(name),
-                                                         self._local(name).detach(), g)
+                    self._pending[name] = gradient_score(self.config, self._scores.get(name), self._dense(name), g)
         return hook
 
     # ----- schedule ----------------------------------------------------------------------------
     def read_weights(self) -> dict[str, np.ndarray]:
-        out = {}
-        for n, pw in self._layers.items():
-            w = self._local(n).detach()
-            if not self.config.monotone:
-                w = w * self._mask[n]
-            out[n] = pw.to_canonical(w)
-        return out
+        """This rank's rows of the canonical weights, dense under the mask (pruned entries: the stored values)."""
+        return {n: pw.to_canonical(self._dense(n)) for n, pw in self._layers.items()}
+
+    def read_grads(self) -> dict[str, np.ndarray]:
+        """This rank's rows of the dense (reduced) gradients of the last backward pass (RigL), canonical."""
+        missing = [n for n in self.names if n not in self._dense_grads]
+        if missing:
+            raise RuntimeError(f"regrowth={self.config.regrowth!r} needs the gradient of {missing[0]!r} at the update, "
+                               "but no backward pass ran since the last one: call loss.backward() before pruner.step()")
+        return {n: pw.to_canonical(self._dense_grads[n]) for n, pw in self._layers.items()}
+
+    def _arm_capture(self) -> None:
+        """Record dense gradients only in the backward pass before an update (RigL)."""
+        if self._capture and not self.removed:
+            nxt = self.protocol.next_step()
+            self._capture_now = 0 <= nxt <= self._step + 1
+
+    def read_activations(self) -> dict[str, np.ndarray]:
+        """Per-input-channel norms of every rank's inputs since the last update (collective), broadcastable
+        to this rank's rows."""
+        return self._activations.canonical(self.protocol.shards)
 
     def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
         if not scores:
@@ -223,17 +240,37 @@ class ShardedPruner(PrunerBase):
 
     @torch.no_grad()
     def write_update(self, update: MaskUpdate) -> None:
+        """New masks into the shards: ``dense * mask`` in the shard, the rest in the stored values; a release
+        bakes the zeros of the last masks first, as the single-process ``Pruner`` does."""
         for n, pw in self._layers.items():
             local = self._local(n)
-            local.mul_(pw.mask_like(update.zero[n], local))
-            self._mask[n].copy_(pw.mask_like(update.masks[n], self._mask[n]))
+            dense = self._dense(n).clone()
+            if update.released:
+                dense.mul_(pw.mask_like(update.zero[n], dense))
+            grown = update.grown.get(n)
+            if grown is not None and grown.any():       # grown weights start at zero, with zeroed optimizer state
+                keep = pw.mask_like(~grown, dense)
+                dense.mul_(keep)
+                state = self.optimizer.state.get(self._params[n], {}) if self.optimizer is not None else {}
+                for v in state.values():
+                    if isinstance(v, torch.Tensor) and tuple(v.shape) == tuple(self._params[n].shape):
+                        (v.to_local() if isinstance(v, DTensor) else v).mul_(keep.to(v.dtype))
+            mask = pw.mask_like(update.masks[n], self._mask[n])
+            local.copy_(dense * mask)
+            if n in self._stored:
+                self._stored[n].copy_(dense.masked_fill(mask, 0))
+            self._mask[n].copy_(mask)
+        if self._activations is not None:
+            self._activations.reset()
+        self._dense_grads.clear()
 
     def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
         """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
         if not self.protocol.due(step):
             return
         scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.needs_gradients else None
-        self.advance_to(step, scores)
+        reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
+        self.advance_to(step, scores, grads=reads.get("grads"), activations=reads.get("activations"))
 
     def step(self, num_steps: int = 1) -> None:
         """Zero the pruned weights of every local shard, count ``num_steps`` optimizer steps and
@@ -247,20 +284,23 @@ class ShardedPruner(PrunerBase):
         self._maybe_update(step, scores)          # raises before anything changes
         self._scores, self._step = scores, step
         self._pending.clear()
+        self._arm_capture()
 
     # ----- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Step counters, config, DTensor masks (and ``snip_momentum`` scores), for
+        """Step counters, config, DTensor masks, stored values (and ``snip_momentum`` scores), for
         ``torch.distributed.checkpoint``.
 
-        ``masks`` and ``scores`` are DTensors placed like the weights, so
+        ``masks``, ``stored`` and ``scores`` are DTensors placed like the weights, so
         ``torch.distributed.checkpoint.load`` reshards them for another number
-        of ranks. With a gradient criterion ``scores`` has an entry per pruned
+        of ranks. ``stored`` holds the values of the pruned entries (zero where kept;
+        empty without an optimizer). With a gradient criterion ``scores`` has an entry per pruned
         weight (zeros until the first gradient) and ``scored`` names those that hold scores.
         """
         core = self.protocol.state_dict()
         state = {k: v for k, v in core.items() if k not in ("masks", "shards")}
         state["masks"] = self.masks()
+        state["stored"] = {n: self._dtensor(n, v.clone()) for n, v in self._stored.items()}
         scores = {}
         if self.engine.needs_gradients:
             for n in self.names:
@@ -269,6 +309,8 @@ class ShardedPruner(PrunerBase):
         state["scores"] = scores
         state["scored"] = sorted(self._scores)
         state["step"] = self._step
+        if self._activations is not None:     # global sums of the inputs since the last update (collective)
+            state.update(self._activations.state())
         return state
 
     def _local_rows(self, what: str, name: str, value: Any) -> torch.Tensor:
@@ -292,9 +334,10 @@ class ShardedPruner(PrunerBase):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output (collective; everything is checked before anything changes).
 
-        Masks may be DTensors placed like the weights (what
+        Masks and stored values may be DTensors placed like the weights (what
         ``torch.distributed.checkpoint`` loads into this pruner's ``state_dict()``)
-        or full tensors (a single-process ``Pruner.state_dict()``).
+        or full tensors (a single-process ``Pruner.state_dict()``). A state without
+        stored values (a single-process state, an older checkpoint) stores zeros.
         """
         self.check_alive("load_state_dict")
         step = check_state_counters(state, "ShardedPruner")
@@ -316,22 +359,40 @@ class ShardedPruner(PrunerBase):
             if not s.is_floating_point() or not bool(torch.isfinite(s).all()):
                 raise ValueError(f"state['scores'][{n!r}] is not a finite float tensor")
             local_scores[n] = s.detach().clone().to(self._local(n).device)
-        core = {k: v for k, v in state.items() if k not in ("masks", "scores", "scored", "step")}
+        stored = state.get("stored") or {}
+        if not isinstance(stored, Mapping) or not set(stored) <= set(self.names):
+            got = sorted(stored) if isinstance(stored, Mapping) else type(stored).__name__
+            raise ValueError(f"state['stored'] must be a dict of tensors keyed by pruned weight name (of "
+                             f"{self.names}), got {got}")
+        local_stored = {n: self._local_rows("stored", n, stored[n]) for n in self._stored if n in stored}
+        for n, v in local_stored.items():
+            if not v.is_floating_point() or not bool(torch.isfinite(v).all()):
+                raise ValueError(f"state['stored'][{n!r}] is not a finite float tensor")
+        if self._activations is not None:
+            self._activations.load_state(dict(state), check_only=True)
+        core = {k: v for k, v in state.items() if k not in ("masks", "scores", "scored", "step", "stored",
+                                                          "activation_sums", "activation_seen")}
         core["masks"] = {n: self._layers[n].to_canonical(m.cpu()) for n, m in local_masks.items()}
         self.protocol.load_state_dict(core)              # checks the rest; raises before any change
         for n in self.names:
             self._mask[n].copy_(self._layers[n].from_canonical(self.protocol.masks[n]).to(self._mask[n].device))
+        for n, v in self._stored.items():
+            v.copy_(local_stored[n].masked_fill(self._mask[n], 0) if n in local_stored else torch.zeros_like(v))
         self._apply_masks()
+        if self._activations is not None:
+            self._activations.load_state(dict(state))
         self._scores = local_scores
         self._pending.clear()
         self._step = step
 
     def remove(self) -> nn.Module:
-        """Stop pruning: drop the gradient hooks (the pruned weights stay zero). Returns the model."""
+        """Stop pruning: drop the hooks and the stored values (the pruned weights stay zero, as
+        ``Pruner.remove()`` bakes ``weight * mask``). Returns the model."""
         self.check_alive("remove")
         self._apply_masks()
         self.release_resources()
         self.removed = True
+        self._stored.clear()
         return self.model
 
     def __repr__(self) -> str:
@@ -346,44 +407,3 @@ def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
         stride.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(stride))
-
-
-def prune_sharded(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str,
-                  candidates: list[PrunableWeight], params: Mapping[str, Any], *,
-                  sample_size: int | None = None, log_dir: Any = None) -> ShardedPruner:
-    """The FSDP2 path of :func:`sparsify_torch.prune` (called by it when weights are DTensors).
-
-    ``params[name]`` is the parameter of each candidate. Everything is checked
-    before anything changes.
-    """
-    config = PruningConfig.coerce(config)
-    engine = PruningEngine(config)
-    shapes = {w.name: w.shape for w in candidates}
-    chosen = engine.select_layers(list(shapes), shapes)
-    by_name = {w.name: w for w in candidates}
-    layers = [by_name[n] for n in chosen]
-    plain = [w.name for w in layers if not is_sharded(params[w.name])]
-    if plain:
-        raise ValueError(f"weights {plain} are plain tensors while other weights of the model are FSDP2 shards "
-                         "(DTensors); apply fully_shard to the whole model (the root too) before prune(), or exclude "
-                         "them with excluded_op_names")
-    for w in layers:
-        if w.rows is not None or w.conv_transpose_groups:
-            kind = "the fused in_proj_weight of MultiheadAttention" if w.rows is not None else "a transposed conv"
-            raise ValueError(f"weight {w.name!r} is {kind}: its rows in the core's layout are not its rows on the "
-                             "shards, so it cannot be pruned sharded; exclude it with excluded_op_names (for "
-                             "attention, separate q/k/v projections work)")
-        p = params[w.name]
-        if not p.is_floating_point():
-            raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
-    mesh = params[layers[0].name].device_mesh
-    other = [w.name for w in layers if params[w.name].device_mesh != mesh]
-    if other:
-        raise ValueError(f"weights {other} are sharded over another device mesh than {layers[0].name!r} "
-                         f"({mesh}); sparsify_torch prunes weights sharded over one mesh")
-    shards = {w.name: _row_shard(w.name, params[w.name]) for w in layers}
-    collective = TorchCollective(mesh.get_group(), device="cpu" if mesh.device_type == "cpu" else None)
-    protocol = ShardedPruningProtocol(config, {w.name: w.shape for w in candidates if w.name in shards}, shards,
-                                      collective, sample_size=sample_size)
-    return ShardedPruner(model, protocol, layers, {w.name: params[w.name] for w in layers}, collective, log_dir)
-

@@ -27,21 +27,58 @@ from torch import nn
 
 from .layers import PrunableWeight
 
-__all__ = ["ActivationNorms", "check_activation_layers"]
+__all__ = ["ActivationNorms", "check_activation_layers", "norms_from_sums"]
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+
+
+def _module_type(module: nn.Module) -> type:
+    """The module's own class (FSDP2's ``fully_shard`` swaps it for a subclass ``FSDP<Class>``)."""
+    from torch.distributed.fsdp import FSDPModule
+    kind = type(module)
+    if issubclass(kind, FSDPModule):
+        kind = next(b for b in kind.__mro__[1:] if not issubclass(b, FSDPModule))
+    return kind
 
 
 def check_activation_layers(weights: list[PrunableWeight], criterion: str) -> None:
     """Raise ``ValueError`` naming the weights whose inputs cannot be read per channel (only Linear and
     convolutions, not grouped transposed ones, feed their input channels straight to the weight's columns)."""
     bad = [w.name for w in weights
-           if not (type(w.module) is nn.Linear or isinstance(w.module, _CONV)) or w.rows is not None
+           if not (_module_type(w.module) is nn.Linear or isinstance(w.module, _CONV)) or w.rows is not None
            or (w.conv_transpose_groups and w.conv_transpose_groups != 1)]
     if bad:
         raise ValueError(f"criterion {criterion!r} needs the input channels of each pruned weight; {bad} are not "
                          "Linear or convolution weights (Embedding, attention projections and grouped transposed "
                          "convolutions are not supported): exclude them with excluded_op_names")
+
+
+def norms_from_sums(weights: list[PrunableWeight], sums: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """Per-input-channel sums of squares (keyed by weight name) -> their square roots, broadcastable to each
+    weight's canonical shape: ``(1, in, 1, ...)``, or ``(out, in / groups, 1, ...)`` for a grouped convolution
+    (row ``o`` reads its group's channels). Weights without sums are left out.
+
+    Example:
+        >>> from sparsify_torch.layers import prunable_weights
+        >>> norms_from_sums(prunable_weights(nn.Linear(2, 1)), {"weight": torch.tensor([9.0, 16.0])})["weight"].tolist()
+        [[3.0, 4.0]]
+    """
+    out = {}
+    for w in weights:
+        s = sums.get(w.name)
+        if s is None:
+            continue
+        norms = s.float().sqrt().cpu().numpy()
+        groups = getattr(w.module, "groups", 1)
+        spatial = (1,) * (len(w.shape) - 2)
+        if groups > 1 and not w.conv_transpose_groups:       # row o reads its group's channels
+            per = w.shape[1]
+            rows_per_group = w.shape[0] // groups
+            idx = (np.arange(w.shape[0])[:, None] // rows_per_group) * per + np.arange(per)[None, :]
+            out[w.name] = norms[idx].reshape(w.shape[0], per, *spatial)
+        else:
+            out[w.name] = norms.reshape(1, -1, *spatial)
+    return out
 
 
 class ActivationNorms:
@@ -79,22 +116,12 @@ class ActivationNorms:
 
     def canonical(self) -> dict[str, np.ndarray]:
         """The norms of each weight, broadcastable to its canonical shape (NumPy float32)."""
-        out = {}
-        for w in self._weights:
-            s = self._sums.get(id(w.module))
-            if s is None:
-                continue
-            norms = s.sqrt().cpu().numpy()
-            groups = getattr(w.module, "groups", 1)
-            spatial = (1,) * (len(w.shape) - 2)
-            if groups > 1 and not w.conv_transpose_groups:       # row o reads its group's channels
-                per = w.shape[1]
-                rows_per_group = w.shape[0] // groups
-                idx = (np.arange(w.shape[0])[:, None] // rows_per_group) * per + np.arange(per)[None, :]
-                out[w.name] = norms[idx].reshape(w.shape[0], per, *spatial)
-            else:
-                out[w.name] = norms.reshape(1, -1, *spatial)
-        return out
+        return norms_from_sums(self._weights, self.state())
+
+    def widths(self) -> dict[str, int]:
+        """Input channels of each weight's layer (the length of its sums), keyed by weight name."""
+        return {w.name: w.module.in_features if isinstance(w.module, nn.Linear) else w.module.in_channels
+                for w in self._weights}
 
     def reset(self) -> None:
         """Start a new window (after an update)."""

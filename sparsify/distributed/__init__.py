@@ -10,8 +10,10 @@
 * :mod:`~sparsify.distributed.row_shard`: :class:`RowShard`, which rows of a weight a rank holds;
 * :mod:`~sparsify.distributed.sharded_layer` and :mod:`~sparsify.distributed.sharded_cut`: the
   per-layer state of a sharded selection and the exact k-th lowest cut over ranks it relies on;
+* :mod:`~sparsify.distributed.sharded_regrowth`: :func:`sharded_regrow`, regrowth (RigL, SET) over
+  row shards, each rank's rows of the core's :func:`sparsify.regrowth.regrow`;
 * :mod:`~sparsify.distributed.sharded_protocol`: :class:`ShardedPruningProtocol`,
-  the update protocol (schedule, release, monotone masks, state) over row shards.
+  the update protocol (schedule, release, monotone masks, regrowth, state) over row shards.
 
 Example:
     >>> import numpy as np
@@ -26,7 +28,8 @@ Example:
 from .collective import Collective, CountingCollective, SingleProcess, ThreadGroup
 from .row_shard import RowShard
 from .sharded_selection import sharded_masks
+from .sharded_regrowth import sharded_regrow
 from .sharded_protocol import ShardedPruningProtocol
 
 __all__ = ["Collective", "SingleProcess", "ThreadGroup", "CountingCollective", "RowShard", "sharded_masks",
-           "ShardedPruningProtocol"]
+           "sharded_regrow", "ShardedPruningProtocol"]

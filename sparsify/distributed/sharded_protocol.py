@@ -30,8 +30,10 @@ import numpy as np
 from ..config import PruningConfig
 from ..patterns.erk_scope import erk_layer_ratios
 from ..protocol import PruningProtocol, counted_sparsity_figures
+from ..regrowth import regrowth_fraction
 from .collective import Collective
 from .row_shard import RowShard
+from .sharded_regrowth import sharded_regrow
 from .sharded_selection import sharded_masks
 
 __all__ = ["ShardedPruningProtocol"]
@@ -92,9 +94,6 @@ class ShardedPruningProtocol(PruningProtocol):
                   grads: Mapping[str, np.ndarray] | None = None,
                   activations: Mapping[str, np.ndarray] | None = None,
                   ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        if self.config.regrowth != "none":
-            raise ValueError(f"regrowth={self.config.regrowth!r} is not supported on sharded weights (FSDP2) yet; "
-                             "use regrowth='none'")
         if scores is None:
             scores = self.engine.criterion_scores(weights, activations)
         pre = self.masks if self.config.monotone else None
@@ -115,7 +114,15 @@ class ShardedPruningProtocol(PruningProtocol):
                                 self.engine.target_sparsity(step), self.collective,
                                 None if pre is None else {n: pre[n] for n in live}, sample_size=self.sample_size)
         out.update({n: np.ones(self.local_shapes[n], dtype=bool) for n in self.names if n not in out})
-        return out, {}
+        out = {n: out[n] for n in self.names}
+        fraction = regrowth_fraction(self.config, step)
+        if fraction <= 0:
+            return out, {n: np.zeros(self.local_shapes[n], dtype=bool) for n in self.names}
+        if self.config.regrowth == "rigl" and grads is None:
+            raise ValueError("regrowth='rigl' grows the pruned weights with the largest gradients, but no "
+                             "gradients were collected: run a backward pass before the update")
+        return sharded_regrow(out, scores, grads, fraction, self.config.regrowth, step, self.shards,
+                              self.collective, sample_size=self.sample_size)
 
     def advance(self, step: int, weights: Any = None, scores: Any = None, *, grads: Any = None,
                 activations: Any = None):

@@ -6,6 +6,7 @@ Each rank holds only its rows of every weight and mask. The tests gather full te
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import socket
 import time
@@ -32,6 +33,8 @@ CONFIGS = {
                        "excluded_op_names": ["fc2"]},
     "rows_release": {"target_sparsity": 0.5, "pattern": "1xchannel", "start_step": 0, "end_step": 3,
                      "pruning_frequency": 1, "monotone": False, "leave_enabled": False},
+    "global_revive": {"target_sparsity": 0.6, "pruning_scope": "global", "start_step": 0, "end_step": 5,
+                      "pruning_frequency": 1, "monotone": False},
 }
 STEPS = 6
 
@@ -76,6 +79,20 @@ def shard_model(model: nn.Module) -> nn.Module:
     return model
 
 
+class SetWeights(torch.optim.Optimizer):
+    """An "optimizer" whose step writes ``target`` (full weights) into the model: every entry, pruned or not,
+    as an optimizer writes the dense weights."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(list(model.parameters()), {})
+        self.model = model
+        self.target: dict[str, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        set_weights(self.model, self.target)
+
+
 @torch.no_grad()
 def set_weights(model: nn.Module, full: dict[str, torch.Tensor]) -> None:
     from torch.distributed.tensor import DTensor
@@ -101,20 +118,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, world: int, port: int, name: str, out_dir: str, args: tuple) -> None:
+def _entry(rank: int, world: int, port: int, module: str, name: str, out_dir: str, args: tuple) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        result = globals()[name](rank, world, *args)
+        result = getattr(importlib.import_module(module), name)(rank, world, *args)
         torch.save(result, os.path.join(out_dir, f"{name}-{world}-rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
 def spawn(fn, world: int, tmp_path, *args, timeout: float = 240) -> list:
-    ctx = mp.spawn(_entry, args=(world, _free_port(), fn.__name__, str(tmp_path), args), nprocs=world, join=False)
+    """Run ``fn(rank, world, *args)`` (a module-level function) in ``world`` gloo processes; their results."""
+    ctx = mp.spawn(_entry, args=(world, _free_port(), fn.__module__, fn.__name__, str(tmp_path), args),
+                   nprocs=world, join=False)
     deadline = time.time() + timeout
     while not ctx.join(timeout=1):
         assert time.time() < deadline, f"{fn.__name__} on {world} ranks did not finish in {timeout} s"
@@ -125,21 +144,25 @@ def spawn(fn, world: int, tmp_path, *args, timeout: float = 240) -> list:
 # workers
 # ----------------------------------------------------------------------------------------------
 def schedule_run(rank: int, world: int) -> dict:
-    """Every config: set the same weights at every step, record the full masks and weights."""
+    """Every config: an optimizer step sets the same dense weights at every step; record the full masks,
+    the weights the model computes with and the dense weights under the masks."""
     out = {}
     for key, cfg in CONFIGS.items():
         torch.manual_seed(0)
         model = shard_model(Net())
         set_weights(model, full_weights(0))
-        pruner = prune(model, cfg)
+        setter = SetWeights(model)
+        pruner = prune(model, cfg, optimizer=setter)
         local = {n: tuple(m.shape) for n, m in pruner.local_masks().items()}
         history = []
         for step in range(1, STEPS + 1):
-            set_weights(model, full_weights(step))
+            setter.target = full_weights(step)
+            setter.step()
             pruner.step()
             history.append({"masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()},
                             "weights": {n: p.full_tensor().detach().numpy().copy()
                                         for n, p in model.named_parameters() if n in pruner.names},
+                            "dense": {n: w.full_tensor().numpy().copy() for n, w in pruner.dense_weights().items()},
                             "sparsity": pruner.sparsity()})
         out[key] = {"history": history, "local": local, "type": type(pruner).__name__}
     return out
@@ -152,6 +175,8 @@ def errors_run(rank: int, world: int) -> dict:
         "crossing": lambda: prune(shard_model(Net()), {**cfg, "pattern": "4x1", "op_names": ["conv"]}),
         "group": lambda: prune(shard_model(Net()), cfg, process_group=dist.group.WORLD),
         "mixed": lambda: prune(_partly_sharded(), cfg),
+        "no_optimizer": lambda: prune(shard_model(Net()), {**cfg, "monotone": False,
+                                                           "pruned_gradient": "straight_through"}),
     }
     for key, attempt in attempts.items():
         try:
@@ -264,6 +289,84 @@ def momentum_run(rank: int, world: int, ckpt: str, mode: str) -> dict:
             "masks": {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}}
 
 
+DENSE_CFGS = {
+    "revive": {"target_sparsity": 0.7, "start_step": 0, "end_step": 8, "pruning_frequency": 2, "init_sparsity": 0.3,
+               "monotone": False},
+    "straight_through": {"target_sparsity": 0.5, "pattern": "2:4", "pruning_scope": "global", "start_step": 0,
+                         "end_step": 8, "pruning_frequency": 2, "monotone": False,
+                         "pruned_gradient": "straight_through", "skip_incompatible_layers": True},
+    "rigl": {"target_sparsity": 0.6, "regrowth": "rigl", "start_step": 0, "end_step": 8, "pruning_frequency": 2},
+    "set": {"target_sparsity": 0.6, "regrowth": "set", "pruning_scope": "global", "start_step": 0, "end_step": 8,
+            "pruning_frequency": 2},
+}
+
+
+def _train_data() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(321)
+    return [(torch.randn(16, 32, generator=g), torch.randint(0, 8, (16,), generator=g)) for _ in range(11)]
+
+
+def _record(model: nn.Module, pruner) -> dict:
+    """Full masks, the weights the model computes with, and the dense weights under the masks."""
+    full = (lambda t: t.full_tensor()) if type(pruner).__name__ == "ShardedPruner" else (lambda t: t)
+    layers = {n: model.get_submodule(n.rsplit(".", 1)[0]) for n in pruner.names}
+    if type(pruner).__name__ == "ShardedPruner":
+        dense = {n: w.full_tensor() for n, w in pruner.dense_weights().items()}
+        weights = {n: full(m.weight) for n, m in layers.items()}
+    else:
+        dense = {n: m.parametrizations.weight.original for n, m in layers.items()}
+        weights = {n: m.weight for n, m in layers.items()}
+    return {"masks": {n: full(m).numpy().copy() for n, m in pruner.masks().items()},
+            "weights": {n: w.detach().numpy().copy() for n, w in weights.items()},
+            "dense": {n: w.detach().numpy().copy() for n, w in dense.items()}}
+
+
+def dense_train_run(rank: int, world: int, key: str, ckpt: str, mode: str) -> dict:
+    """AdamW (weight decay) steps the dense weights under the masks; ``mode``: "full" trains 10 steps and saves
+    at step 5, "resume" loads step 5 and trains to 10, "load" only loads."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    torch.manual_seed(0)
+    model = Net() if world == 0 else shard_model(Net())     # world 0: the single-process reference
+    set_weights(model, full_weights(0))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.02, weight_decay=0.1)
+    pruner = prune(model, DENSE_CFGS[key], optimizer=opt)
+
+    def state():
+        m, o = get_state_dict(model, opt)
+        return {"model": m, "optim": o, "pruner": pruner.state_dict()}
+
+    first, saved, revived, zero_after_step = 1, None, False, []
+    if mode != "full":
+        sd = state()
+        dcp.load(sd, checkpoint_id=ckpt)
+        set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+        pruner.load_state_dict(sd["pruner"])
+        first = 6
+    loaded = _record(model, pruner)
+    if mode == "load":
+        return {"loaded": loaded}
+    data = _train_data()
+    for step in range(first, 11):
+        x, y = data[step]
+        part = slice(rank * 16 // max(world, 1), (rank + 1) * 16 // max(world, 1))
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x[part]), y[part]).backward()
+        opt.step()
+        before = _record(model, pruner)["masks"]
+        pruner.step()
+        now = _record(model, pruner)
+        revived |= any(bool((~before[n] & now["masks"][n]).any()) for n in before)
+        zero_after_step.append(all(bool((now["weights"][n][~now["masks"][n]] == 0).all()) for n in now["masks"]))
+        if mode == "full" and step == 5:
+            if world:
+                dcp.save(state(), checkpoint_id=ckpt)
+            saved = now
+    return {"saved": saved, "loaded": loaded, "final": _record(model, pruner), "revived": revived,
+            "zero_after_step": zero_after_step}
+
+
 def failed_step_run(rank: int, world: int) -> dict:
     """NaN weights (on every rank) at an update point: step() raises and changes nothing; the
     retry after the fix gives the masks of a run that never failed."""
@@ -340,14 +443,13 @@ def single_process_history(cfg: dict) -> list[dict]:
     pruner = prune(model, cfg)
     history = []
     for step in range(1, STEPS + 1):
-        set_weights(model, full_weights(step))
-        with torch.no_grad():           # as FSDP pruning does: pruned weights are zero after every step
-            for n, m in pruner.masks().items():
-                model.get_submodule(n.rsplit(".", 1)[0]).parametrizations.weight.original.mul_(m)
+        set_weights(model, full_weights(step))      # the stored weights, dense under the masks
         pruner.step()
+        layers = {n: model.get_submodule(n.rsplit(".", 1)[0]) for n in pruner.names}
         history.append({"masks": {n: m.numpy().copy() for n, m in pruner.masks().items()},
-                        "weights": {n: getattr(model.get_submodule(n.rsplit(".", 1)[0]), "weight").detach().numpy()
-                                    for n in pruner.names},
+                        "weights": {n: m.weight.detach().numpy().copy() for n, m in layers.items()},
+                        "dense": {n: m.parametrizations.weight.original.detach().numpy().copy()
+                                  for n, m in layers.items()},
                         "sparsity": pruner.sparsity()})
     return history
 
@@ -363,6 +465,7 @@ def _check_against_single(results: list[dict], world: int) -> None:
                 for n in w["masks"]:
                     assert np.array_equal(g["masks"][n], w["masks"][n]), (key, world, rank, step, n)
                     assert np.array_equal(g["weights"][n], w["weights"][n]), (key, world, rank, step, n)
+                    assert np.array_equal(g["dense"][n], w["dense"][n]), (key, world, rank, step, n)
             for n, shape in got["local"].items():     # each rank holds only its rows of every mask
                 rows = -(-want[0]["masks"][n].shape[0] // world)
                 assert shape[0] == max(0, min(rows, want[0]["masks"][n].shape[0] - rank * rows)), (n, shape)
@@ -373,15 +476,19 @@ def suite(rank: int, world: int, ckpt: str) -> dict:
     out = {"schedule": schedule_run(rank, world), "failed_step": failed_step_run(rank, world)}
     if world == 1:
         out["load_errors"] = load_errors_run(rank, world)
+        out["dense_train"] = {k: dense_train_run(rank, world, k, ckpt + "/unused", "full") for k in DENSE_CFGS}
     if world == 2:
         out["train_full"] = train_run(rank, world, ckpt + "/train", "full")
         out["train_resume"] = train_run(rank, world, ckpt + "/train", "resume")
         out["reshard"] = train_run(rank, world, ckpt + "/train", "reshard")
         out["momentum"] = momentum_run(rank, world, ckpt + "/momentum", "train")
+        out["dense_full"] = dense_train_run(rank, world, "revive", ckpt + "/dense", "full")
+        out["dense_resume"] = dense_train_run(rank, world, "revive", ckpt + "/dense", "resume")
     elif world == 4:
         out["errors"] = errors_run(rank, world)
         out["reshard"] = train_run(rank, world, ckpt + "/train", "reshard")
         out["momentum"] = momentum_run(rank, world, ckpt + "/momentum", "load")
+        out["dense_load"] = dense_train_run(rank, world, "revive", ckpt + "/dense", "load")
     return out
 
 
@@ -403,6 +510,31 @@ def runs(tmp_path_factory):
 def test_fsdp_one_and_two_ranks_give_the_single_process_masks_bit_for_bit(runs):
     _check_against_single(runs(1), 1)
     _check_against_single(runs(2), 2)
+
+
+def test_fsdp_monotone_false_ranks_pruned_weights_by_the_values_they_keep():
+    """The schedule runs above compare dense weights too; here: pruned weights do come back in them."""
+    for key in ("rows_release", "global_revive"):
+        history = single_process_history(CONFIGS[key])
+        assert any((~a["masks"][n] & b["masks"][n]).any() for a, b in zip(history, history[1:]) for n in a["masks"]), key
+
+
+def _assert_records_equal(got: dict, want: dict, what: str) -> None:
+    for part in ("masks", "weights", "dense"):
+        for n in want[part]:
+            assert np.array_equal(got[part][n], want[part][n]), (what, part, n)
+
+
+def test_fsdp_optimizer_steps_the_dense_weights_as_the_single_process_pruner(runs):
+    """One rank: AdamW with weight decay, monotone=False (and straight-through gradients) train exactly like
+    the single-process Pruner: same masks, weights and dense weights bit for bit; pruned weights come back."""
+    for key in DENSE_CFGS:
+        want = dense_train_run(0, 0, key, "", "full")
+        got = runs(1)[0]["dense_train"][key]
+        assert want["revived"] and got["revived"], key          # regrowth: pruned weights come back too
+        assert all(got["zero_after_step"]) and len(got["zero_after_step"]) == 10
+        _assert_records_equal(got["saved"], want["saved"], key)
+        _assert_records_equal(got["final"], want["final"], key)
 
 
 def test_fsdp_failed_update_changes_nothing_and_the_retry_gives_the_masks(runs):
@@ -437,6 +569,9 @@ def test_fsdp_four_ranks_uneven_shards_give_the_single_process_masks(runs):
         assert "layer 'conv.weight'" in m and "blocks of 4 rows" in m and "[2, 2, 2, 2]" in m, m
         assert "process_group is for DistributedDataParallel" in res["errors"]["group"]
         assert "are plain tensors while other weights of the model are FSDP2 shards" in res["errors"]["mixed"]
+        assert res["errors"]["no_optimizer"] == (
+            "monotone=False, pruned_gradient='straight_through' on FSDP2 (DTensor) weights needs the values of the "
+            "pruned weights, which the optimizer steps: pass it, prune(model, config, optimizer=opt)")
 
 
 def test_fsdp_training_keeps_zeros_and_resumes_exactly_also_on_four_ranks(runs):
@@ -466,6 +601,16 @@ def test_fsdp_training_keeps_zeros_and_resumes_exactly_also_on_four_ranks(runs):
             assert np.array_equal(res["loaded"]["masks"][n], saved["masks"][n])
             assert np.array_equal(res["loaded"]["weights"][n], saved["weights"][n])
             assert np.array_equal(res["after"][n], want[n]), n
+
+
+def test_fsdp_dense_weights_resume_exactly_and_reshard(runs):
+    full = [r["dense_full"] for r in runs(2)]
+    for a, b in zip(full, [r["dense_resume"] for r in runs(2)]):
+        assert a["revived"] and all(a["zero_after_step"]) and all(b["zero_after_step"])
+        _assert_records_equal(b["loaded"], a["saved"], "loaded")
+        _assert_records_equal(b["final"], a["final"], "resumed")          # bit for bit the uninterrupted run
+    for res in [r["dense_load"] for r in runs(4)]:                       # stored values reshard onto 4 ranks
+        _assert_records_equal(res["loaded"], full[0]["saved"], "resharded")
 
 
 def test_fsdp_snip_momentum_scores_are_exact_and_reshard(runs):

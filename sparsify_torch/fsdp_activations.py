@@ -1,0 +1,118 @@
+"""Input-activation statistics of FSDP2 layers, summed over the data-parallel group.
+
+FSDP2 shards the weights, not the inputs: each rank sees its own data-parallel
+batch. :class:`GroupActivationNorms` sums the squares of each pruned layer's
+inputs per input channel on every rank (:class:`~sparsify_torch.statistics.ActivationNorms`)
+and all-reduces the sums (one ``all_reduce`` per mask update) before the core
+sees them, so every rank's criterion reads the statistics of the global batch:
+the masks of the single-process :class:`~sparsify_torch.Pruner` run on the
+concatenated batches (equal bit for bit when the sums are exact, else up to the
+order of the float additions).
+
+Checkpoints hold the global sums (replicated on every rank, what
+``torch.distributed.checkpoint`` saves once); taking the state folds the ranks'
+sums into the first rank's, so a resumed run on the same ranks adds the same
+numbers in the same order as the uninterrupted one.
+
+Example:
+    >>> GroupActivationNorms.__name__
+    'GroupActivationNorms'
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from sparsify.distributed import RowShard
+
+from .layers import PrunableWeight
+from .statistics import ActivationNorms, norms_from_sums
+
+__all__ = ["GroupActivationNorms"]
+
+
+class GroupActivationNorms:
+    """Per-input-channel input norms of the pruned layers over every rank's batches since the last update.
+
+    Args:
+        weights: the pruned weights (Linear and convolution weights, checked by
+            :func:`~sparsify_torch.statistics.check_activation_layers`).
+        group: the data-parallel process group (FSDP2's mesh group).
+        rank: this rank within ``group`` (rank 0 holds the folded sums).
+        device: where the all-reduce runs (the CPU for gloo, the GPU for NCCL).
+        criterion: the criterion's name, for errors.
+    """
+
+    def __init__(self, weights: list[PrunableWeight], group: Any, rank: int, device: torch.device,
+                 criterion: str) -> None:
+        self.names = [w.name for w in weights]
+        self._weights = list(weights)
+        self._local = ActivationNorms(weights)
+        self._group, self._rank, self._device, self._criterion = group, rank, device, criterion
+
+    def _reduced(self) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """(global sums of every weight, names some rank saw inputs of); collective."""
+        local, widths = self._local.state(), self._local.widths()
+        parts = [local[n] if n in local else torch.zeros(widths[n]) for n in self.names]
+        seen = torch.tensor([1.0 if n in local else 0.0 for n in self.names])
+        flat = torch.cat([p.float() for p in parts] + [seen]).to(self._device)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self._group)
+        flat = flat.cpu()
+        out, off = {}, 0
+        for n in self.names:
+            out[n] = flat[off:off + widths[n]].clone()
+            off += widths[n]
+        return out, [n for n, c in zip(self.names, flat[off:].tolist()) if c > 0]
+
+    def canonical(self, shards: Mapping[str, RowShard]) -> dict[str, np.ndarray]:
+        """This rank's rows of the norms of the global batch, broadcastable to each local shard; collective.
+
+        Raises:
+            RuntimeError: a pruned layer saw no input on any rank since the last update (on every rank).
+        """
+        sums, seen = self._reduced()
+        if len(seen) < len(self.names):
+            raise RuntimeError(f"criterion {self._criterion!r} needs the inputs of every pruned layer, but "
+                               f"{[n for n in self.names if n not in seen]} saw no forward pass on any rank since "
+                               "the last update: run the model before pruner.step()")
+        norms = norms_from_sums(self._weights, sums)
+        for n, v in norms.items():                 # grouped convolutions: one row of norms per output row
+            if v.shape[0] > 1:
+                norms[n] = v[shards[n].start:shards[n].stop]
+        return norms
+
+    def state(self) -> dict[str, Any]:
+        """``activation_sums`` (global, every weight; zeros where unseen) and ``activation_seen``; collective.
+        Folds the ranks' sums into rank 0's (the same global sums, added in the order a resumed run adds them)."""
+        sums, seen = self._reduced()
+        self._local.load_state({n: sums[n] for n in seen} if self._rank == 0 else {})
+        return {"activation_sums": sums, "activation_seen": seen}
+
+    def load_state(self, state: Mapping[str, Any], check_only: bool = False) -> None:
+        """Restore :meth:`state` output (or a single-process ``Pruner`` state's ``activation_sums``): rank 0
+        holds the sums, the other ranks none. Checked before anything changes (``check_only``: only checked).
+
+        Raises:
+            ValueError: missing or malformed sums, names that are not pruned weights.
+        """
+        sums = state.get("activation_sums")
+        if not isinstance(sums, Mapping):
+            raise ValueError(f"criterion {self._criterion!r} reads activations: state['activation_sums'] must be "
+                             "the dict ShardedPruner.state_dict() saved")
+        seen = state.get("activation_seen", sorted(sums))
+        if not isinstance(seen, (list, tuple)) or not all(n in sums for n in seen):
+            raise ValueError(f"state['activation_seen'] must list names of state['activation_sums'], got {seen!r}")
+        self._local.check_state({n: sums[n] for n in seen})         # raises before any change
+        if not check_only:
+            self._local.load_state({n: sums[n] for n in seen} if self._rank == 0 else {})
+
+    def reset(self) -> None:
+        """Start a new window (after an update)."""
+        self._local.reset()
+
+    def remove(self) -> None:
+        """Drop the forward hooks."""
+        self._local.remove()

@@ -1,0 +1,91 @@
+"""``prune_sharded``: the FSDP2 path of :func:`sparsify_torch.prune`, checking the sharded weights and building
+the :class:`~sparsify_torch.fsdp.ShardedPruner`.
+
+Example:
+    >>> prune_sharded.__name__
+    'prune_sharded'
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor, Shard
+
+from sparsify import PruningConfig, PruningEngine
+from sparsify.distributed import RowShard, ShardedPruningProtocol
+
+from .fsdp import ShardedPruner, is_sharded
+from .layers import PrunableWeight
+from .statistics import check_activation_layers
+from .torch_collective import TorchCollective
+
+__all__ = ["prune_sharded"]
+
+
+def _row_shard(name: str, param: DTensor) -> RowShard:
+    """The rows of ``param`` this rank holds, checking that it is sharded along dim 0 like FSDP2 does."""
+    mesh = param.device_mesh
+    if mesh.ndim != 1 or tuple(param.placements) != (Shard(0),):
+        raise ValueError(f"weight {name!r} is a DTensor placed {tuple(param.placements)} on a {mesh.ndim}-D mesh; "
+                         "sparsify_torch prunes DTensors sharded along dim 0 on a 1-D mesh (FSDP2's fully_shard "
+                         "default), exclude it with excluded_op_names")
+    shard = RowShard.chunk(tuple(param.shape), mesh.get_local_rank(), mesh.size())
+    local = tuple(param.to_local().shape)
+    if local != shard.local_shape:
+        raise ValueError(f"weight {name!r}: this rank holds a local shard of shape {local}, but dim-0 sharding "
+                         f"over {mesh.size()} ranks gives {shard.local_shape}; only torch.chunk-style row shards "
+                         "are supported")
+    return shard
+
+
+def prune_sharded(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str,
+                  candidates: list[PrunableWeight], params: Mapping[str, Any], *,
+                  sample_size: int | None = None, log_dir: Any = None,
+                  optimizer: torch.optim.Optimizer | None = None) -> ShardedPruner:
+    """The FSDP2 path of :func:`sparsify_torch.prune` (called by it when weights are DTensors).
+
+    ``params[name]`` is the parameter of each candidate. Everything is checked
+    before anything changes.
+    """
+    config = PruningConfig.coerce(config)
+    if optimizer is None:
+        dense = [f"{k}={getattr(config, k)!r}" for k, plain in
+                 (("monotone", True), ("pruned_gradient", "none"), ("regrowth", "none")) if getattr(config, k) != plain]
+        if dense:
+            raise ValueError(f"{', '.join(dense)} on FSDP2 (DTensor) weights needs the values of the pruned weights, "
+                             "which the optimizer steps: pass it, prune(model, config, optimizer=opt)")
+    engine = PruningEngine(config)
+    shapes = {w.name: w.shape for w in candidates}
+    chosen = engine.select_layers(list(shapes), shapes)
+    by_name = {w.name: w for w in candidates}
+    layers = [by_name[n] for n in chosen]
+    plain = [w.name for w in layers if not is_sharded(params[w.name])]
+    if plain:
+        raise ValueError(f"weights {plain} are plain tensors while other weights of the model are FSDP2 shards "
+                         "(DTensors); apply fully_shard to the whole model (the root too) before prune(), or exclude "
+                         "them with excluded_op_names")
+    for w in layers:
+        if w.rows is not None or w.conv_transpose_groups:
+            kind = "the fused in_proj_weight of MultiheadAttention" if w.rows is not None else "a transposed conv"
+            raise ValueError(f"weight {w.name!r} is {kind}: its rows in the core's layout are not its rows on the "
+                             "shards, so it cannot be pruned sharded; exclude it with excluded_op_names (for "
+                             "attention, separate q/k/v projections work)")
+        p = params[w.name]
+        if not p.is_floating_point():
+            raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
+    if "activation" in engine.needs:
+        check_activation_layers(layers, config.criterion)
+    mesh = params[layers[0].name].device_mesh
+    other = [w.name for w in layers if params[w.name].device_mesh != mesh]
+    if other:
+        raise ValueError(f"weights {other} are sharded over another device mesh than {layers[0].name!r} "
+                         f"({mesh}); sparsify_torch prunes weights sharded over one mesh")
+    shards = {w.name: _row_shard(w.name, params[w.name]) for w in layers}
+    collective = TorchCollective(mesh.get_group(), device="cpu" if mesh.device_type == "cpu" else None)
+    protocol = ShardedPruningProtocol(config, {w.name: w.shape for w in candidates if w.name in shards}, shards,
+                                      collective, sample_size=sample_size)
+    return ShardedPruner(model, protocol, layers, {w.name: params[w.name] for w in layers}, collective, log_dir,
+                         optimizer)
+
