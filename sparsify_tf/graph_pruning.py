@@ -119,7 +119,11 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     Args:
         config: a ``PruningConfig``, dict or YAML path. ``op_names`` /
             ``excluded_op_names`` select weights by variable name (``re.search``).
-            Criterion must be ``"magnitude"``.
+            Criteria scored from weights and input activations work (``"magnitude"``,
+            ``"wanda"``, registered ones); per-step gradient criteria (``"snip"``,
+            ``"snip_momentum"``) are refused. Activation criteria and ``regrowth="rigl"``
+            read the pruned ops' inputs and dense gradients in their gradients
+            (:mod:`sparsify_tf.graph_statistics`): build the optimizer after this call.
         graph: the graph (default: the default graph).
         global_step: scalar integer variable/tensor (default: the graph's global
             step, created if missing).
@@ -141,7 +145,9 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         ValueError/TypeError: bad config, finalized graph, bad global step,
             nothing selected, a weight that does not fit the pattern, an
             unknown ``masking``, gradients already built for a pruned op with
-            ``masking="weights"`` — all before the graph is changed.
+            ``masking="weights"`` (or with an activation criterion or RigL), a pruned
+            op whose input channels an activation criterion cannot read (grouped
+            convolution) — all before the graph is changed.
 
     Example:
             pruning = prune_graph(PruningConfig(target_sparsity=0.8, end_step=1000))

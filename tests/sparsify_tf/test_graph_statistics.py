@@ -275,3 +275,35 @@ def test_depthwise_norms_repeat_each_input_channel_for_its_outputs(sums, mult):
     (norms,) = activation_norms([sums], ["depthwise"], [(sums.size * mult, 1, 3, 3)], [mult])
     assert norms.shape == (sums.size * mult, 1, 1, 1)
     assert np.array_equal(norms[:, 0, 0, 0], np.repeat(np.sqrt(sums), mult))
+
+
+def test_a_weight_read_by_two_ops_adds_both_inputs_and_both_gradients():
+    rng = np.random.default_rng(1)
+    w0 = rng.normal(0, 0.5, (3, 3)).astype(np.float32)
+    xb = rng.normal(0, 1, (4, 3)).astype(np.float32)
+
+    def model():
+        x = tf1.placeholder(tf.float32, [None, 3])
+        w = tf1.get_variable("shared/kernel", initializer=w0)
+        h = tf.matmul(x, w)
+        return x, w, h, tf.reduce_sum(tf.square(tf.matmul(h, w)))
+
+    g = tf.Graph()
+    with g.as_default():
+        x, w, h, loss = model()
+        pruning = sparsify_tf.prune_graph({"criterion": "wanda", "regrowth": "rigl", "target_sparsity": 0.5,
+                                           "start_step": 5, "end_step": 9})
+        train = tf1.train.GradientDescentOptimizer(0.0).minimize(loss, global_step=pruning.global_step)
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        hv, _ = sess.run([h, train], {x: xb})
+        sums = sess.run(pruning.collectors.sums["shared/kernel"])
+        grads = sum(sess.run(pruning.collectors.op_grads["shared/kernel"]))
+    assert len(pruning.collectors.op_grads["shared/kernel"]) == 2
+    assert np.allclose(sums, np.square(xb).sum(0) + np.square(hv).sum(0), rtol=1e-5)
+    ref = tf.Graph()
+    with ref.as_default():
+        x, w, _, loss = model()
+        with tf1.Session(graph=ref) as sess:
+            sess.run(tf1.global_variables_initializer())
+            assert np.allclose(grads, sess.run(tf.gradients(loss, w)[0], {x: xb}), rtol=1e-5)
