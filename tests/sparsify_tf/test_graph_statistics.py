@@ -307,3 +307,27 @@ def test_a_weight_read_by_two_ops_adds_both_inputs_and_both_gradients():
         with tf1.Session(graph=ref) as sess:
             sess.run(tf1.global_variables_initializer())
             assert np.allclose(grads, sess.run(tf.gradients(loss, w)[0], {x: xb}), rtol=1e-5)
+
+
+def test_export_leaves_the_collectors_out(tmp_path):
+    g = tf.Graph()
+    with g.as_default():
+        x, y, loss, _, weights = _mlp()
+        logits = tf.identity(g.get_tensor_by_name("MatMul_1:0"), name="logits")
+        pruning = sparsify_tf.prune_graph({"criterion": "wanda", "regrowth": "rigl", "target_sparsity": 0.5,
+                                           "start_step": 0, "end_step": 4, "pruning_frequency": 2})
+        train = pruning.wrap_train_op(tf1.train.AdamOptimizer(0.01).minimize(loss, global_step=pruning.global_step))
+    with tf1.Session(graph=g, config=session_config()) as sess:
+        sess.run(tf1.global_variables_initializer())
+        for step in range(5):
+            xb, yb = batch(step, 16)
+            sess.run(train, {x: xb, y: yb})
+        expected = sess.run(logits, {x: X[:8]})
+        frozen = pruning.export_frozen_graph(sess, ["logits"], path=str(tmp_path / "m.pb"))
+    assert not [n.name for n in frozen.node if n.op == "IdentityN" or "nm_" in n.name]
+    out = tf.Graph()
+    with out.as_default():
+        tf.graph_util.import_graph_def(frozen, name="")
+        with tf1.Session(graph=out) as sess:
+            got = sess.run("logits:0", {x.name: X[:8]})
+    assert np.allclose(got, expected, atol=1e-6)
