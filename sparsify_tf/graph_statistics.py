@@ -141,9 +141,12 @@ class Collectors:
         return out + ([self.grads_seen] if self.grads_seen is not None else [])
 
 
-def _variable(name: str, shape: Any, dtype: tf.DType) -> tf.Variable:
+def _variable(name: str, shape: Any, dtype: tf.DType,
+              aggregation: tf.VariableAggregation = tf.VariableAggregation.SUM) -> tf.Variable:
+    # under a distribution strategy each replica adds its share (its batch, its gradient: tf.compat.v1
+    # optimizers sum the replicas' gradients too); without one the aggregation changes nothing
     return tf1.get_variable(name, shape, dtype, initializer=tf1.zeros_initializer(), trainable=False,
-                            use_resource=True)
+                            use_resource=True, aggregation=aggregation)
 
 
 def add_collectors(pruned: Sequence[PrunableInput], shapes: Mapping[str, Sequence[int]], ks_group: str, *,
@@ -156,7 +159,7 @@ def add_collectors(pruned: Sequence[PrunableInput], shapes: Mapping[str, Sequenc
     registry = _BY_GRAPH.setdefault(pruned[0].op.graph, {})
     with tf1.variable_scope(PruningScope.general(ks_group)):
         if grads:
-            out.grads_seen = _variable("nm_dense_grad_seen", [], tf.int64)
+            out.grads_seen = _variable("nm_dense_grad_seen", [], tf.int64, tf.VariableAggregation.ONLY_FIRST_REPLICA)
         for p in pruned:
             x, axis = input_channels(p) if activations else (None, None)
             if activations and p.var_name not in out.sums:
