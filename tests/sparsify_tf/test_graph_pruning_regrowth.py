@@ -109,15 +109,17 @@ def _torch_mlp(weights: dict[str, np.ndarray]):
     return model
 
 
-def test_rigl_gives_torchs_masks_for_the_same_weights_and_batches():
+@pytest.mark.parametrize("regrowth", ["rigl", "set"])
+def test_regrowth_gives_torchs_masks_for_the_same_weights_and_batches(regrowth):
     """lr 0: both frameworks keep the same weights (only regrowth's zeros change them), so each update
     sees the same weights and gradients."""
-    config = {**SPARSE, "regrowth": "rigl"}
+    config = {**SPARSE, "regrowth": regrowth}
     g, m, pruning, train, update = _graph(config, lr=0.0)
     graph_masks = []
     with tf1.Session(graph=g, config=session_config()) as sess:
         sess.run(tf1.global_variables_initializer())
         initial = sess.run(pruning.weights)
+        sess.run(update)                          # SET prunes at step 0, as torch's prune() does
         for step in range(9):
             xb, yb = batch(step, 32)
             sess.run(train, {m["x"]: xb, m["y"]: yb})

@@ -331,3 +331,24 @@ def test_export_leaves_the_collectors_out(tmp_path):
         with tf1.Session(graph=out) as sess:
             got = sess.run("logits:0", {x.name: X[:8]})
     assert np.allclose(got, expected, atol=1e-6)
+
+
+def test_an_update_with_a_weight_no_step_trained_is_refused_naming_it():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 4])
+        used = tf1.get_variable("used/kernel", [4, 2])
+        idle = tf1.get_variable("idle/kernel", [4, 2])
+        out_used, _ = tf.matmul(x, used), tf.matmul(x, idle)
+        pruning = sparsify_tf.prune_graph({"criterion": "wanda", "target_sparsity": 0.5, "start_step": 1,
+                                           "end_step": 1})
+        opt = tf1.train.GradientDescentOptimizer(0.1)
+        train = pruning.wrap_train_op(opt.minimize(tf.reduce_sum(out_used), global_step=pruning.global_step))
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        with pytest.raises(ValueError, match=r"pruning update at step 1 refused: criterion 'wanda' needs the inputs "
+                                             r"of every pruned weight, but the ops of \['idle/kernel'\] computed no "
+                                             "gradient since the last update"):
+            pruning.run_update(sess, train, {x: X[:4, :4]})
+        assert int(sess.run(pruning.last_update_step)) == -1
+        assert pruning.get_masks(sess)["used/kernel"].all()
