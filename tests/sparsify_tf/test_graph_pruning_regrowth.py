@@ -1,4 +1,5 @@
-"""Regrowth (RigL, SET) in TF graph mode: exact sparsity, grown weights and slots at zero, the core's and torch's masks."""
+"""Regrowth (RigL, SET) in TF graph mode: exact sparsity, grown weights and slots at zero, the core's and torch's
+masks."""
 from __future__ import annotations
 
 import os

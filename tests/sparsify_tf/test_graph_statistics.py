@@ -57,7 +57,8 @@ def _train(build, config: dict, lr: float, steps: int = 3):
     with g.as_default():
         x, y, loss, inputs, weights = build()
         pruning = sparsify_tf.prune_graph({**config, **WINDOW})
-        train = pruning.wrap_train_op(tf1.train.GradientDescentOptimizer(lr).minimize(loss, global_step=pruning.global_step))
+        sgd = tf1.train.GradientDescentOptimizer(lr)
+        train = pruning.wrap_train_op(sgd.minimize(loss, global_step=pruning.global_step))
     seen = {n: [] for n in inputs}
     with tf1.Session(graph=g, config=session_config()) as sess:
         sess.run(tf1.global_variables_initializer())
@@ -107,7 +108,8 @@ def test_statistics_are_the_inputs_sums_of_squares_and_masks_are_the_cores(build
 
 
 def _torch_mlp(initial):
-    model = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False), torch.nn.ReLU(), torch.nn.Linear(32, 10, bias=False))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 10, bias=False))
     with torch.no_grad():
         model[0].weight.copy_(torch.from_numpy(initial["fc1/kernel"].T.copy()))
         model[2].weight.copy_(torch.from_numpy(initial["fc2/kernel"].T.copy()))
@@ -162,7 +164,8 @@ def test_wanda_waits_for_a_training_step_and_evaluation_adds_nothing():
         x, y, loss, _, _ = _mlp()
         pruning = sparsify_tf.prune_graph({"criterion": "wanda", "target_sparsity": 0.5, "start_step": 0,
                                            "end_step": 0})
-        train = pruning.wrap_train_op(tf1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=pruning.global_step))
+        sgd = tf1.train.GradientDescentOptimizer(0.1)
+        train = pruning.wrap_train_op(sgd.minimize(loss, global_step=pruning.global_step))
     with tf1.Session(graph=g, config=session_config()) as sess:
         sess.run(tf1.global_variables_initializer())
         sess.run(pruning.update_op)                       # due at step 0, but no input seen yet: waits
@@ -222,7 +225,8 @@ def test_a_user_criterion_reading_activations_runs_in_graph_mode():
             loss = tf.reduce_sum(tf.matmul(x, w))
             pruning = sparsify_tf.prune_graph({"criterion": name, "target_sparsity": 0.5, "start_step": 0,
                                                "end_step": 0})
-            train = pruning.wrap_train_op(tf1.train.GradientDescentOptimizer(0.0).minimize(loss, global_step=pruning.global_step))
+            sgd = tf1.train.GradientDescentOptimizer(0.0)
+            train = pruning.wrap_train_op(sgd.minimize(loss, global_step=pruning.global_step))
         with tf1.Session(graph=g) as sess:
             sess.run(tf1.global_variables_initializer())
             sess.run(train, {x: [[3.0, 0.0], [4.0, 1.0]]})      # input norms 5 and 1
@@ -352,3 +356,14 @@ def test_an_update_with_a_weight_no_step_trained_is_refused_naming_it():
             pruning.run_update(sess, train, {x: X[:4, :4]})
         assert int(sess.run(pruning.last_update_step)) == -1
         assert pruning.get_masks(sess)["used/kernel"].all()
+
+
+@pytest.mark.parametrize("adjoint_a,axis", [(False, 2), (True, 1)])
+def test_batch_matmul_input_channels(adjoint_a, axis):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [2, 5, 3] if not adjoint_a else [2, 3, 5])
+        tf.matmul(x, tf1.get_variable("w", [3, 2]), adjoint_a=adjoint_a)
+        (p,) = get_prunable_ops_and_inputs(g)
+        assert p.op.type.startswith("BatchMatMul")
+        assert input_channels(p) == (x, axis)
