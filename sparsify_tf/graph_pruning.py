@@ -147,7 +147,7 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             unknown ``masking``, gradients already built for a pruned op with
             ``masking="weights"`` (or with an activation criterion or RigL), a pruned
             op whose input channels an activation criterion cannot read (grouped
-            convolution) — all before the graph is changed.
+            transposed convolution, unknown rank) — all before the graph is changed.
 
     Example:
             pruning = prune_graph(PruningConfig(target_sparsity=0.8, end_step=1000))
@@ -279,9 +279,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             if unseen:
                 raise ValueError(f"criterion {cfg.criterion!r} needs the inputs of every pruned weight, but the ops "
                                  f"of {unseen} computed no gradient since the last update (not trained)")
-            return dict(zip(names, activation_norms(sums, [layer_kinds[n] for n in names],
-                                                    [shapes[n] for n in names],
-                                                    [collectors.multipliers[n] for n in names])))
+            return dict(zip(names, activation_norms(sums, [shapes[n] for n in names],
+                                                    [collectors.groups[n] for n in names])))
         scope = PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)
 
         def _build_update(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple[tf.Tensor, tf.Operation]:

@@ -15,9 +15,9 @@ the ops reading the weight, then starts the sums again from zero. The variables 
 variables of the pruning scope, so a ``tf.compat.v1.train.Saver`` checkpoint resumes exactly.
 
 :func:`input_channels` says where the input channels of a pruned op's data input are: MatMul and
-BatchMatMul (any transposition, 2-D weight), Conv2D/Conv3D (NHWC or NCHW, not grouped),
+BatchMatMul (any transposition, 2-D weight), Conv2D/Conv3D (NHWC or NCHW, grouped too),
 DepthwiseConv2dNative (each output channel reads one input channel) and Conv2DBackpropInput
-(a transposed convolution's input). Anything else is refused, naming the weight.
+(a transposed convolution's input, not grouped). Anything else is refused, naming the weight.
 
 Example:
     >>> import tensorflow as tf
@@ -26,11 +26,13 @@ Example:
     >>> with g.as_default():
     ...     x = tf.compat.v1.placeholder(tf.float32, [None, 3])
     ...     y = tf.matmul(x, tf.compat.v1.get_variable("fc/kernel", [3, 2]))
-    >>> data, axis = input_channels(get_prunable_ops_and_inputs(g)[0])
-    >>> data.name, axis
-    ('Placeholder:0', 1)
-    >>> activation_norms([np.array([9.0, 16.0, 0.0], np.float32)], ["dense"], [(2, 3)], [1])[0].tolist()
+    >>> data, axis, groups = input_channels(get_prunable_ops_and_inputs(g)[0])
+    >>> data.name, axis, groups
+    ('Placeholder:0', 1, 1)
+    >>> activation_norms([np.array([9.0, 16.0, 0.0], np.float32)], [(2, 3)], [1])[0].tolist()
     [[3.0, 4.0, 0.0]]
+    >>> activation_norms([np.array([1.0, 4.0, 9.0, 16.0])], [(2, 2, 1)], [2])[0][:, :, 0].tolist()   # 2 groups
+    [[1.0, 2.0], [3.0, 4.0]]
 """
 from __future__ import annotations
 
@@ -66,12 +68,16 @@ class _Collector:
     seen: Any = None                      # int64 scalar: 1 once a gradient was kept
 
 
-def input_channels(p: PrunableInput) -> tuple[tf.Tensor, int]:
-    """The data input of a pruned op and the axis of its input channels (non-negative).
+def input_channels(p: PrunableInput) -> tuple[tf.Tensor, int, int]:
+    """The data input of a pruned op, the axis of its input channels (non-negative) and the op's groups.
+
+    A convolution whose input has ``groups`` times the kernel's input channels is grouped (each group
+    of output channels reads its own slice of input channels, as in torch); a depthwise kernel is a
+    convolution with one group per input channel.
 
     Raises:
-        ValueError: the op's input channels cannot be read (unknown rank, grouped convolution, an op
-            type without a rule), naming the weight.
+        ValueError: the op's input channels cannot be read (unknown rank or convolution channels, a
+            grouped transposed convolution, an op type without a rule), naming the weight.
     """
     op = p.op
     if op.type in _MATMULS:
@@ -95,24 +101,35 @@ def input_channels(p: PrunableInput) -> tuple[tf.Tensor, int]:
                          f"{x.name!r} of op {op.name!r} has unknown or scalar rank; give it a static rank, or "
                          "exclude the weight with excluded_op_names")
     axis = rel % rank
+    if op.type in _MATMULS:
+        return x, axis, 1
     width = x.shape[axis]
     w_shape = p.tensor.shape.as_list()
-    expected = {"Conv2D": w_shape[-2], "Conv3D": w_shape[-2], "DepthwiseConv2dNative": w_shape[-2],
-                "Conv2DBackpropInput": w_shape[-1]}.get(op.type)
-    if expected is not None and width is not None and width != expected:
+    kernel_in = w_shape[-1] if op.type == "Conv2DBackpropInput" else w_shape[-2]
+    if width is None:
+        raise ValueError(f"the input channels of weight {p.var_name!r} cannot be read: the data input {x.name!r} "
+                         f"of op {op.name!r} has an unknown channel count; give it a static shape, or exclude the "
+                         "weight with excluded_op_names")
+    if op.type == "DepthwiseConv2dNative":
+        return x, axis, width
+    if width != kernel_in and (op.type == "Conv2DBackpropInput" or width % kernel_in):
         raise ValueError(f"the input channels of weight {p.var_name!r} cannot be read per weight column: op "
-                         f"{op.name!r} reads {width} input channels with a kernel of {expected} (a grouped "
-                         "convolution); exclude it with excluded_op_names")
-    return x, axis
+                         f"{op.name!r} reads {width} input channels with a kernel of {kernel_in} (a grouped "
+                         "transposed convolution); exclude it with excluded_op_names")
+    return x, axis, width // kernel_in
 
 
 def check_input_channels(candidates: Sequence[PrunableInput], names: Sequence[str], criterion: str) -> None:
-    """Raise ``ValueError`` naming the first pruned weight whose op's input channels cannot be read."""
-    chosen = set(names)
+    """Raise ``ValueError`` naming the first pruned weight whose op's input channels cannot be read (or whose
+    ops read it with different groups)."""
+    chosen, groups = set(names), {}
     for p in candidates:
         if p.var_name in chosen:
             try:
-                input_channels(p)
+                g = input_channels(p)[2]
+                if groups.setdefault(p.var_name, g) != g:
+                    raise ValueError(f"the ops reading weight {p.var_name!r} read it with {groups[p.var_name]} and "
+                                     f"{g} groups; exclude it with excluded_op_names")
             except ValueError as e:
                 raise ValueError(f"criterion {criterion!r} needs per-input-channel statistics: {e}") from None
 
@@ -126,14 +143,15 @@ class Collectors:
         calls: layer name -> int64 variable, the collector runs (training steps x ops) the sums hold.
         op_grads: layer name -> the dense-gradient variables of the ops reading it (TF layout).
         grads_seen: int64 variable, 1 once a training step kept the gradients (None without RigL).
-        multipliers: layer name -> depthwise channel multiplier (1 for other kinds).
+        groups: layer name -> the groups of its convolution (1 for MatMul; a depthwise kernel has one per
+            input channel).
     """
 
     sums: dict[str, tf.Variable] = field(default_factory=dict)
     calls: dict[str, tf.Variable] = field(default_factory=dict)
     op_grads: dict[str, list[tf.Variable]] = field(default_factory=dict)
     grads_seen: tf.Variable | None = None
-    multipliers: dict[str, int] = field(default_factory=dict)
+    groups: dict[str, int] = field(default_factory=dict)
 
     def variables(self) -> list[tf.Variable]:
         """Every variable (sums, counts, gradients, seen flag)."""
@@ -161,13 +179,12 @@ def add_collectors(pruned: Sequence[PrunableInput], shapes: Mapping[str, Sequenc
         if grads:
             out.grads_seen = _variable("nm_dense_grad_seen", [], tf.int64, tf.VariableAggregation.ONLY_FIRST_REPLICA)
         for p in pruned:
-            x, axis = input_channels(p) if activations else (None, None)
+            x, axis, groups = input_channels(p) if activations else (None, None, 1)
             if activations and p.var_name not in out.sums:
-                depthwise = p.kind == "depthwise"
-                width = p.tensor.shape.as_list()[-2] if depthwise else shapes[p.var_name][1]
+                width = shapes[p.var_name][1] * groups           # canonical (out, in / groups, ...)
                 out.sums[p.var_name] = _variable(f"nm_activation_sum/{p.var_name}", [width], tf.float32)
                 out.calls[p.var_name] = _variable(f"nm_activation_calls/{p.var_name}", [], tf.int64)
-                out.multipliers[p.var_name] = int(p.tensor.shape.as_list()[-1]) if depthwise else 1
+                out.groups[p.var_name] = groups
             grad = None
             if grads:
                 grad = _variable(f"nm_dense_grad/{p.op.name}", p.tensor.shape, p.tensor.dtype.base_dtype)
@@ -210,19 +227,22 @@ except KeyError:  # pragma: no cover - already registered (module reloaded)
     pass
 
 
-def activation_norms(sums: Sequence[np.ndarray], kinds: Sequence[str], shapes: Sequence[tuple[int, ...]],
-                     multipliers: Sequence[int]) -> list[np.ndarray]:
-    """The per-input-channel L2 norms, shaped to broadcast against each canonical weight.
+def activation_norms(sums: Sequence[np.ndarray], shapes: Sequence[tuple[int, ...]],
+                     groups: Sequence[int]) -> list[np.ndarray]:
+    """The per-input-channel L2 norms, shaped to broadcast against each canonical weight (torch's layout).
 
-    ``(1, in, 1, ...)`` for dense and convolution kinds; for a depthwise kernel (canonical
-    ``(in * mult, 1, kh, kw)``, output channel ``o`` reads input channel ``o // mult``) ``(out, 1, 1, 1)``.
+    ``(1, in, 1, ...)`` without groups; with groups (canonical ``(out, in / groups, ...)``; a depthwise
+    kernel is ``(in * mult, 1, kh, kw)`` with ``in`` groups) ``(out, in / groups, 1, ...)``: output
+    channel ``o`` reads the input channels of its group, ``o // (out / groups)``.
     """
     out = []
-    for s, kind, shape, mult in zip(sums, kinds, shapes, multipliers):
+    for s, shape, g in zip(sums, shapes, groups):
         norms = np.sqrt(np.asarray(s, np.float32))
         spatial = (1,) * (len(shape) - 2)
-        if kind == "depthwise":
-            out.append(norms[np.arange(shape[0]) // mult].reshape(shape[0], 1, *spatial))
-        else:
+        if g == 1:
             out.append(norms.reshape(1, norms.size, *spatial))
+            continue
+        rows, per = shape[0] // g, shape[1]
+        idx = (np.arange(shape[0])[:, None] // rows) * per + np.arange(per)[None, :]
+        out.append(norms[idx].reshape(shape[0], per, *spatial))
     return out

@@ -95,9 +95,8 @@ def test_statistics_are_the_inputs_sums_of_squares_and_masks_are_the_cores(build
         sums[n] = _channel_sums(n, arrays)
         assert not run["sums_after"][n].any(), n             # the update started a new window
     # the core, given the dense weights after the third step and the norms of the three batches
-    kinds = [run["kinds"][n] for n in shapes]
-    mults = [run["dense"][n].shape[-1] if k == "depthwise" else 1 for n, k in zip(shapes, kinds)]
-    norms = activation_norms([sums[n].astype(np.float32) for n in shapes], kinds, list(shapes.values()), mults)
+    groups = [run["dense"][n].shape[-2] if run["kinds"][n] == "depthwise" else 1 for n in shapes]
+    norms = activation_norms([sums[n].astype(np.float32) for n in shapes], list(shapes.values()), groups)
     protocol = PruningProtocol({**config, **WINDOW}, shapes)
     update = protocol.advance(3, {n: tf_to_canonical(w, run["kinds"][n]) for n, w in run["dense"].items()},
                               activations=dict(zip(shapes, norms)))
@@ -239,15 +238,50 @@ def test_a_user_criterion_reading_activations_runs_in_graph_mode():
 def test_ops_whose_input_channels_cannot_be_read_are_refused_naming_the_weight():
     g = tf.Graph()
     with g.as_default():
-        x = tf1.placeholder(tf.float32, [None, 6, 6, 4])
-        k = tf1.get_variable("grouped/kernel", [3, 3, 2, 4])            # 4 input channels, kernel of 2: groups=2
-        tf.nn.conv2d(x, k, 1, "SAME")
+        x = tf1.placeholder(tf.float32, None)                           # unknown rank
+        tf.matmul(x, tf1.get_variable("fc/kernel", [4, 2]))
         before = len(g.get_operations())
         with pytest.raises(ValueError, match=r"criterion 'wanda' needs per-input-channel statistics: the input "
-                                             r"channels of weight 'grouped/kernel' cannot be read.*grouped"):
+                                             r"channels of weight 'fc/kernel' cannot be read.*unknown or scalar rank"):
             sparsify_tf.prune_graph({"criterion": "wanda"})
         assert len(g.get_operations()) == before
         sparsify_tf.prune_graph({"target_sparsity": 0.5})             # magnitude needs no input channels
+
+
+def _grouped_graph_masks(kernel: np.ndarray, batches: list[np.ndarray], config: dict) -> dict[str, np.ndarray]:
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 5, 5, 4])
+        w = tf1.get_variable("grouped/kernel", initializer=kernel)          # 4 input channels, kernel of 2: 2 groups
+        loss = tf.reduce_sum(tf.nn.conv2d(x, w, 1, "SAME"))
+        pruning = sparsify_tf.prune_graph({**config, **WINDOW})
+        sgd = tf1.train.GradientDescentOptimizer(0.0)
+        train = pruning.wrap_train_op(sgd.minimize(loss, global_step=pruning.global_step))
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        for xb in batches:
+            sess.run(train, {x: xb})
+        return pruning.get_masks(sess, canonical=True)["grouped/kernel"]
+
+
+@pytest.mark.parametrize("scope", ["row", "local"])
+def test_grouped_convolution_each_row_reads_its_group_and_matches_torch(scope):
+    rng = np.random.default_rng(4)
+    kernel = (rng.choice([-1, 1], (3, 3, 2, 4)) * rng.uniform(0.5, 1.0, (3, 3, 2, 4))).astype(np.float32)
+    # channel 2 and 3 (group 1) see inputs 100x larger: a row of group 1 keeps its group's channels
+    batches = [(rng.normal(0, 1, (2, 5, 5, 4)) * [1, 1, 100, 100]).astype(np.float32) for _ in range(3)]
+    config = {"criterion": "wanda", "target_sparsity": 0.5, "pruning_scope": scope}
+    graph = _grouped_graph_masks(kernel, batches, config)
+    conv = torch.nn.Conv2d(4, 4, 3, padding=1, groups=2, bias=False)
+    with torch.no_grad():
+        conv.weight.copy_(torch.from_numpy(kernel.transpose(3, 2, 0, 1).copy()))
+    pruner = sparsify_torch.prune(conv, {**config, **WINDOW})
+    for xb in batches:
+        conv(torch.from_numpy(xb.transpose(0, 3, 1, 2).copy()))
+        pruner.step()
+    assert np.array_equal(graph, pruner.masks()["weight"].numpy())
+    if scope == "local":         # ranked across groups: group 1's rows (the large inputs) keep everything
+        assert graph[2:].all() and not graph[:2].any()
 
 
 def test_wanda_refuses_gradients_built_before_pruning_with_masking_inputs():
@@ -268,15 +302,15 @@ def test_matmul_input_channels_follow_the_transpositions(transpose_a, transpose_
         x = tf1.placeholder(tf.float32, [5, 3] if not transpose_a else [3, 5])
         w = tf1.get_variable("w", [3, 2] if not transpose_b else [2, 3])
         tf.matmul(x, w, transpose_a=transpose_a, transpose_b=transpose_b)
-        data, axis = input_channels(get_prunable_ops_and_inputs(g)[0])
-    assert data is x and data.shape[axis] == 3
+        data, axis, groups = input_channels(get_prunable_ops_and_inputs(g)[0])
+    assert data is x and data.shape[axis] == 3 and groups == 1
 
 
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.floats(0, 100, width=32), min_size=2, max_size=6), st.integers(1, 3))
 def test_depthwise_norms_repeat_each_input_channel_for_its_outputs(sums, mult):
     sums = np.array(sums, np.float32)
-    (norms,) = activation_norms([sums], ["depthwise"], [(sums.size * mult, 1, 3, 3)], [mult])
+    (norms,) = activation_norms([sums], [(sums.size * mult, 1, 3, 3)], [sums.size])     # one group per channel
     assert norms.shape == (sums.size * mult, 1, 1, 1)
     assert np.array_equal(norms[:, 0, 0, 0], np.repeat(np.sqrt(sums), mult))
 
@@ -366,4 +400,4 @@ def test_batch_matmul_input_channels(adjoint_a, axis):
         tf.matmul(x, tf1.get_variable("w", [3, 2]), adjoint_a=adjoint_a)
         (p,) = get_prunable_ops_and_inputs(g)
         assert p.op.type.startswith("BatchMatMul")
-        assert input_channels(p) == (x, axis)
+        assert input_channels(p) == (x, axis, 1)
