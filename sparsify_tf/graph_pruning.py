@@ -62,13 +62,14 @@ import numpy as np
 import tensorflow as tf
 
 from sparsify.config import PruningConfig
-from sparsify.criteria import needs_gradients
+from sparsify.criteria import get_criterion
 from sparsify.engine import PruningEngine, select_names
 from sparsify.layout import tf_to_canonical
 from sparsify.protocol import PruningProtocol, config_fingerprint
 
 from .core_update import NEVER, core_update_fn
 from .graph_pruning_handles import GraphPruningHandles, slots_key
+from .graph_statistics import activation_norms, add_collectors, check_input_channels
 from .graph_utils import (
     check_global_step, check_graph_editable, get_prunable_ops_and_inputs, get_tensor_var, global_step_tensor,
     in_variable_creation_order, unmaskable_weight_uses, v1_cond,
@@ -118,7 +119,11 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     Args:
         config: a ``PruningConfig``, dict or YAML path. ``op_names`` /
             ``excluded_op_names`` select weights by variable name (``re.search``).
-            Criterion must be ``"magnitude"``.
+            Criteria scored from weights and input activations work (``"magnitude"``,
+            ``"wanda"``, registered ones); per-step gradient criteria (``"snip"``,
+            ``"snip_momentum"``) are refused. Activation criteria and ``regrowth="rigl"``
+            read the pruned ops' inputs and dense gradients in their gradients
+            (:mod:`sparsify_tf.graph_statistics`): build the optimizer after this call.
         graph: the graph (default: the default graph).
         global_step: scalar integer variable/tensor (default: the graph's global
             step, created if missing).
@@ -140,7 +145,9 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         ValueError/TypeError: bad config, finalized graph, bad global step,
             nothing selected, a weight that does not fit the pattern, an
             unknown ``masking``, gradients already built for a pruned op with
-            ``masking="weights"`` — all before the graph is changed.
+            ``masking="weights"`` (or with an activation criterion or RigL), a pruned
+            op whose input channels an activation criterion cannot read (grouped
+            transposed convolution, unknown rank) — all before the graph is changed.
 
     Example:
             pruning = prune_graph(PruningConfig(target_sparsity=0.8, end_step=1000))
@@ -148,13 +155,12 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             with tf1.train.MonitoredTrainingSession(hooks=[pruning.hook()]) as sess: ...
     """
     cfg = PruningConfig.coerce(config)
-    if needs_gradients(cfg.criterion):
-        raise ValueError(f"criterion {cfg.criterion!r} needs gradients, which graph-mode pruning does not "
-                         "collect; use criterion='magnitude'")
-    missing = sorted(PruningEngine(cfg).needs - {"weight"})
+    missing = sorted(set(get_criterion(cfg.criterion).needs) - {"weight", "activation"})
     if missing:
-        raise ValueError(f"criterion={cfg.criterion!r} with regrowth={cfg.regrowth!r} needs {missing}, which "
-                         "graph-mode pruning does not collect; use a weight criterion, and regrowth 'none' or 'set'")
+        raise ValueError(f"criterion {cfg.criterion!r} needs {missing}, which graph-mode pruning does not collect "
+                         "(criteria scored from each step's gradients or a running state); use a criterion that "
+                         "needs only 'weight' and 'activation' (magnitude, wanda)")
+    needs = PruningEngine(cfg).needs
     if masking not in MASKING_MODES:
         raise ValueError(f"masking must be one of {MASKING_MODES}, got {masking!r}")
     if graph is None:
@@ -201,12 +207,19 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     for n in names:
         get_tensor_var(graph, n)
     chosen = set(names)
-    if masking == "weights":
-        built = [op for p in candidates if p.var_name in chosen for op in gradient_ops_of(p.op, p.tensor)]
+    pruned = [p for p in candidates if p.var_name in chosen]
+    collect = {"activations": "activation" in needs, "grads": "grad" in needs}
+    if collect["activations"]:
+        check_input_channels(pruned, names, cfg.criterion)
+    if masking == "weights" or any(collect.values()):
+        built = [op for p in pruned for op in gradient_ops_of(p.op, p.tensor)]
         if built:
-            raise ValueError(f"masking='weights' masks the gradients of the pruned ops, but gradient ops reading "
-                             f"their weights exist already ({built[:3]}): call prune_graph before building the "
-                             "optimizer (recommended), or pass masking='inputs'")
+            why = ("masking='weights' masks the gradients of the pruned ops" if masking == "weights" else
+                   f"criterion={cfg.criterion!r} with regrowth={cfg.regrowth!r} reads the pruned ops' inputs or "
+                   "gradients in their gradient")
+            raise ValueError(f"{why}, but gradient ops reading their weights exist already ({built[:3]}): call "
+                             "prune_graph before building the optimizer"
+                             + (" (recommended), or pass masking='inputs'" if masking == "weights" else ""))
     schedule = protocol.engine.schedule
     left_dense = unmaskable_weight_uses(graph)
     left_dense = {n: left_dense[n] for n in select_names(left_dense, cfg.op_names, cfg.excluded_op_names)}
@@ -242,6 +255,9 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                 first.setdefault(p.var_name, ov)
                 op_vars.append(ov)
         masks = {n: first[n].mask for n in names}
+        # Wanda's input statistics and RigL's dense gradients, kept by the gradients of the pruned ops
+        collectors = add_collectors(pruned, shapes, ks_group, **collect)
+        n_acts = 2 * len(collectors.sums)           # the sums of squares, then the call counts
         masked = {n: first[n].masked for n in names}
         weights = {n: get_tensor_var(graph, n) for n in names}
         with tf1.variable_scope(PruningScope.general(ks_group)):
@@ -251,7 +267,20 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                       for n in names}
         layer_kinds = {n: kinds[n] for n in names}
         core_errors: dict = {}
-        np_fn = core_update_fn(protocol, ks_group, core_errors)
+        core_fn = core_update_fn(protocol, ks_group, core_errors)
+
+        def np_fn(step, done_step, fp, *arrays):
+            arrays, acts = arrays[:len(arrays) - n_acts], arrays[len(arrays) - n_acts:]
+            extra = {"activations": lambda: _norms(acts[:n_acts // 2], acts[n_acts // 2:])} if n_acts else {}
+            return core_fn(step, done_step, fp, *arrays, **extra)
+
+        def _norms(sums, calls):
+            unseen = [n for n, c in zip(names, calls) if int(c) == 0]
+            if unseen:
+                raise ValueError(f"criterion {cfg.criterion!r} needs the inputs of every pruned weight, but the ops "
+                                 f"of {unseen} computed no gradient since the last update (not trained)")
+            return dict(zip(names, activation_norms(sums, [shapes[n] for n in names],
+                                                    [collectors.groups[n] for n in names])))
         scope = PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)
 
         def _build_update(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple[tf.Tensor, tf.Operation]:
@@ -260,6 +289,13 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                 # one comparison per step: the protocol's next due step (update point or release) is kept
                 # in a variable next to the done step; the core re-checks when the branch runs
                 ready = tf.greater_equal(step, next_due.read_value())
+                # the statistics wait for a training step: none since the last update (or no gradient
+                # kept yet for RigL) leaves the update for the next step
+                if collectors.calls:
+                    calls = tf.add_n([c.read_value() for c in collectors.calls.values()])
+                    ready = tf.logical_and(ready, tf.greater(calls, 0))
+                if collectors.grads_seen is not None:
+                    ready = tf.logical_and(ready, tf.greater(collectors.grads_seen.read_value(), 0))
 
                 def _update():
                     reads = [dense_value(weights[n], stored[n]) for n in names]
@@ -267,7 +303,12 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                     # masks travel as 0/1 in their own float dtype: oneDNN logs an error line whenever a
                     # bool or integer tensor is transposed
                     canon_m = [to_canonical(masks[n].read_value(), layer_kinds[n]) for n in names]
-                    inputs = [step, done.read_value(), fingerprint.read_value(), *canon_w, *canon_m]
+                    canon_g = [to_canonical(tf.add_n([g.read_value() for g in collectors.op_grads[n]]),
+                                            layer_kinds[n]) for n in names if n in collectors.op_grads]
+                    stats = [*(collectors.sums[n].read_value() for n in names if n in collectors.sums),
+                             *(collectors.calls[n].read_value() for n in names if n in collectors.calls)]
+                    done_before = done.read_value()
+                    inputs = [step, done_before, fingerprint.read_value(), *canon_w, *canon_m, *canon_g, *stats]
                     outs = tf.numpy_function(np_fn, inputs,
                                              [m.dtype for m in canon_m] * 2 + [tf.int64, tf.int64], stateful=False,
                                              name="nm_core_masks")
@@ -285,6 +326,10 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                     for out, var in ((outs[-2], done), (outs[-1], next_due)):
                         out.set_shape([])
                         assigns.append(tf1.assign(var, out))
+                    updated = tf.not_equal(outs[-2], done_before)           # an update: a new window
+                    for var in [*collectors.sums.values(), *collectors.calls.values()]:
+                        assigns.append(var.assign(tf.where(updated, tf.zeros_like(var), var.read_value()),
+                                                  read_value=False))
                     return tf.group(*assigns)
 
                 def _noop():
@@ -308,6 +353,6 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
                            slots=initial_slots, masking=masking, next_update_step=next_due,
                            config_fingerprint=fingerprint, stored=stored, core_errors=core_errors,
                            update_builder=lambda slots: _build_update(slots)[1],
-                           built_updates={slots_key(initial_slots): update_op})
+                           built_updates={slots_key(initial_slots): update_op}, collectors=collectors)
     _PRUNINGS.setdefault(graph, {})[ks_group] = pruning
     return pruning

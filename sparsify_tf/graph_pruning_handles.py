@@ -34,6 +34,7 @@ from sparsify.protocol import PruningProtocol, fingerprint_differences
 from .core_errors import raise_core_errors_from_session_runs
 from .core_update import config_mismatch_message
 from .export import export_frozen_graph, export_saved_model
+from .graph_statistics import Collectors
 from .graph_utils import check_graph_editable
 from .masking import PruningOpVars, bake_masks, sparsity_summaries
 from .optimizer_slots import find_optimizer_slots, unknown_apply_ops
@@ -86,6 +87,8 @@ class GraphPruningHandles:
         stored: layer name -> variable holding the pruned entries' values (0 where kept): the core ranks
             ``weight + stored``, so with ``monotone=False`` a pruned weight can come back by its value.
         built_updates: the update ops built so far, keyed by :func:`slots_key` of their slots.
+        collectors: the variables of the input statistics (criteria that read activations, e.g.
+            ``"wanda"``) and of the dense gradients (``regrowth="rigl"``), see :mod:`sparsify_tf.graph_statistics`.
     """
 
     config: PruningConfig
@@ -113,6 +116,7 @@ class GraphPruningHandles:
     core_errors: dict = field(repr=False, default_factory=dict)
     update_builder: Callable[..., tf.Operation] = field(repr=False, default=None)
     built_updates: dict = field(repr=False, default_factory=dict)
+    collectors: Collectors = field(repr=False, default_factory=Collectors)
 
     def __post_init__(self) -> None:
         # a refused update raises the core's one-line error from any tf.compat.v1 session run of the graph

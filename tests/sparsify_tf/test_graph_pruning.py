@@ -525,10 +525,11 @@ def test_weights_stay_dense_under_the_mask_and_come_back_only_when_monotone_is_f
         assert np.allclose(kept, [0.0, 0.0, 0.1, 0.2])
 
 
-@pytest.mark.parametrize("cfg,needs", [({"regrowth": "rigl"}, "grad"), ({"criterion": "wanda"}, "activation")])
-def test_graph_mode_refuses_what_it_does_not_collect(cfg, needs):
+@pytest.mark.parametrize("criterion,needs", [("snip", "'grad'"), ("snip_momentum", "'grad', 'state'")])
+def test_graph_mode_refuses_criteria_scored_every_step(criterion, needs):
     g = tf.Graph()
     with g.as_default():
         tf.matmul(tf.ones([1, 4]), tf1.get_variable("fc/kernel", [4, 2]))
-        with pytest.raises(ValueError, match=f"needs \\['{needs}'\\], which graph-mode pruning does not collect"):
-            sparsify_tf.prune_graph(cfg)
+        with pytest.raises(ValueError, match=f"criterion '{criterion}' needs \\[{needs}\\], which graph-mode "
+                                             "pruning does not collect"):
+            sparsify_tf.prune_graph({"criterion": criterion})

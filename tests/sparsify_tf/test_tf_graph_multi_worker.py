@@ -7,7 +7,10 @@ core computes from them are identical on every worker; pruned weights and Moment
 stay exactly zero; a new graph restored from the chief's ``tf.train.Saver`` checkpoint
 ends exactly like the uninterrupted run.
 """
+import json
 import textwrap
+
+import pytest
 
 from sparsify import exact_prune_count
 from tf_workers import run_workers
@@ -25,7 +28,7 @@ SCRIPT = textwrap.dedent("""
     from sparsify_tf import prune_graph
 
     CFG = {"target_sparsity": 0.75, "pattern": "4x1", "pruning_scope": "global", "start_step": 0, "end_step": 6,
-           "pruning_frequency": 2}
+           "pruning_frequency": 2, **json.loads(sys.argv[2])}
     worker = resolver.task_id
     rng = np.random.default_rng(worker)                  # each worker trains on its own data
     data = [(rng.standard_normal((8, 16)).astype("float32"), rng.integers(0, 4, 8).astype("int32"))
@@ -75,7 +78,8 @@ SCRIPT = textwrap.dedent("""
         masks = m["pruning"].get_masks(sess)
         return {"masks": {n: digest(v) for n, v in masks.items()},
                 "pruned": {n: int((~v).sum()) for n, v in masks.items()},
-                "weights": [digest(w) for w in sess.run(m["w"])], "step": int(sess.run(m["gs"])), "zeros": zeros}
+                "weights": [digest(w) for w in sess.run(m["w"])], "step": int(sess.run(m["gs"])), "zeros": zeros,
+                "statistics": [digest(v) for v in sess.run(m["pruning"].collectors.variables())]}
 
     out = {"worker": worker, "replicas": strategy.num_replicas_in_sync}
     a = build()
@@ -93,17 +97,22 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_prune_graph_multi_worker_identical_masks_and_exact_resume_from_chief(tmp_path):
-    w0, w1 = run_workers(SCRIPT, tmp_path, n=2)
+@pytest.mark.parametrize("extra", [{}, {"criterion": "wanda", "regrowth": "rigl", "pattern": "1x1"}])
+def test_prune_graph_multi_worker_identical_masks_and_exact_resume_from_chief(tmp_path, extra):
+    """With Wanda and RigL the input statistics and dense gradients are summed over the workers."""
+    w0, w1 = run_workers(SCRIPT, tmp_path, n=2, args=(json.dumps(extra),))
     for w in (w0, w1):
         assert w["replicas"] == 2
         ref = w["reference"]
         assert ref["step"] == 8 and all(ref["zeros"]) and len(ref["zeros"]) == 8
-        assert sum(ref["pruned"].values()) == exact_prune_count(0.75, (16 * 32 + 32 * 8) // 4) * 4
+        unit = 1 if extra else 4                                           # 4x1 blocks, or single weights
+        assert sum(ref["pruned"].values()) == exact_prune_count(0.75, (16 * 32 + 32 * 8) // unit) * unit
         assert w["restored_step"] == 4
         res = w["resumed"]
         assert all(res["zeros"])
-        assert {k: res[k] for k in ("masks", "pruned", "weights", "step")} == \
-               {k: ref[k] for k in ("masks", "pruned", "weights", "step")}
+        assert {k: res[k] for k in ("masks", "pruned", "weights", "step", "statistics")} == \
+               {k: ref[k] for k in ("masks", "pruned", "weights", "step", "statistics")}
+        assert len(ref["statistics"]) == (2 * 2 + 2 + 1 if extra else 0)     # sums, counts, op gradients, seen
     assert w0["reference"]["masks"] == w1["reference"]["masks"]          # the same masks on every worker
     assert w0["reference"]["weights"] == w1["reference"]["weights"]
+    assert w0["reference"]["statistics"] == w1["reference"]["statistics"]
