@@ -115,7 +115,7 @@ class PruningConfig:
             the kept weights with the lowest scores is dropped and as many pruned ones
             are grown: those with the largest gradient magnitude (RigL) or at random
             (SET). Grown weights start at zero with zeroed optimizer state. Pattern
-            ``"1x1"``.
+            ``"1x1"``; not with ``pruning_scope="row"``.
         regrowth_fraction: the fraction of kept weights replaced at ``start_step``; it
             decays along a cosine to 0 at ``end_step``.
         pruned_gradient: what a pruned weight's stored value receives in training:
@@ -197,6 +197,10 @@ class PruningConfig:
                              (f"regrowth={self.regrowth!r}", self.regrowth != "none")):
             if active and self.pattern != "1x1":
                 raise ValueError(f"{what} works on single weights: pattern must be '1x1', got {self.pattern!r}")
+        if self.regrowth != "none" and self.pruning_scope == "row":
+            raise ValueError(f"regrowth={self.regrowth!r} swaps weights between the rows of a layer, which "
+                             "pruning_scope='row' keeps at one ratio each: use pruning_scope 'local', 'global' or "
+                             "'erk' with regrowth, or regrowth='none' with 'row'")
         if self.regrowth != "none" and self.end_step < 0:
             raise ValueError(f"regrowth={self.regrowth!r} decays its fraction to 0 at end_step: end_step must be "
                              f">= 0, got {self.end_step}")

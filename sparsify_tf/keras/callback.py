@@ -100,7 +100,8 @@ class PruningCallback(_keras3.callbacks.Callback):
         cfg = PruningConfig.coerce(config)
         if needs_gradients(cfg.criterion):
             raise ValueError(f"criterion {cfg.criterion!r} needs gradients, which PruningCallback does not "
-                             "collect; use criterion='magnitude' with the Keras callback")
+                             "collect; use a weight or activation criterion such as 'magnitude' or 'wanda' (snip and "
+                             "snip_momentum score every step: PyTorch only)")
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a directory path or None, got {log_dir!r}")
         if not isinstance(log_per_layer, bool):

@@ -86,3 +86,10 @@ def test_protocol_reports_grown_entries_and_reads_gradients():
 def test_config_refuses_what_regrowth_and_row_scope_cannot_do(changes, match):
     with pytest.raises(ValueError, match=match):
         PruningConfig(**changes)
+
+
+def test_regrowth_with_row_scope_is_refused_naming_both():
+    from sparsify import PruningConfig
+    with pytest.raises(ValueError, match=r"regrowth='rigl' swaps weights between the rows.*pruning_scope='row'"):
+        PruningConfig(regrowth="rigl", pruning_scope="row")
+    assert PruningConfig(regrowth="set", pruning_scope="erk").pruning_scope == "erk"
