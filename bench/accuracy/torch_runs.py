@@ -57,6 +57,9 @@ class Net(nn.Module):
             if layer.kind == "linear":
                 x = m(x.flatten(1))
                 continue
+            if not self.flat:                       # the module itself (its hooks see the input: Wanda)
+                x = F.relu(m(x))
+                continue
             w = m.weight
             if self.flat:                           # 2-D view -> (out, in, *kernel)
                 w = w.view(layer.cout, *layer.shape[2:], layer.cin).movedim(-1, 1)
