@@ -55,3 +55,36 @@ def compile_(model, K, opt="adam", lr=0.01, **kw):
 def exact_pruned(s, n):
     """Number of pruned units the core promises for ratio s of n units."""
     return min(int(np.ceil(s * n - 0.5)), n - 1)
+
+
+def interrupted_run(K, digits, cfg, tmp_path, first_in_graph, callback_cls):
+    """An uninterrupted reference run (5 epochs of 10 steps on the digits MLP) and a run that stops after
+    3 epochs (``ModelCheckpoint``), restored into a fresh model with other initial weights and a new callback.
+
+    Returns ``(ref, ref_cb, resumed, cb, rest)``: ``rest()`` trains the resumed model to the end.
+    """
+    init = compile_(mlp(K), K).get_weights()
+    X, y = digits
+
+    def fresh(seed=0):
+        m = compile_(mlp(K, seed), K)
+        if seed == 0:
+            m.set_weights(init)
+        return m
+
+    ref, ref_cb = fresh(), callback_cls(cfg)
+    ref.fit(X[:640], y[:640], batch_size=64, epochs=5, verbose=0, shuffle=False, callbacks=[ref_cb])
+    path = str(tmp_path / ("ckpt.weights.h5" if K.__name__ == "keras" else "ckpt"))
+    fresh().fit(X[:640], y[:640], batch_size=64, epochs=3, verbose=0, shuffle=False,
+                callbacks=[callback_cls(cfg, update_in_graph=first_in_graph),
+                           K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    resumed, cb = fresh(seed=5), callback_cls(cfg)
+    if K.__name__ == "keras":
+        resumed.optimizer.build(resumed.trainable_variables)
+    cb.attach(resumed)
+    resumed.load_weights(path)
+
+    def rest():
+        resumed.fit(X[:640], y[:640], batch_size=64, epochs=5, initial_epoch=3, verbose=0, shuffle=False,
+                    callbacks=[cb])
+    return ref, ref_cb, resumed, cb, rest

@@ -18,7 +18,7 @@ from sparsify_tf.keras import PruningCallback, strip_pruning
 from sparsify_tf.keras.compat import tf_variable
 from sparsify_tf.keras.statistics import ActivationWindow
 
-from _keras_helpers import compile_, first, mlp
+from _keras_helpers import compile_, first, interrupted_run, mlp
 
 CFG = {"target_sparsity": 0.5, "start_step": 0, "end_step": 6, "pruning_frequency": 3, "criterion": "wanda"}
 
@@ -203,30 +203,10 @@ def test_resume_from_a_checkpoint_continues_bit_exactly(K, digits, tmp_path, fir
     Saved on the host path, the checkpoint at step 30 lacks the update due there: the resumed run makes it
     first, from the saved weights and sums."""
     cfg = {"target_sparsity": 0.8, "start_step": 0, "end_step": 60, "pruning_frequency": 15, "criterion": "wanda"}
-    init = compile_(mlp(K), K).get_weights()
-    X, y = digits
-
-    def fresh(seed=0):
-        m = compile_(mlp(K, seed), K)
-        if seed == 0:
-            m.set_weights(init)
-        return m
-
-    ref, ref_cb = fresh(), PruningCallback(cfg)
-    ref.fit(X[:640], y[:640], batch_size=64, epochs=5, verbose=0, shuffle=False, callbacks=[ref_cb])
-    path = str(tmp_path / ("ckpt.weights.h5" if K.__name__ == "keras" else "ckpt"))
-    first_run = fresh()
-    first_run.fit(X[:640], y[:640], batch_size=64, epochs=3, verbose=0, shuffle=False,
-                  callbacks=[PruningCallback(cfg, update_in_graph=first_in_graph),
-                             K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
-    resumed, cb = fresh(seed=5), PruningCallback(cfg)
-    if K.__name__ == "keras":
-        resumed.optimizer.build(resumed.trainable_variables)
-    cb.attach(resumed)
-    resumed.load_weights(path)
+    ref, ref_cb, resumed, cb, rest = interrupted_run(K, digits, cfg, tmp_path, first_in_graph, PruningCallback)
     assert cb.last_update_step == (30 if first_in_graph else 15)
     assert all(c == (0 if first_in_graph else 15) for c in _calls(cb).values())   # the window that was saved
-    resumed.fit(X[:640], y[:640], batch_size=64, epochs=5, initial_epoch=3, verbose=0, shuffle=False, callbacks=[cb])
+    rest()
     assert cb.last_update_step == ref_cb.last_update_step == 45
     assert all(np.array_equal(a, b) for a, b in zip(ref.get_weights(), resumed.get_weights()))
     assert all(np.array_equal(ref_cb.masks[k], cb.masks[k]) for k in ref_cb.masks)

@@ -15,7 +15,7 @@ from sparsify.criteria import register_criterion, unregister_criterion
 from sparsify_tf.keras import PruningCallback, prune_oneshot, strip_pruning
 from sparsify_tf.keras.compat import optimizer_slots
 
-from _keras_helpers import compile_, exact_pruned, first, mlp
+from _keras_helpers import compile_, exact_pruned, first, interrupted_run, mlp
 
 
 def _one_weight_model(K, values, lr=0.0):
@@ -100,28 +100,9 @@ def test_regrowth_resumes_bit_exactly_from_a_checkpoint(K, digits, tmp_path, met
     first, from the saved weights, stored values and (RigL) dense gradients of step 29."""
     cfg = {"sparsity_decay_type": "constant", "target_sparsity": 0.8, "start_step": 0, "end_step": 60,
            "pruning_frequency": 10, "regrowth": method}
-    init = compile_(mlp(K), K).get_weights()
-    X, y = digits
-
-    def fresh(seed=0):
-        m = compile_(mlp(K, seed), K)
-        m.set_weights(init) if seed == 0 else None
-        return m
-
-    ref, ref_cb = fresh(), PruningCallback(cfg)
-    ref.fit(X[:640], y[:640], batch_size=64, epochs=5, verbose=0, shuffle=False, callbacks=[ref_cb])
-    path = str(tmp_path / ("ckpt.weights.h5" if K.__name__ == "keras" else "ckpt"))
-    first_run = fresh()
-    first_run.fit(X[:640], y[:640], batch_size=64, epochs=3, verbose=0, shuffle=False,
-                  callbacks=[PruningCallback(cfg, update_in_graph=first_in_graph),
-                             K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
-    resumed, cb = fresh(seed=5), PruningCallback(cfg)
-    if K.__name__ == "keras":
-        resumed.optimizer.build(resumed.trainable_variables)
-    cb.attach(resumed)
-    resumed.load_weights(path)
+    ref, ref_cb, resumed, cb, rest = interrupted_run(K, digits, cfg, tmp_path, first_in_graph, PruningCallback)
     assert cb.last_update_step == (30 if first_in_graph else 20)
-    resumed.fit(X[:640], y[:640], batch_size=64, epochs=5, initial_epoch=3, verbose=0, shuffle=False, callbacks=[cb])
+    rest()
     assert cb.last_update_step == ref_cb.last_update_step == 50
     for a, b in zip(ref.get_weights(), resumed.get_weights()):
         assert np.array_equal(a, b)
