@@ -73,7 +73,8 @@ def dense_value(weight: tf.Variable, stored: tf.Variable | None = None) -> tf.Te
 
 
 def _as_bool(x: tf.Tensor) -> tf.Tensor:
-    return x if x.dtype == tf.bool else tf.cast(x, tf.bool)
+    # a comparison, not a cast: oneDNN logs an error line for a cast to bool on CPUs without AVX-512
+    return x if x.dtype == tf.bool else tf.not_equal(x, tf.zeros([], x.dtype))
 
 
 def write_update(weight: Any, mask: Any, keep: Any, zero: Any = None, *, stored: Any = None,

@@ -78,9 +78,20 @@ def _ao_sparsifier(model: Net, spec: Problem, s: Setting):
 
 
 def run_torch(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None, seed: int) -> dict[str, Any]:
-    """Train one run; returns test accuracy, final sparsity (selected layers), pruned layers and seconds."""
-    torch.set_num_threads(1)
+    """Train one run; returns test accuracy, final sparsity (selected layers), pruned layers and seconds.
+
+    Subnormals are flushed during the run only (the flag is process-wide: it is cleared afterwards, so a
+    caller in the same process, e.g. the test suite, keeps IEEE arithmetic).
+    """
     torch.set_flush_denormal(True)
+    try:
+        return _run_torch(spec, s, arm, config, seed)
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def _run_torch(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None, seed: int) -> dict[str, Any]:
+    torch.set_num_threads(1)
     x, y, xt, yt = (torch.from_numpy(a) for a in load_data(spec.name))
     order = torch.from_numpy(batch_order(spec, len(x), seed))
     model = Net(spec.layers(s), init_weights(spec, s, seed), flat=arm == "torch.ao")

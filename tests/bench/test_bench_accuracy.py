@@ -42,6 +42,8 @@ def test_short_run_records_reaches_sparsity_and_reports(tmp_path):
     # a rerun with the same keys trains nothing
     again = bench_accuracy.main(args + ["--plot", ""])
     assert len(again["runs"]) == len(runs)
+    # the runs flushed subnormals only while they trained: this process keeps IEEE arithmetic
+    assert (torch.tensor(1e-39) * 1.0).item() != 0 and float(np.float32(1e-39) * np.float32(1.0)) != 0
 
 
 def test_an_arm_the_installed_sparsify_does_not_know_fails_loudly(tmp_path):
