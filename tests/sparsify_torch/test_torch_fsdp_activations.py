@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from sparsify.criteria import register_criterion
+from sparsify.criteria import register_criterion, unregister_criterion
 from sparsify_torch import prune
 from test_torch_fsdp import SetWeights, set_weights, spawn
 
@@ -20,6 +20,13 @@ from test_torch_fsdp import SetWeights, set_weights, spawn
 def input_energy(weight, activation, **_):
     """|w| times the sum of squares of its input channel (a user criterion, registered here)."""
     return abs(weight) * activation * activation
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _forget_input_energy():
+    """Registered at import (the spawned ranks import this module too); gone after this module's tests."""
+    yield
+    unregister_criterion("input_energy")
 
 
 CONFIGS = {
