@@ -11,7 +11,7 @@ import torch
 
 from sparsify_torch import prune
 from test_torch_fsdp import SetWeights, set_weights, spawn
-from test_torch_fsdp_activations import WNet, inputs, shard, weights
+from test_torch_fsdp_activations import WNet, _forget_input_energy, inputs, shard, weights  # noqa: F401
 
 CONFIGS = {
     "rigl": {"target_sparsity": 0.5, "regrowth": "rigl", "regrowth_fraction": 0.5, "start_step": 0, "end_step": 6,
