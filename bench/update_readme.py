@@ -70,7 +70,9 @@ def _allowed(name: str, default: object) -> str:
     from sparsify.patterns import BLOCK_REDUCTIONS, pattern_examples, registered_patterns
     from sparsify.schedules import registered_schedules
 
-    choices = {"pruning_scope": SCOPES, "sparsity_decay_type": registered_schedules(), "criterion": CRITERIA,
+    builtin = ("magnitude", "snip", "snip_momentum", "wanda")     # the shipped ones, not a test's registrations
+    choices = {"pruning_scope": SCOPES, "sparsity_decay_type": registered_schedules(),
+               "criterion": tuple(c for c in CRITERIA if c in builtin),
                "block_score_reduce": BLOCK_REDUCTIONS}
     if name in choices:
         return ", ".join(f"`{c}`" for c in choices[name])
