@@ -60,8 +60,10 @@ from sparsify.adapter import collect_reads
 from sparsify.distributed import ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
+from . import mask_write
 from .fsdp_activations import GroupActivationNorms
 from .layers import PrunableWeight
+from .mask_write import ShardStorage
 from .pruner_base import PrunerBase, check_num_steps, check_state_counters, gradient_score
 from .tensorboard import SparsityWriter
 from .torch_collective import TorchCollective
@@ -155,11 +157,13 @@ class ShardedPruner(PrunerBase):
         where pruned (zeros without an optimizer)."""
         return {n: self._dtensor(n, self._dense(n).clone()) for n in self.names}
 
+    def _storage(self, name: str) -> ShardStorage:
+        """Where ``name`` lives: the local shard (``dense * mask``), the stored values, the local mask."""
+        return ShardStorage(self._layers[name], self._params[name], self._mask[name], self._stored.get(name),
+                            self.optimizer)
+
     def _dense(self, name: str) -> torch.Tensor:
-        local = self._local(name).detach()
-        if name not in self._stored:
-            return local
-        return torch.where(self._mask[name], local, self._stored[name])
+        return self._storage(name).dense()
 
     # ----- the optimizer steps the dense weights -----------------------------------------------
     @torch.no_grad()
@@ -238,30 +242,10 @@ class ShardedPruner(PrunerBase):
         for n in self.names:
             self._local(n).mul_(self._mask[n])
 
-    @torch.no_grad()
     def write_update(self, update: MaskUpdate) -> None:
         """New masks into the shards: ``dense * mask`` in the shard, the rest in the stored values; a release
         bakes the zeros of the last masks first, as the single-process ``Pruner`` does."""
-        for n, pw in self._layers.items():
-            local = self._local(n)
-            dense = self._dense(n).clone()
-            if update.released:
-                dense.mul_(pw.mask_like(update.zero[n], dense))
-            grown = update.grown.get(n)
-            if grown is not None and grown.any():       # grown weights start at zero, with zeroed optimizer state
-                keep = pw.mask_like(~grown, dense)
-                dense.mul_(keep)
-                state = self.optimizer.state.get(self._params[n], {}) if self.optimizer is not None else {}
-                for v in state.values():
-                    if isinstance(v, torch.Tensor) and tuple(v.shape) == tuple(self._params[n].shape):
-                        (v.to_local() if isinstance(v, DTensor) else v).mul_(keep.to(v.dtype))
-            mask = pw.mask_like(update.masks[n], self._mask[n])
-            local.copy_(dense * mask)
-            if n in self._stored:
-                self._stored[n].copy_(dense.masked_fill(mask, 0))
-            self._mask[n].copy_(mask)
-        if self._activations is not None:
-            self._activations.reset()
+        mask_write.write_update(update, {n: self._storage(n) for n in self.names}, self._activations)
         self._dense_grads.clear()
 
     def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:

@@ -33,7 +33,9 @@ from torch.nn.utils import parametrize
 from sparsify.adapter import collect_reads
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
+from . import mask_write
 from .layers import PrunableWeight
+from .mask_write import ParametrizedStorage
 from .parametrization import MaskParametrization
 from .pruner_base import PrunerBase, check_num_steps, check_state_counters, dist_group_size, gradient_score
 from .statistics import ActivationNorms
@@ -200,36 +202,14 @@ class Pruner(PrunerBase):
             scores = {n: self._layers[n].from_canonical(np.asarray(s, dtype=np.float32)) for n, s in core.items()}
         return {n: self._layers[n].to_canonical(s) for n, s in self._reduce(scores).items()}
 
-    @torch.no_grad()
-    def _set_masks(self, masks: Mapping[str, np.ndarray], zero: Mapping[str, np.ndarray] | None = None) -> None:
-        """Copy canonical masks into the buffers in place; zero the stored weights where ``zero`` is False."""
-        for n, pw in self._layers.items():
-            buffer, original = pw.part(self._par(n).mask), pw.part(self._original(n))
-            if zero is not None:
-                original.mul_(pw.mask_like(zero[n], original))
-            buffer.copy_(pw.mask_like(masks[n], buffer))
-
-    @torch.no_grad()
-    def _zero_grown(self, grown: Mapping[str, np.ndarray]) -> None:
-        """Grown weights start at zero, with zeroed optimizer state."""
-        for n, g in grown.items():
-            if not g.any():
-                continue
-            pw = self._layers[n]
-            original = self._original(n)
-            keep = pw.mask_like(~g, original)
-            pw.part(original).mul_(keep)
-            state = self.optimizer.state.get(original, {}) if self.optimizer is not None else {}
-            for v in state.values():
-                if isinstance(v, torch.Tensor) and v.shape == original.shape:
-                    pw.part(v).mul_(keep.to(v.dtype))
+    def _storages(self) -> dict[str, ParametrizedStorage]:
+        """Where each weight lives: the parametrization's ``original`` and mask buffer."""
+        return {n: ParametrizedStorage(pw, self._original(n), self._par(n).mask, self.optimizer)
+                for n, pw in self._layers.items()}
 
     def write_update(self, update: MaskUpdate) -> None:
         # the stored weights stay dense under the mask; a release bakes the zeros of the last masks, then unmasks
-        self._set_masks(update.masks, update.zero if update.released else None)
-        self._zero_grown(update.grown)
-        if self._activations is not None:
-            self._activations.reset()
+        mask_write.write_update(update, self._storages(), self._activations)
 
     def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
         """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
@@ -320,7 +300,8 @@ class Pruner(PrunerBase):
         self.protocol.load_state_dict(core)            # checks the rest; raises before any change
         if self._activations is not None:
             self._activations.load_state(dict(state["activation_sums"]))
-        self._set_masks(self.protocol.masks)
+        restored = self.protocol.masks                 # written as an update to themselves: only the buffers change
+        mask_write.write_update(MaskUpdate(self.protocol.done_step, restored, restored), self._storages())
         self._loads = [self._par(n).loads for n in self.names]
         self._scores = {n: s.detach().clone().to(self._original(n).device) for n, s in scores.items()}
         self._pending.clear()
