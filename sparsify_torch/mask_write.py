@@ -179,6 +179,10 @@ def write_update(update: MaskUpdate, storages: Mapping[str, WeightStorage], stat
         storages: where each weight lives, keyed by weight name.
         statistics: activation statistics to ``reset()`` after the update, or None.
 
+    Raises:
+        ValueError: ``update.masks`` (or, for a release, ``update.zero``) lacks a weight of ``storages``;
+            nothing is written then.
+
     Example:
         >>> import numpy as np
         >>> from sparsify.protocol import MaskUpdate
@@ -190,6 +194,12 @@ def write_update(update: MaskUpdate, storages: Mapping[str, WeightStorage], stat
         >>> s.original.tolist(), s.mask.tolist()                  # a release bakes the last zeros
         ([[4.0, -0.0]], [[1.0, 1.0]])
     """
+    needed = (("masks", update.masks),) + ((("zero", update.zero),) if update.released else ())
+    for what, arrays in needed:                         # checked before anything changes
+        missing = [name for name in storages if name not in arrays]
+        if missing:
+            raise ValueError(f"update.{what} must hold a mask for every weight written; it lacks {missing} "
+                             f"(it holds {sorted(arrays)})")
     for name, storage in storages.items():
         layout, dense = storage.layout, storage.dense()
         if update.released:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -156,6 +157,20 @@ def test_a_fused_qkv_weight_writes_only_its_rows_of_the_tensor_and_the_optimizer
     assert (opt.state[original]["exp_avg"] == 0).nonzero().tolist() == [[3, 0]]
 
 
+def test_an_update_lacking_a_weight_is_refused_before_anything_changes():
+    lin, par = parametrized([[1.0, -2.0]], [[T, F]])
+    other = ShardStorage(prunable_weights(lin)[0], torch.tensor([[3.0, 0.0]]), torch.tensor([[T, F]]))
+    storages = {"weight": storage_of(lin, par), "fc.weight": other}
+    with pytest.raises(ValueError, match=r"update.masks must hold a mask for every weight written; it lacks "
+                                         r"\['fc.weight'\] \(it holds \['weight'\]\)"):
+        write_update(update([[F, F]]), storages)
+    release = MaskUpdate(2, {"weight": np.ones((1, 2), bool), "fc.weight": np.ones((1, 2), bool)},
+                         {"weight": np.array([[F, F]])}, released=True)
+    with pytest.raises(ValueError, match=r"update.zero .* lacks \['fc.weight'\]"):
+        write_update(release, storages)
+    assert lin.parametrizations.weight.original.tolist() == [[1.0, -2.0]] and par.mask.tolist() == [[1.0, 0.0]]
+
+
 def test_optimizer_state_is_empty_without_an_optimizer_or_state():
     p = torch.nn.Parameter(torch.ones(2))
     assert optimizer_state(None, p) == []
@@ -171,11 +186,12 @@ def test_both_storage_kinds_write_the_same_dense_weights_masks_and_state(data):
     shape = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 4)))
     cells = shape[0] * shape[1]
     dense = torch.tensor(data.draw(st.lists(floats, min_size=cells, max_size=cells))).view(shape)
-    draw_mask = lambda: np.array(data.draw(st.lists(st.booleans(), min_size=cells, max_size=cells))).reshape(shape)
-    old, new, last, grown = draw_mask(), draw_mask(), draw_mask(), draw_mask() & data.draw(st.booleans())
+    old, new, last, grown = (np.array(data.draw(st.lists(st.booleans(), min_size=cells, max_size=cells)))
+                             .reshape(shape) for _ in range(4))
+    grown = grown & ~old & data.draw(st.booleans())           # regrowth grows pruned entries, or none
     released = data.draw(st.booleans())
     upd = MaskUpdate(1, {"weight": np.ones(shape, bool) if released else new},
-                     {"weight": last if released else new}, released, {"weight": grown & ~old})
+                     {"weight": last if released else new}, released, {"weight": grown})
     layout = prunable_weights(torch.nn.Linear(shape[1], shape[0]))[0]
     old_t = torch.from_numpy(old)
     original, sharded = torch.nn.Parameter(dense.clone()), torch.nn.Parameter(dense * old_t)
@@ -204,8 +220,8 @@ def fsdp_regrowth(rank: int, world: int) -> dict:
     opt = adam_stepped(lin.weight)
     local = lin.weight.to_local()
     rows = slice(rank * 4 // world, (rank + 1) * 4 // world)
-    shard = ShardStorage(prunable_weights(torch.nn.Linear(2, 4))[0], lin.weight, torch.ones_like(local, dtype=torch.bool),
-                         torch.zeros_like(local), opt)
+    layout = prunable_weights(torch.nn.Linear(2, 4))[0]
+    shard = ShardStorage(layout, lin.weight, torch.ones_like(local, dtype=torch.bool), torch.zeros_like(local), opt)
     keep, grown = np.array([[T, F], [T, T], [F, T], [T, T]]), np.array([[F, F], [T, F], [F, F], [F, T]])
     write_update(MaskUpdate(1, {"weight": keep[rows]}, {"weight": keep[rows]}, False, {"weight": grown[rows]}),
                  {"weight": shard})
