@@ -111,7 +111,8 @@ def test_masks_come_from_the_engines_externally_scheduled_update():
     assert got["a"].tolist() == [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
     assert got["b"].tolist() == [[0.0, 1.0], [0.0, 1.0]]
     engine = mc.engine_for(mc.pattern)
-    assert engine.pattern is mc.pattern and engine.config.criterion == "magnitude" and mc.engine_for(mc.pattern) is engine
+    assert engine.pattern is mc.pattern and engine.config.criterion == "magnitude"
+    assert mc.engine_for(mc.pattern) is engine                          # one engine per pattern
     want = engine.masks_at_sparsity({n: k.T for n, k in kernels.items()}, 0.4)
     assert all(np.array_equal(got[n] != 0, want[n].T) for n in kernels)
 
