@@ -5,6 +5,16 @@ schedule and pattern. Adapters hand it canonical-layout NumPy weights (and
 scores for gradient criteria) and write the masks it returns back into their
 framework state; they hold no pruning math of their own.
 
+An update's masks come from one path: the criterion's scores (from the
+registry), then the pattern's selection at a sparsity (its count rules,
+local/global allocation, tie order). :meth:`PruningEngine.compute_update`
+takes that sparsity from the config's schedule (what
+:class:`~sparsify.protocol.PruningProtocol` advances by);
+:meth:`PruningEngine.masks_at_sparsity` takes it from the caller, for an
+*externally scheduled* update (the SparseML seed API, whose schedule and update
+timing are the user's graph tensors). ``PruningEngine(config, pattern=...)``
+makes the masks with a pattern of the caller's (e.g. the seed's count rule).
+
 Example:
     >>> import numpy as np
     >>> eng = PruningEngine({"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
@@ -12,6 +22,8 @@ Example:
     ['fc.weight']
     >>> eng.compute_masks({"fc.weight": np.array([[1.0, -3.0], [0.5, 2.0]])}, step=0)["fc.weight"].tolist()
     [[False, True], [False, True]]
+    >>> eng.masks_at_sparsity({"fc.weight": np.array([[1.0, -3.0], [0.5, 2.0]])}, 0.25)["fc.weight"].tolist()
+    [[True, True], [False, True]]
 """
 from __future__ import annotations
 
@@ -23,6 +35,7 @@ import numpy as np
 from .config import PruningConfig
 from .criteria import get_criterion, needs_gradients
 from .pattern_fit import check_pattern_fit
+from .patterns import Pattern
 from .regrowth import regrow, regrowth_fraction
 
 __all__ = ["PruningEngine", "select_names"]
@@ -45,12 +58,17 @@ class PruningEngine:
 
     Args:
         config: a ``PruningConfig``, a dict or a YAML path.
+        pattern: a :class:`~sparsify.patterns.Pattern` that makes the masks instead of the
+            config's pattern fields (its own count rules and per-layer limits; e.g. the seed
+            API's: sparsity 1.0 prunes every unit, no per-layer cap). Default: the config's.
     """
 
-    def __init__(self, config: PruningConfig | Mapping[str, Any] | str) -> None:
+    def __init__(self, config: PruningConfig | Mapping[str, Any] | str, *, pattern: Pattern | None = None) -> None:
+        if pattern is not None and not isinstance(pattern, Pattern):
+            raise TypeError(f"pattern must be a sparsify Pattern (or None: the config's), got {pattern!r}")
         self.config = PruningConfig.coerce(config)
         self.schedule = self.config.schedule()
-        self.pattern = self.config.pattern_obj()
+        self.pattern = self.config.pattern_obj() if pattern is None else pattern
 
     @property
     def needs_gradients(self) -> bool:
@@ -144,6 +162,34 @@ class PruningEngine:
             out[n] = crit.scores(config=self.config, **inputs)
         return out
 
+    def masks_at_sparsity(self, weights: Mapping[str, np.ndarray], sparsity: float,
+                          pre_masks: Mapping[str, np.ndarray] | None = None,
+                          scores: Mapping[str, np.ndarray] | None = None,
+                          activations: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Masks of an *externally scheduled* update: ``sparsity`` is the caller's, not the schedule's.
+
+        The path of :meth:`compute_update` (criterion scores, the pattern's count rules,
+        local/global allocation, ties to the earlier weight in ``weights``' order, monotone
+        ``pre_masks``) without regrowth, which follows the config's schedule.
+
+        Args:
+            weights: canonical weights keyed by name, in the canonical order (it breaks
+                cross-layer ties in global scope).
+            sparsity: the fraction to prune, checked against the pattern (``ValueError`` naming
+                ``sparsity``): in [0, 1), or [0, 1] for a pattern without ``keep_one_unit``.
+            pre_masks, scores, activations: as in :meth:`compute_update`.
+
+        Example:
+            >>> import numpy as np
+            >>> PruningEngine({}).masks_at_sparsity({"w": np.array([[3.0, -1.0, 2.0, 0.5]])}, 0.5)["w"].tolist()
+            [[True, False, True, False]]
+        """
+        if isinstance(sparsity, (bool, np.bool_)) or not isinstance(sparsity, (int, float, np.integer, np.floating)):
+            raise TypeError(f"sparsity must be a number, got {sparsity!r} ({type(sparsity).__name__})")
+        sparsity = self.pattern.check_ratio(sparsity, "sparsity")
+        weights, scores = self._scored(weights, scores, activations)
+        return self._selected(weights, scores, sparsity, pre_masks)
+
     def compute_update(self, weights: Mapping[str, np.ndarray], step: int,
                        pre_masks: Mapping[str, np.ndarray] | None = None,
                        scores: Mapping[str, np.ndarray] | None = None,
@@ -163,12 +209,32 @@ class PruningEngine:
         Returns:
             The masks and, per layer, the entries regrowth grew (all False without regrowth).
         """
+        weights, scores = self._scored(weights, scores, activations)
+        masks = self._selected(weights, scores, self.target_sparsity(step), pre_masks)
+        fraction = regrowth_fraction(self.config, step)
+        if fraction > 0:
+            if self.config.regrowth == "rigl":
+                if grads is None:
+                    raise ValueError("regrowth='rigl' grows the pruned weights with the largest gradients, but no "
+                                     "gradients were collected: run a backward pass before the update")
+                _same_layers("grads", grads, weights)
+                grads = {n: _numeric(f"grads[{n!r}]", grads[n], weights[n].shape) for n in weights}
+            return regrow(masks, scores, grads, fraction, self.config.regrowth, step)
+        return masks, {n: np.zeros(m.shape, dtype=bool) for n, m in masks.items()}
+
+    def _scored(self, weights: Mapping[str, np.ndarray], scores: Mapping[str, np.ndarray] | None,
+                activations: Mapping[str, np.ndarray] | None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Checked weights and their scores (the criterion's unless given)."""
         weights = {n: _numeric(f"weights[{n!r}]", w) for n, w in weights.items()}
         if scores is None:
             scores = self.criterion_scores(weights, activations)
         else:
             _same_layers("scores", scores, weights)
-        scores = {n: _numeric(f"scores[{n!r}]", scores[n], weights[n].shape) for n in weights}
+        return weights, {n: _numeric(f"scores[{n!r}]", scores[n], weights[n].shape) for n in weights}
+
+    def _selected(self, weights: dict[str, np.ndarray], scores: dict[str, np.ndarray], sparsity: float,
+                  pre_masks: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """The pattern's masks at ``sparsity`` (monotone: a subset of ``pre_masks``), keyed like ``weights``."""
         pre = None
         if pre_masks is not None:
             unknown = [n for n in pre_masks if n not in weights]
@@ -181,21 +247,10 @@ class PruningEngine:
                                      f"{weights[n].shape}")
             pre = pre_masks if self.config.monotone else None
         empty = [n for n, w in weights.items() if w.size == 0]
-        masks = self.pattern.get_masks({n: s for n, s in scores.items() if n not in empty},
-                                       self.target_sparsity(step),
+        masks = self.pattern.get_masks({n: s for n, s in scores.items() if n not in empty}, sparsity,
                                        None if pre is None else {n: m for n, m in pre.items() if n not in empty})
         masks.update({n: np.ones(weights[n].shape, dtype=bool) for n in empty})
-        masks = {n: masks[n] for n in weights}
-        fraction = regrowth_fraction(self.config, step)
-        if fraction > 0:
-            if self.config.regrowth == "rigl":
-                if grads is None:
-                    raise ValueError("regrowth='rigl' grows the pruned weights with the largest gradients, but no "
-                                     "gradients were collected: run a backward pass before the update")
-                _same_layers("grads", grads, weights)
-                grads = {n: _numeric(f"grads[{n!r}]", grads[n], weights[n].shape) for n in weights}
-            return regrow(masks, scores, grads, fraction, self.config.regrowth, step)
-        return masks, {n: np.zeros(m.shape, dtype=bool) for n, m in masks.items()}
+        return {n: masks[n] for n in weights}
 
 
 def _numeric(what: str, array: Any, shape: tuple[int, ...] | None = None) -> np.ndarray:

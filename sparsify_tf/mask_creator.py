@@ -1,9 +1,13 @@
 """Mask creation for TF graphs: the values always come from the core.
 
-:class:`CoreMaskCreator` wraps a core :class:`~sparsify.patterns.Pattern` and
-builds a ``tf.numpy_function`` that converts the TF kernel to the canonical
-layout (``sparsify.layout``), asks the pattern for the mask and converts it
-back. It is what the seed API (:mod:`sparsify_tf.mask_pruning`) prunes with;
+:class:`CoreMaskCreator` wraps a core :class:`~sparsify.patterns.Pattern` and a
+registered criterion (``"magnitude"`` by default) and builds a
+``tf.numpy_function`` that converts the TF kernels to the canonical layout
+(``sparsify.layout``), asks the core engine for the masks of an externally
+scheduled update (:meth:`sparsify.PruningEngine.masks_at_sparsity`: the
+sparsity is the user's graph tensor, SparseML's contract; scores, count rules,
+allocation and tie order are those of every other adapter's updates) and
+converts them back. It is what the seed API (:mod:`sparsify_tf.mask_pruning`) prunes with;
 SparseML's ``PruningMaskCreator`` classes (:mod:`sparsify_tf.mask_creator_pruning`)
 are core mask creators too. A pattern with ``pruning_scope: global`` computes
 the masks of several weights in one core call
@@ -18,7 +22,11 @@ a layer kept, and the object's per-layer limits (0.98 by default). Either way
 a layer prunes exactly ``exact_prune_count(s, units)`` units.
 
 Any of the accepted forms becomes a :class:`CoreMaskCreator` through
-:func:`sparsify_tf.mask_creator_coercion.get_mask_creator`.
+:func:`sparsify_tf.mask_creator_coercion.get_mask_creator`. A criterion
+registered with ``register_criterion(name, needs=("weight",))`` works here
+too: ``CoreMaskCreator("4x1", criterion=name)`` (or ``criterion`` in a config
+dict or ``PruningConfig``); criteria that need gradients, a running state or
+activations are refused (the seed API reads only the weights).
 
 Example:
     >>> import numpy as np
@@ -36,11 +44,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from sparsify.criteria import magnitude
+from sparsify.criteria import get_criterion, registered_criteria
+from sparsify.engine import PruningEngine
 from sparsify.layout import canonical_to_tf, tf_to_canonical
 from sparsify.patterns import Pattern, get_pattern
 
-__all__ = ["CoreMaskCreator", "MaskCreatorLike", "infer_kind", "seed_pattern"]
+__all__ = ["CoreMaskCreator", "MaskCreatorLike", "infer_kind", "seed_pattern", "seed_criterion"]
 
 MaskCreatorLike = Any  # "CoreMaskCreator | PruningMaskCreator | Pattern | str | Mapping"
 
@@ -89,20 +98,55 @@ def seed_pattern(config: Any, max_sparsity_ratio_per_layer: float | None = None)
     return pattern
 
 
+def seed_criterion(criterion: Any = None, config: Any = None) -> str:
+    """The registered criterion the seed API scores with: ``criterion``, else the ``criterion`` of a config
+    dict or ``PruningConfig``, else ``"magnitude"``. It must need only the weight.
+
+    Raises:
+        TypeError/ValueError: naming ``criterion``, with the criteria the seed API can use.
+
+    Example:
+        >>> seed_criterion(), seed_criterion(config={"pattern": "4x1", "criterion": "magnitude"})
+        ('magnitude', 'magnitude')
+        >>> seed_criterion("snip")
+        Traceback (most recent call last):
+        ...
+        ValueError: criterion='snip' needs ['weight', 'grad']; the seed API reads only the weights: use 'magnitude' or a criterion registered with needs=('weight',)
+    """
+    if criterion is None:
+        criterion = config.get("criterion") if isinstance(config, Mapping) else getattr(config, "criterion", None)
+        criterion = "magnitude" if criterion is None else criterion
+    if not isinstance(criterion, str):
+        raise TypeError(f"criterion must be the name of a registered criterion, got {criterion!r}")
+    usable = [n for n in registered_criteria() if get_criterion(n).needs == ("weight",)]
+    if criterion not in registered_criteria():
+        raise ValueError(f"criterion must be one of the registered criteria that need only the weight "
+                         f"{tuple(usable)}, got {criterion!r}")
+    needs = get_criterion(criterion).needs
+    if needs != ("weight",):
+        shown = " or ".join(repr(n) for n in usable)
+        raise ValueError(f"criterion={criterion!r} needs {list(needs)}; the seed API reads only the weights: use "
+                         f"{shown + ' or ' if shown else ''}a criterion registered with needs=('weight',)")
+    return criterion
+
+
 class CoreMaskCreator:
-    """Computes masks with a core pattern (magnitude scores).
+    """Computes masks with a core pattern and criterion (an externally scheduled core update).
 
     Args:
         pattern: a pattern name (``"1x1"``, ``"4x1"``, ``"2:4"``, ``"channelx1xkernel"``, ...) or config dict
             (the seed's count rule, see the module), or a ``PruningConfig``/``Pattern`` (the core's rules).
         monotone: pass the current mask as ``pre_masks`` so pruned weights stay pruned.
         max_sparsity_ratio_per_layer: a per-layer cap for a name or dict (default: none).
+        criterion: a registered criterion that needs only the weight (default: the config's
+            ``criterion``, else ``"magnitude"``); see :func:`seed_criterion`.
     """
 
     def __init__(self, pattern: Pattern | str | Mapping[str, Any] = "1x1", monotone: bool = True,
-                 max_sparsity_ratio_per_layer: float | None = None) -> None:
+                 max_sparsity_ratio_per_layer: float | None = None, criterion: str | None = None) -> None:
         if not isinstance(monotone, bool):
             raise TypeError(f"monotone must be True or False, got {monotone!r}")
+        self.criterion: str = seed_criterion(criterion, pattern)
         self.seed_rules = isinstance(pattern, (str, Mapping))
         if self.seed_rules:
             self.pattern = seed_pattern(pattern, max_sparsity_ratio_per_layer)
@@ -112,9 +156,20 @@ class CoreMaskCreator:
                                  f"own, got {_CAP}={max_sparsity_ratio_per_layer!r}")
             self.pattern = get_pattern(pattern)
         self.monotone = monotone
+        self._engines: dict[tuple[int, bool, str], PruningEngine] = {}
 
     def __repr__(self) -> str:
-        return f"CoreMaskCreator({self.pattern!r}, monotone={self.monotone})"
+        shown = "" if self.criterion == "magnitude" else f", criterion={self.criterion!r}"
+        return f"CoreMaskCreator({self.pattern!r}, monotone={self.monotone}{shown})"
+
+    def engine_for(self, pattern: Pattern) -> PruningEngine:
+        """The core engine that makes ``pattern``'s masks with this creator's criterion (one per pattern)."""
+        key = (id(pattern), self.monotone, self.criterion)
+        engine = self._engines.get(key)
+        if engine is None or engine.pattern is not pattern:
+            engine = PruningEngine({"criterion": self.criterion, "monotone": self.monotone}, pattern=pattern)
+            self._engines[key] = engine
+        return engine
 
     def pattern_for(self, tf_shape: tuple[int, ...], kind: str, name: str = "layer") -> Pattern:
         """The core pattern that prunes a weight of ``tf_shape`` and ``kind`` (here: always :attr:`pattern`)."""
@@ -147,18 +202,20 @@ class CoreMaskCreator:
 
     def masks_numpy(self, weights: Mapping[str, np.ndarray], kinds: Mapping[str, str], sparsity: float,
                     pre_masks: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Masks (TF layout, float, 1 = kept) for TF-layout ``weights`` at ``sparsity``."""
+        """Masks (TF layout, float, 1 = kept) for TF-layout ``weights`` at ``sparsity``: the core engine's
+        externally scheduled update (:meth:`sparsify.PruningEngine.masks_at_sparsity`) of their canonical
+        layouts, in the order given (a global pattern's cross-layer ties go to the earlier weight)."""
         canon = {n: tf_to_canonical(np.asarray(w), kinds[n]) for n, w in weights.items()}
         pre = None
         if self.monotone and pre_masks is not None:
             pre = {n: tf_to_canonical(np.asarray(m), kinds[n]) != 0 for n, m in pre_masks.items()}
         patterns = {n: self.pattern_for(np.shape(weights[n]), kinds[n], n) for n in weights}
-        scores = {n: magnitude(w) for n, w in canon.items()}
         if all(p is self.pattern for p in patterns.values()):
-            masks = self.pattern.get_masks(scores, float(sparsity), pre)
+            masks = self.engine_for(self.pattern).masks_at_sparsity(canon, float(sparsity), pre)
         else:                                       # one pattern per weight: each layer on its own
-            masks = {n: patterns[n].get_masks({n: scores[n]}, float(sparsity),
-                                              None if pre is None else {n: pre[n]})[n] for n in scores}
+            masks = {n: self.engine_for(patterns[n]).masks_at_sparsity({n: canon[n]}, float(sparsity),
+                                                                        None if pre is None else {n: pre[n]})[n]
+                     for n in canon}
         return {n: canonical_to_tf(masks[n], kinds[n], np.shape(weights[n])).astype(np.asarray(weights[n]).dtype)
                 for n in weights}
 

@@ -4,8 +4,8 @@ Same names and arguments as the seed (``sparseml.tensorflow_v1.optim.mask_prunin
 but working on TensorFlow 2.x graphs without ``tf.contrib.graph_editor``, for
 resource and legacy ref variables. This module is the facade; the naming lives
 in :mod:`sparsify_tf.pruning_scope`, the mask variables and rewired inputs in
-:mod:`sparsify_tf.masking`, the schedule tensors in :mod:`sparsify_tf.schedule_ops`
-and the mask values in the core (through :mod:`sparsify_tf.mask_creator`). The flow:
+:mod:`sparsify_tf.masking`, the schedule tensors in :mod:`sparsify_tf.schedule_ops`, the
+masks in the core engine's externally scheduled update (:mod:`sparsify_tf.mask_creator`). The flow:
 
 1. :func:`create_ks_schedule_ops` / :func:`get_or_create_ks_schedule_ops` build
    the ``update_ready`` and ``sparsity`` tensors from the global step (equal to
@@ -123,9 +123,9 @@ def create_op_pruning(op: tf.Operation, op_input: tf.Tensor, sparsity: tf.Tensor
                       mask_creator: MaskCreatorLike) -> PruningOpVars:
     """Mask, masked input and ``tf.cond(update_ready, update, no_op)`` for one op.
 
-    The update computes the new mask of the weight at ``sparsity`` with the core
-    pattern of ``mask_creator`` (TF layout converted to the canonical layout and
-    back) and assigns both the mask and ``weight * mask``.
+    The update computes the new mask of the weight at ``sparsity`` with the core engine
+    (criterion and pattern of ``mask_creator``; TF layout to the canonical one and back)
+    and assigns both the mask and ``weight * mask``.
 
     Args:
         op, op_input: the prunable op and its weight input tensor.

@@ -1,7 +1,14 @@
+import copy
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sparsify.criteria import register_criterion, unregister_criterion
 from sparsify.engine import PruningEngine, select_names
+from sparsify.patterns import get_pattern
+from sparsify.protocol import PruningProtocol
 
 
 def test_select_layers_by_regex_and_ndim():
@@ -82,3 +89,89 @@ def test_magnitude_keeps_the_most_negative_integer_weight():
     eng = PruningEngine({"target_sparsity": 0.25, "start_step": 0, "end_step": 0})
     w = np.array([[-128, 1], [2, 3]], dtype=np.int8)    # |-128| is the largest magnitude: 1 is pruned
     assert eng.compute_masks({"w": w}, 0)["w"].tolist() == [[True, False], [True, True]]
+
+
+# ----- externally scheduled updates: masks_at_sparsity --------------------------------------
+
+def test_masks_at_sparsity_prunes_the_callers_fraction_locally():
+    eng = PruningEngine({"target_sparsity": 0.9, "start_step": 0, "end_step": 0})     # the schedule is not read
+    w = {"a": np.array([[4.0, -1.0], [3.0, 2.0]]), "b": np.array([[0.5, -6.0, 5.0, 0.25]])}
+    masks = eng.masks_at_sparsity(w, 0.5)
+    assert list(masks) == ["a", "b"]
+    assert masks["a"].tolist() == [[True, False], [True, False]]
+    assert masks["b"].tolist() == [[False, True, True, False]]
+
+
+def test_masks_at_sparsity_global_ties_go_to_the_earlier_weight():
+    eng = PruningEngine({"pruning_scope": "global", "max_sparsity_ratio_per_layer": 0.75})
+    w = {"first": np.array([[1.0, 2.0], [5.0, 6.0]]), "second": np.array([[1.0, 2.0], [7.0, 8.0]])}
+    masks = eng.masks_at_sparsity(w, 0.375)      # 3 of 8: 1.0 (first), 1.0 (second), then 2.0 of "first"
+    assert masks["first"].tolist() == [[False, False], [True, True]]
+    assert masks["second"].tolist() == [[False, True], [True, True]]
+    swapped = eng.masks_at_sparsity({"second": w["second"], "first": w["first"]}, 0.375)
+    assert swapped["second"].tolist() == [[False, False], [True, True]]
+    assert swapped["first"].tolist() == [[False, True], [True, True]]
+
+
+def test_masks_at_sparsity_keeps_pruned_weights_pruned():
+    w = {"w": np.array([[9.0, 1.0, 2.0, 8.0]])}
+    pre = {"w": np.array([[False, True, True, True]])}
+    monotone = PruningEngine({}).masks_at_sparsity(w, 0.5, pre_masks=pre)["w"]
+    assert monotone.tolist() == [[False, False, True, True]]
+    revived = PruningEngine({"monotone": False}).masks_at_sparsity(w, 0.5, pre_masks=pre)["w"]
+    assert revived.tolist() == [[True, False, False, True]]
+
+
+def test_masks_at_sparsity_with_a_pattern_of_the_callers_count_rule():
+    pattern = copy.copy(get_pattern("1x1"))
+    pattern.keep_one_unit, pattern.max_sparsity_ratio_per_layer = False, 1.0     # the seed API's rule
+    w = {"w": np.array([[3.0, -1.0, 2.0]])}
+    assert PruningEngine({}, pattern=pattern).masks_at_sparsity(w, 1.0)["w"].tolist() == [[False, False, False]]
+    assert PruningEngine({}).masks_at_sparsity(w, 0.9)["w"].tolist() == [[True, False, False]]   # 0.98 cap, one kept
+    with pytest.raises(ValueError, match=r"sparsity must be in \[0, 1\), got 1.0"):
+        PruningEngine({}).masks_at_sparsity(w, 1.0)
+    with pytest.raises(ValueError, match=r"sparsity for pattern '2:4' must be <= N/M = 0.5, got 0.75"):
+        PruningEngine({"pattern": "2:4"}).masks_at_sparsity({"w": np.ones((1, 4))}, 0.75)
+    with pytest.raises(TypeError, match=r"sparsity must be a number, got True"):
+        PruningEngine({}).masks_at_sparsity(w, True)
+    with pytest.raises(TypeError, match=r"pattern must be a sparsify Pattern .*got '1x1'"):
+        PruningEngine({}, pattern="1x1")
+
+
+def test_masks_at_sparsity_scores_with_a_registered_criterion():
+    @register_criterion("test_engine_distance_from_one", needs=("weight",))
+    def distance(weight, **_):
+        return abs(weight - 1.0)
+    try:
+        eng = PruningEngine({"criterion": "test_engine_distance_from_one"})
+        masks = eng.masks_at_sparsity({"w": np.array([[1.0, 3.0, 0.75, -2.0]])}, 0.5)["w"]
+    finally:
+        unregister_criterion("test_engine_distance_from_one")
+    assert masks.tolist() == [[False, True, False, True]]
+
+
+def test_masks_at_sparsity_leaves_empty_weights_dense():
+    masks = PruningEngine({"pattern": "2:4"}).masks_at_sparsity(
+        {"empty": np.zeros((0, 4), np.float32), "w": np.array([[4.0, 1.0, 3.0, 2.0]])}, 0.5)
+    assert masks["empty"].shape == (0, 4) and masks["w"].tolist() == [[True, False, True, False]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1), st.sampled_from(["1x1", "2x1", "2:4"]), st.sampled_from(["local", "global"]),
+       st.floats(0.0, 0.5))
+def test_masks_at_sparsity_equals_the_protocols_update_at_that_sparsity(seed, pattern, scope, sparsity):
+    rng = np.random.default_rng(seed)
+    w = {"a": rng.integers(-3, 4, size=(4, 8)).astype(np.float32), "b": rng.normal(size=(2, 4))}
+    proto = PruningProtocol({"pattern": pattern, "pruning_scope": scope, "target_sparsity": sparsity,
+                             "start_step": 0, "end_step": 0}, {n: a.shape for n, a in w.items()})
+    first = proto.advance(0, w).masks
+    external = PruningEngine({"pattern": pattern, "pruning_scope": scope})
+    got = external.masks_at_sparsity(w, proto.target_sparsity(0))
+    assert all(np.array_equal(got[n], first[n]) for n in w)
+    w2 = {n: a * first[n] + rng.normal(size=a.shape) for n, a in w.items()}
+    again = PruningProtocol({"pattern": pattern, "pruning_scope": scope, "target_sparsity": 0.5,
+                             "start_step": 0, "end_step": 0}, {n: a.shape for n, a in w.items()})
+    again.restore(-1, first)
+    want = again.advance(0, w2).masks
+    got2 = external.masks_at_sparsity(w2, 0.5, pre_masks=first)
+    assert all(np.array_equal(got2[n], want[n]) for n in w)

@@ -1,4 +1,5 @@
-"""CoreMaskCreator: mask values from the core, build-time sparsity checks, one core call for a global group."""
+"""CoreMaskCreator: mask values from the core engine (externally scheduled updates, registered criteria), build-time
+sparsity checks, one core call for a global group."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 import sparsify
-from sparsify_tf.mask_creator import CoreMaskCreator
+from sparsify.criteria import register_criterion, unregister_criterion
+from sparsify_tf.mask_creator import CoreMaskCreator, seed_criterion
 from sparsify_tf.mask_creator_coercion import get_mask_creator
 
 tf1 = tf.compat.v1
@@ -98,3 +100,45 @@ def test_kind_is_inferred_from_the_rank():
             get_mask_creator("1x1").create_sparsity_mask(tf.constant([1.0, 2.0]), tf.constant(0.5, tf.float64))
     with tf1.Session(graph=g) as sess:
         assert sess.run(mask).ravel().tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_masks_come_from_the_engines_externally_scheduled_update():
+    kernels = {"a": np.array([[4.0, -1.0], [0.5, 2.0], [3.0, -6.0]], np.float32),        # dense (in=3, out=2)
+               "b": np.array([[0.25, 5.0], [-1.0, 2.0]], np.float32)}
+    mc = CoreMaskCreator({"pattern": "1x1", "pruning_scope": "global"})
+    got = mc.masks_numpy(kernels, {"a": "dense", "b": "dense"}, 0.4)
+    # 4 of 10 by |w|, one threshold: 0.25 (b), 0.5 (a), then the two 1.0s: "a" is first in the canonical order
+    assert got["a"].tolist() == [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+    assert got["b"].tolist() == [[0.0, 1.0], [0.0, 1.0]]
+    engine = mc.engine_for(mc.pattern)
+    assert engine.pattern is mc.pattern and engine.config.criterion == "magnitude"
+    assert mc.engine_for(mc.pattern) is engine                          # one engine per pattern
+    want = engine.masks_at_sparsity({n: k.T for n, k in kernels.items()}, 0.4)
+    assert all(np.array_equal(got[n] != 0, want[n].T) for n in kernels)
+
+
+def test_criterion_is_a_registered_weight_only_criterion():
+    assert CoreMaskCreator("4x1").criterion == "magnitude"
+    assert seed_criterion(None, sparsify.PruningConfig(pattern="4x1")) == "magnitude"
+    with pytest.raises(ValueError, match=r"criterion='wanda' needs \['weight', 'activation'\]; the seed API reads "
+                                         r"only the weights: use 'magnitude'.* a criterion registered with"):
+        CoreMaskCreator("1x1", criterion="wanda")
+    with pytest.raises(ValueError, match=r"mask_creator: criterion='snip_momentum' needs"):
+        get_mask_creator({"pattern": "1x1", "criterion": "snip_momentum"})
+    with pytest.raises(ValueError, match=r"criterion must be one of the registered criteria that need only the "
+                                         r"weight \('magnitude'.*\), got 'nope'"):
+        CoreMaskCreator("1x1", criterion="nope")
+    with pytest.raises(TypeError, match=r"criterion must be the name of a registered criterion, got 3"):
+        CoreMaskCreator("1x1", criterion=3)
+
+    @register_criterion("test_seed_creator_negated", needs=("weight",))
+    def negated(weight, **_):
+        return -abs(weight)
+    try:
+        mc = get_mask_creator({"pattern": "1x1", "criterion": "test_seed_creator_negated"})
+        assert repr(mc) == "CoreMaskCreator(PatternNxM('1x1', scope='local'), monotone=True, " \
+                           "criterion='test_seed_creator_negated')"
+        got = mc.masks_numpy({"w": np.array([[1.0], [-4.0], [2.0], [3.0]], np.float32)}, {"w": "dense"}, 0.5)
+    finally:
+        unregister_criterion("test_seed_creator_negated")
+    assert got["w"].ravel().tolist() == [1.0, 0.0, 1.0, 0.0]          # the largest magnitudes go first

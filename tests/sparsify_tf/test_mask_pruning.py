@@ -1,5 +1,5 @@
 """The seed API on real graphs: scheduled ops, shared weights, constant pruning, summaries, idempotence,
-build-time checks, global scope."""
+build-time checks, global scope, masks equal to PruningProtocol's (user-registered criteria included)."""
 from __future__ import annotations
 
 import re
@@ -11,6 +11,8 @@ import tensorflow as tf
 
 import sparsify
 import sparsify_tf
+from sparsify.criteria import unregister_criterion
+from sparsify.layout import tf_to_canonical
 from sparsify_tf import PruningScope
 from sparsify_tf.mask_creator import seed_pattern
 from tf_graph_models import batch, build_mlp, expected_pruned, session_config
@@ -268,3 +270,101 @@ def test_sparsity_one_prunes_everything_with_a_name_and_is_refused_for_a_pattern
         assert (sess.run(op_vars.mask) == 0).sum() == 8
         sess.run(op_vars.update, {s: 1.0})
         assert not sess.run(op_vars.mask).any() and not sess.run(op_vars.masked).any()
+
+
+# ----- the seed API's masks are the protocol's (the adapter contract) --------------------------------------
+
+SEED_KERNELS = {"fc1/kernel": (8, 6), "fc2/kernel": (6, 4)}      # created in this order: the canonical order
+
+
+def _seed_graph(kernels, mask_creator, init_sparsity, final_sparsity):
+    """Two MatMuls pruned by the seed API from step 0 to 2 (update every step); returns the graph's handles."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8])
+        h = x
+        variables = {}
+        for name, k in kernels.items():
+            variables[name] = tf1.get_variable(name, initializer=k)
+            h = tf.matmul(h, variables[name])
+        gs = tf1.train.get_or_create_global_step()
+        update, op_vars, _, sparsity = sparsify_tf.get_or_create_ks_scheduled_graph_ops(
+            g, gs, ["re:fc.*kernel"], 0, 2, 1, init_sparsity, final_sparsity, 3.0, True, "proto", mask_creator)
+        step = tf1.assign_add(gs, 1)
+        moves = {n: tf1.assign_add(v, tf.ones_like(v) * 0.125 * (i + 1)) for i, (n, v) in enumerate(variables.items())}
+    return g, variables, update, op_vars, sparsity, step, moves
+
+
+def _seed_masks_and_protocol_masks(config, mask_creator, init_sparsity=0.25, final_sparsity=0.75):
+    rng = np.random.default_rng(7)
+    # multiples of 0.125: many equal magnitudes within and across the layers (ties)
+    kernels = {n: (rng.integers(-4, 5, size=s) * 0.125).astype(np.float32) for n, s in SEED_KERNELS.items()}
+    g, variables, update, op_vars, sparsity, step, moves = _seed_graph(kernels, mask_creator, init_sparsity,
+                                                                        final_sparsity)
+    proto = sparsify.PruningProtocol({**config, "init_sparsity": init_sparsity, "target_sparsity": final_sparsity,
+                                      "start_step": 0, "end_step": 2, "pruning_frequency": 1, "exponent": 3.0},
+                                     {n: s[::-1] for n, s in SEED_KERNELS.items()})
+    seed, core = [], []
+    with tf1.Session(graph=g) as sess:
+        sess.run(tf1.global_variables_initializer())
+        for t in range(3):
+            weights = {n: tf_to_canonical(w, "dense") for n, w in sess.run(variables).items()}
+            s, _ = sess.run([sparsity, update])
+            assert s == proto.target_sparsity(t)
+            seed.append({n: tf_to_canonical(m, "dense") != 0 for n, m in zip(SEED_KERNELS, sess.run(
+                [ov.mask for ov in op_vars]))})
+            core.append(dict(proto.advance(t, weights).masks))
+            sess.run([step, *moves.values()])          # new values: the next update re-ranks the kept weights
+    return seed, core
+
+
+@pytest.mark.parametrize("config, mask_creator", [
+    ({"pattern": "1x1"}, "1x1"),
+    ({"pattern": "1x1", "pruning_scope": "global"}, {"pattern": "1x1", "pruning_scope": "global"}),
+    ({"pattern": "2x1", "pruning_scope": "global"}, {"pattern": "2x1", "pruning_scope": "global"}),
+])
+def test_seed_api_masks_equal_the_protocols_for_the_same_weights_and_sparsity(config, mask_creator):
+    seed, core = _seed_masks_and_protocol_masks(config, mask_creator)
+    assert [sorted(m) for m in seed] == [list(SEED_KERNELS)] * 3
+    for t, (got, want) in enumerate(zip(seed, core)):
+        for name in SEED_KERNELS:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"update {t}, {name}")
+    pruned = [sum(int((~m).sum()) for m in masks.values()) for masks in seed]
+    assert pruned[0] < pruned[1] < pruned[2] == round(0.75 * 72)
+
+
+@pytest.fixture
+def seed_distance():
+    """A criterion registered in user code (no package file knows it), unregistered afterwards."""
+    name = "test_seed_distance_from_tenth"
+
+    @sparsify.register_criterion(name, needs=("weight",))
+    def score(weight, **_):
+        return abs(weight - 0.1)
+    yield name
+    unregister_criterion(name)
+
+
+def test_a_user_registered_criterion_prunes_through_the_seed_api(seed_distance):
+    creator = sparsify_tf.CoreMaskCreator("1x1", criterion=seed_distance)
+    seed, core = _seed_masks_and_protocol_masks({"pattern": "1x1", "criterion": seed_distance}, creator)
+    for got, want in zip(seed, core):
+        assert all(np.array_equal(got[n], want[n]) for n in SEED_KERNELS)
+    magnitude, _ = _seed_masks_and_protocol_masks({"pattern": "1x1"}, "1x1")
+    assert any(not np.array_equal(seed[t][n], magnitude[t][n]) for t in range(3) for n in SEED_KERNELS)  # not |w|
+    dict_seed, _ = _seed_masks_and_protocol_masks({"pattern": "1x1"}, {"pattern": "1x1", "criterion": seed_distance})
+    assert all(np.array_equal(dict_seed[t][n], seed[t][n]) for t in range(3) for n in SEED_KERNELS)
+
+
+def test_a_criterion_the_seed_api_cannot_feed_is_refused_before_the_graph_changes():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8])
+        tf.matmul(x, tf1.get_variable("fc1/kernel", shape=(8, 6)))
+        gs = tf1.train.get_or_create_global_step()
+    n_ops = len(g.get_operations())
+    with pytest.raises(ValueError, match=r"mask_creator: criterion='snip' needs \['weight', 'grad'\]; the seed API "
+                                         r"reads only the weights"):
+        sparsify_tf.get_or_create_ks_scheduled_graph_ops(g, gs, ["fc1/kernel"], 0, 2, 1, 0.0, 0.5, 3.0, True, "bad",
+                                                         {"pattern": "1x1", "criterion": "snip"})
+    assert len(g.get_operations()) == n_ops
