@@ -12,7 +12,8 @@ Two CNNs trained from scratch on offline data (see ``bench/accuracy/problems.py`
 Settings 80 / 90 / 95 % unstructured, 4x1 blocks at 90 % and 2:4; every conv/linear weight the pattern
 fits is pruned (the others stay dense, for every arm). Per seed every arm starts from the same NumPy
 initial weights and sees the same batches. Arms: ``dense``; sparsify arms by name (``default``, ``rigl``,
-``set``, ``nonmonotone``, ``wanda``, ``ste``, or ``--arm-config name='{json}'``), their config overrides
+``set``, ``nonmonotone``, ``wanda``, ``ste``, ``global*``, ``erk*``; ``erk_wanda`` is ERK with Wanda scores)
+or defined with ``--arm-config name='{json}'``; their config overrides
 passed to ``sparsify_torch.prune`` / ``sparsify_tf.keras.PruningCallback`` unchanged (a key the installed
 sparsify does not know fails with its ValueError before anything runs); ``torch.ao``
 (``WeightNormSparsifier`` at our schedule's update steps and values, ``squash_mask`` at the end);

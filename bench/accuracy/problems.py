@@ -115,7 +115,8 @@ SPARSIFY_ARMS: dict[str, dict[str, Any]] = {
     "wanda": {"criterion": "wanda"}, "ste": {"pruned_gradient": "straight_through"},
     "global": {"pruning_scope": "global"}, "global_nm": {"pruning_scope": "global", "monotone": False},
     "global_rigl": {"pruning_scope": "global", "regrowth": "rigl"}, "erk": {"pruning_scope": "erk"},
-    "erk_rigl": {"pruning_scope": "erk", "regrowth": "rigl"}, "erk_nm": {"pruning_scope": "erk", "monotone": False}}
+    "erk_rigl": {"pruning_scope": "erk", "regrowth": "rigl"}, "erk_nm": {"pruning_scope": "erk", "monotone": False},
+    "erk_wanda": {"pruning_scope": "erk", "criterion": "wanda"}}
 #: peer arms and the framework each runs in.
 PEER_ARMS = {"torch.ao": "torch", "tfmot": "tf_keras"}
 

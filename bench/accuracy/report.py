@@ -124,6 +124,7 @@ def plot(runs: list[dict[str, Any]], path: str) -> bool:
     if not panels:
         return False
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    colors = plt.get_cmap("tab20").colors
     for ax, (dataset, fw) in zip(axes[0], panels):
         arms = _order({k[3] for k in idx if k[:2] == (dataset, fw) and k[3] != "dense"}, ["default"])
         for i, arm in enumerate(arms):
@@ -134,9 +135,10 @@ def plot(runs: list[dict[str, Any]], path: str) -> bool:
                     xs.append(100 * SETTINGS[name].target + 0.25 * (i - len(arms) / 2))
                     ms.append(np.mean(acc))
                     ss.append(_std(np.array(acc)))
-            if xs:
-                ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, label=arm,
-                            linestyle="--" if arm in PEER_ARMS else "-")
+            if xs:                          # peers black and dashed; our arms one colour and marker each
+                peer = arm in PEER_ARMS
+                ax.errorbar(xs, ms, yerr=ss, marker="s" if peer else "os^vD<>p"[i % 8], capsize=3, label=arm,
+                            linestyle="--" if peer else "-", color="black" if peer else colors[i % len(colors)])
         dense = [r["accuracy"] for r in idx.get((dataset, fw, "base", "dense"), {}).values()]
         if dense:
             ax.axhline(np.mean(dense), color="gray", linestyle=":", label="dense")

@@ -126,6 +126,10 @@ def _entry(rank: int, world: int, port: int, module: str, name: str, out_dir: st
     try:
         result = getattr(importlib.import_module(module), name)(rank, world, *args)
         torch.save(result, os.path.join(out_dir, f"{name}-{world}-rank{rank}.pt"))
+        # every rank's collectives are done before any tears gloo down: a rank that destroyed its group
+        # while a peer's async work was still in flight died with SIGABRT ("terminate called without an
+        # active exception") once under a loaded machine
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
