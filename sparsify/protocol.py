@@ -6,9 +6,9 @@ layout and writes the masks it gets back into framework state. It owns:
 
 * **selection and order**: the weights picked by ``op_names`` /
   ``excluded_op_names``, in the order the adapter lists them. Adapters list
-  weights in the model's own weight order (torch ``named_parameters()``,
-  Keras ``model.weights``, TF graph variable creation order), so global
-  scope breaks cross-layer ties the same way in every framework;
+  weights in the model's definition order (torch ``named_parameters()``,
+  Keras layers in assignment order, TF graph variable creation order), so
+  global scope breaks cross-layer ties the same way in every framework;
 * **the schedule**: :meth:`advance` acts when an update point lies in
   ``(done_step, step]``, so skipped steps (``steps_per_execution``, a hook
   that ran late, a resume) never lose an update;

@@ -64,11 +64,38 @@ def keras_module(flavor: str) -> Any:
 
 
 def child_layers(layer: Any) -> list[Any]:
-    """Direct sublayers of ``layer`` (both flavours share ``_flatten_layers``)."""
+    """Direct sublayers of ``layer`` in the order they were assigned, those held in a dict attribute in
+    the dict's insertion order (as torch's ``nn.ModuleDict`` and Keras 3 keep them; tf-keras's own
+    walk sorts a dict's keys)."""
     try:
-        return list(layer._flatten_layers(include_self=False, recursive=False))
+        kids = list(layer._flatten_layers(include_self=False, recursive=False))
     except (AttributeError, TypeError):  # pragma: no cover - defensive for exotic layers
         return list(getattr(layer, "layers", []) or [])
+    if len(kids) > 1 and hasattr(layer, "_self_tracked_trackables"):      # tf-keras (Keras 3 keeps the order)
+        for value in vars(layer).values():        # a user's dict attribute is tracked as a wrapped dict
+            if isinstance(value, _TRACKED) and isinstance(value, collections.abc.Mapping):
+                _insertion_order(kids, _layers_in(value))
+    return kids
+
+
+_TRACKED = tf.__internal__.tracking.TrackableDataStructure
+
+
+def _layers_in(value: Any) -> list[Any]:
+    """Layers inside a (tracked) dict or list, in insertion order."""
+    if isinstance(value, collections.abc.Mapping):
+        return [leaf for v in value.values() for leaf in _layers_in(v)]
+    if isinstance(value, collections.abc.Sequence) and not isinstance(value, str):
+        return [leaf for v in value for leaf in _layers_in(v)]
+    return [value] if hasattr(value, "_flatten_layers") else []
+
+
+def _insertion_order(kids: list[Any], members: list[Any]) -> None:
+    """Reorder, in place, the slots of ``kids`` that ``members`` occupy into ``members``' order."""
+    slot = {id(k): i for i, k in enumerate(kids)}
+    ordered = list({id(m): m for m in members if id(m) in slot}.values())
+    for i, m in zip(sorted(slot[id(m)] for m in ordered), ordered):
+        kids[i] = m
 
 
 def own_variables(layer: Any) -> list[Any]:

@@ -178,8 +178,11 @@ def find_prunable_weights(model: Any) -> list[KerasPrunableWeight]:
 
 
 def in_model_order(model: Any, weights: list[KerasPrunableWeight]) -> list[KerasPrunableWeight]:
-    """``weights`` sorted by the model's own weight order (``model.weights``), so global scope breaks
-    cross-layer ties as torch (``named_parameters()``) and TF graph mode (variable creation) do.
+    """``weights`` in the model's definition order: a layer's own variables, then its sublayers' in the
+    order they were assigned (a dict attribute's in insertion order), depth first. That is
+    ``model.weights`` in Keras 3 and torch's ``named_parameters()`` for a model defined alike (tf-keras's
+    ``model.weights`` differs: dict keys sorted, frozen layers last), so global scope breaks cross-layer
+    ties the same way in every adapter (``docs/design.md``).
 
     Example:
         >>> import keras
@@ -188,8 +191,9 @@ def in_model_order(model: Any, weights: list[KerasPrunableWeight]) -> list[Keras
         ['a/kernel', 'b/kernel']
     """
     position: dict[int, int] = {}
-    for i, v in enumerate(getattr(model, "weights", [])):
-        position.setdefault(id(v), i)
-        position.setdefault(id(tf_variable(v)), i)
+    for layer in [model, *(layer for _, layer in iter_tree(model))]:
+        for v in own_variables(layer):
+            position.setdefault(id(v), len(position))
+            position.setdefault(id(tf_variable(v)), len(position))
     big = len(position)
     return sorted(weights, key=lambda pw: position.get(id(pw.variable), big))

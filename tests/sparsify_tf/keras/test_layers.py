@@ -132,3 +132,50 @@ def test_masks_match_the_core_for_every_layer_type(K, digits):
         assert np.array_equal(canon(p, kind, got[p]), expected[p]), p
     n = sum(m.size for m in got.values())
     assert sum(m.size - m.sum() for m in got.values()) == int(np.ceil(0.6 * n - 0.5))
+
+
+def test_definition_order_breaks_global_ties_as_torch_does(K):
+    """Layers in a dict attribute (insertion order, not sorted keys) and a frozen layer (its place, not
+    last) are ordered as torch's ``named_parameters()`` orders the same model, so global scope prunes
+    the same tied weights in tf-keras, Keras 3 and torch."""
+    import torch
+
+    from sparsify_tf.keras import prune_oneshot as keras_oneshot
+    from sparsify_tf.keras.layers import in_model_order
+    from sparsify_torch import prune_oneshot as torch_oneshot
+
+    class Net(K.Model):
+        def __init__(self):
+            super().__init__(name="net")
+            self.frozen = K.layers.Dense(4, name="frozen", trainable=False)
+            self.heads = {"zeta": K.layers.Dense(4, name="zeta"), "alpha": K.layers.Dense(4, name="alpha")}
+
+        def call(self, x):
+            return self.heads["alpha"](self.heads["zeta"](self.frozen(x)))
+
+    class TorchNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.frozen = torch.nn.Linear(4, 4)
+            self.heads = torch.nn.ModuleDict({"zeta": torch.nn.Linear(4, 4), "alpha": torch.nn.Linear(4, 4)})
+
+    net = Net()
+    net(np.zeros((1, 4), np.float32))
+    assert [w.path for w in in_model_order(net, find_prunable_weights(net))] == [
+        "frozen/kernel", "zeta/kernel", "alpha/kernel"]
+    config = {"target_sparsity": 0.625, "pruning_scope": "global"}      # 30 of 48 tied weights
+    for layer in (net.frozen, *net.heads.values()):
+        layer.kernel.assign(np.full((4, 4), 0.5, np.float32))
+    keras_oneshot(net, config)
+    tnet = TorchNet()
+    with torch.no_grad():
+        for p in tnet.parameters():
+            p.fill_(0.5)
+    torch_oneshot(tnet, config)
+    kept = {name: (layer.kernel.numpy() != 0).T for name, layer in
+            (("frozen", net.frozen), *net.heads.items())}               # canonical (out, in)
+    want = {"frozen": tnet.frozen.weight != 0, "zeta": tnet.heads["zeta"].weight != 0,
+            "alpha": tnet.heads["alpha"].weight != 0}
+    for name, mask in want.items():
+        np.testing.assert_array_equal(kept[name], mask.numpy(), err_msg=name)
+    assert [int(kept[n].sum()) for n in ("frozen", "zeta", "alpha")] == [1, 1, 16]   # a layer keeps one
