@@ -144,6 +144,20 @@ def spawn(fn, world: int, tmp_path, *args, timeout: float = 240) -> list:
     return [torch.load(tmp_path / f"{fn.__name__}-{world}-rank{r}.pt", weights_only=False) for r in range(world)]
 
 
+def spawned_runs(fn, tmp_path, *args, before: dict[int, int] | None = None):
+    """``get(world)``: the results of :func:`spawn` of ``fn`` on ``world`` ranks, spawned on first use and
+    kept; ``before`` maps a world size to one run first (whose checkpoints it loads)."""
+    cache: dict[int, list] = {}
+
+    def get(world: int) -> list:
+        if before and world in before:
+            get(before[world])
+        if world not in cache:
+            cache[world] = spawn(fn, world, tmp_path, *args)
+        return cache[world]
+    return get
+
+
 # ----------------------------------------------------------------------------------------------
 # workers
 # ----------------------------------------------------------------------------------------------
@@ -500,15 +514,7 @@ def suite(rank: int, world: int, ckpt: str) -> dict:
 def runs(tmp_path_factory):
     """Results per world size, spawned on first use (4 ranks load the checkpoints 2 ranks saved)."""
     tmp = tmp_path_factory.mktemp("fsdp")
-    cache: dict[int, list[dict]] = {}
-
-    def get(world: int) -> list[dict]:
-        if world == 4:
-            get(2)
-        if world not in cache:
-            cache[world] = spawn(suite, world, tmp, str(tmp / "ckpt"))
-        return cache[world]
-    return get
+    return spawned_runs(suite, tmp, str(tmp / "ckpt"), before={4: 2})
 
 
 def test_fsdp_one_and_two_ranks_give_the_single_process_masks_bit_for_bit(runs):

@@ -13,7 +13,7 @@ from torch import nn
 
 from sparsify.criteria import register_criterion, registered_criteria, unregister_criterion
 from sparsify_torch import prune
-from test_torch_fsdp import SetWeights, set_weights, spawn
+from test_torch_fsdp import SetWeights, set_weights, spawned_runs
 
 
 @register_criterion("input_energy", needs=("weight", "activation"))
@@ -158,15 +158,7 @@ def reference(key: str, mode: str = "plain") -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp_act")
-    cache: dict[int, list[dict]] = {}
-
-    def get(world: int) -> list[dict]:
-        if world == 4:
-            get(2)
-        if world not in cache:
-            cache[world] = spawn(suite, world, tmp, str(tmp / "ckpt"))
-        return cache[world]
-    return get
+    return spawned_runs(suite, tmp, str(tmp / "ckpt"), before={4: 2})
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])

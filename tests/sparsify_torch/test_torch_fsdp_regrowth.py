@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from sparsify_torch import prune
-from test_torch_fsdp import SetWeights, set_weights, spawn
+from test_torch_fsdp import SetWeights, set_weights, spawned_runs
 from test_torch_fsdp_activations import WNet, _forget_input_energy, inputs, shard, weights  # noqa: F401
 
 CONFIGS = {
@@ -68,13 +67,7 @@ def suite(rank: int, world: int, tmp: str) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp_regrow")
-    cache: dict[int, list[dict]] = {}
-
-    def get(world: int) -> list[dict]:
-        if world not in cache:
-            cache[world] = spawn(suite, world, tmp, str(tmp))
-        return cache[world]
-    return get
+    return spawned_runs(suite, tmp, str(tmp))
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
