@@ -250,8 +250,8 @@ class ShardedPruner(PrunerBase):
 
     def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
         """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
-        if not self.protocol.due(step):
-            return
+        if not self.protocol.due(step) or (self._activations is not None and self._activations.waiting()):
+            return                  # nothing due, or no input seen on any rank since the last update: it waits
         scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.needs_gradients else None
         reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
         self.advance_to(step, scores, grads=reads.get("grads"), activations=reads.get("activations"))

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from sparsify.distributed import RowShard
 
 from .layers import PrunableWeight
-from .statistics import ActivationNorms, norms_from_sums
+from .statistics import ActivationNorms
 
 __all__ = ["GroupActivationNorms"]
 
@@ -50,35 +50,35 @@ class GroupActivationNorms:
                  criterion: str) -> None:
         self.names = [w.name for w in weights]
         self._weights = list(weights)
-        self._local = ActivationNorms(weights)
+        self._local = ActivationNorms(weights, criterion)
         self._group, self._rank, self._device, self._criterion = group, rank, device, criterion
 
-    def _reduced(self) -> tuple[dict[str, torch.Tensor], list[str]]:
-        """(global sums of every weight, names some rank saw inputs of); collective."""
-        local, widths = self._local.state(), self._local.widths()
-        parts = [local[n] if n in local else torch.zeros(widths[n]) for n in self.names]
-        seen = torch.tensor([1.0 if n in local else 0.0 for n in self.names])
-        flat = torch.cat([p.float() for p in parts] + [seen]).to(self._device)
+    def _reduced(self) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+        """(global sums of every weight, global calls of every weight); collective: one ``all_reduce``."""
+        local, calls, widths = self._local.state(), self._local.local_calls(), self._local.widths()
+        parts = [local[n].float() if n in local else torch.zeros(widths[n]) for n in self.names]
+        flat = torch.cat(parts + [torch.tensor([float(calls[n]) for n in self.names])]).to(self._device)
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self._group)
-        flat = flat.cpu()
-        out, off = {}, 0
-        for n in self.names:
-            out[n] = flat[off:off + widths[n]].clone()
-            off += widths[n]
-        return out, [n for n, c in zip(self.names, flat[off:].tolist()) if c > 0]
+        sums = dict(zip(self.names, flat[:-len(self.names)].cpu().split([widths[n] for n in self.names])))
+        return sums, {n: int(c) for n, c in zip(self.names, flat[-len(self.names):].tolist())}
+
+    def waiting(self) -> bool:
+        """True while no pruned layer saw an input on any rank since the last update (collective): an update
+        due now waits, on every rank."""
+        sums, calls = self._reduced()
+        self._local.sync(sums, calls)
+        return self._local.window.waiting()
 
     def canonical(self, shards: Mapping[str, RowShard]) -> dict[str, np.ndarray]:
         """This rank's rows of the norms of the global batch, broadcastable to each local shard; collective.
 
         Raises:
-            RuntimeError: a pruned layer saw no input on any rank since the last update (on every rank).
+            ValueError: some pruned layers saw no input on any rank since the last update (all named, on every
+                rank).
         """
-        sums, seen = self._reduced()
-        if len(seen) < len(self.names):
-            raise RuntimeError(f"criterion {self._criterion!r} needs the inputs of every pruned layer, but "
-                               f"{[n for n in self.names if n not in seen]} saw no forward pass on any rank since "
-                               "the last update: run the model before pruner.step()")
-        norms = norms_from_sums(self._weights, sums)
+        sums, calls = self._reduced()
+        self._local.sync(sums, calls)
+        norms = self._local.window.read()
         for n, v in norms.items():                 # grouped convolutions: one row of norms per output row
             if v.shape[0] > 1:
                 norms[n] = v[shards[n].start:shards[n].stop]
@@ -87,7 +87,8 @@ class GroupActivationNorms:
     def state(self) -> dict[str, Any]:
         """``activation_sums`` (global, every weight; zeros where unseen) and ``activation_seen``; collective.
         Folds the ranks' sums into rank 0's (the same global sums, added in the order a resumed run adds them)."""
-        sums, seen = self._reduced()
+        sums, calls = self._reduced()
+        seen = [n for n in self.names if calls[n] > 0]
         self._local.load_state({n: sums[n] for n in seen} if self._rank == 0 else {})
         return {"activation_sums": sums, "activation_seen": seen}
 

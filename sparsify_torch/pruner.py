@@ -69,7 +69,7 @@ class Pruner(PrunerBase):
         self._pending: dict[str, torch.Tensor] = {}
         self._loads = [self._par(n).loads for n in self.names]
         needs = protocol.engine.needs
-        self._activations = ActivationNorms(layers) if "activation" in needs else None
+        self._activations = ActivationNorms(layers, protocol.config.criterion) if "activation" in needs else None
         self._capture_grads = "grad" in needs and not protocol.engine.needs_gradients   # RigL: dense gradients
         if self._activations is not None:
             self.hooks.append(self._activations)
@@ -175,9 +175,8 @@ class Pruner(PrunerBase):
         return out
 
     def read_activations(self) -> dict[str, np.ndarray]:
-        if not self._activations.seen():
-            raise RuntimeError(f"criterion {self.config.criterion!r} needs the inputs of every pruned layer, but some "
-                               "saw no forward pass since the last update: run the model before pruner.step()")
+        """Per-input-channel norms of each layer's inputs since the last update (the core's window);
+        ``ValueError`` names every layer that saw none while others did."""
         return self._activations.canonical()
 
     def _waits_for_data(self) -> bool:
@@ -213,8 +212,8 @@ class Pruner(PrunerBase):
 
     def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
         """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
-        if not self.protocol.due(step):
-            return
+        if not self.protocol.due(step) or (self._activations is not None and self._activations.waiting()):
+            return                  # nothing due, or no input seen since the last update: the update waits
         self._sync()
         needs_scores = self.engine.needs_gradients or dist_group_size(self._group) > 1
         reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)

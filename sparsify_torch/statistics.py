@@ -1,17 +1,18 @@
-"""What the torch adapter reads besides the weights: input-activation norms and dense gradients.
+"""What the torch adapter reads besides the weights: the inputs of each pruned layer.
 
 :class:`ActivationNorms` sums, per input channel, the squares of every input a
-layer sees (a forward pre-hook) and hands the core their square roots, shaped
-to broadcast against the canonical weight: ``(1, in)`` for a Linear,
-``(1, in, 1, ...)`` for a convolution, ``(out, in / groups, 1, ...)`` for a
-grouped one (each output row sees its own group's channels). Wanda
-(``criterion="wanda"``) multiplies ``|w|`` by them.
+layer sees (a forward pre-hook, on the layer's device, in float32) and counts
+the calls; the core's :class:`sparsify.activation_stats.ActivationWindow` owns
+the rest (the norms shaped per canonical weight, grouped convolutions, the
+wait-for-data rule). Wanda (``criterion="wanda"``) multiplies ``|w|`` by them.
 
 Example:
     >>> import torch
     >>> from sparsify_torch.layers import prunable_weights
     >>> lin = torch.nn.Linear(2, 1)
     >>> norms = ActivationNorms(prunable_weights(lin))
+    >>> norms.waiting()
+    True
     >>> _ = lin(torch.tensor([[3.0, 0.0], [4.0, 1.0]]))
     >>> norms.canonical()["weight"].tolist()
     [[5.0, 1.0]]
@@ -19,15 +20,17 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 from torch import nn
 
+from sparsify.activation_stats import ActivationWindow
+
 from .layers import PrunableWeight
 
-__all__ = ["ActivationNorms", "check_activation_layers", "norms_from_sums"]
+__all__ = ["ActivationNorms", "check_activation_layers", "norms_from_sums", "activation_window"]
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
@@ -53,47 +56,53 @@ def check_activation_layers(weights: list[PrunableWeight], criterion: str) -> No
                          "convolutions are not supported): exclude them with excluded_op_names")
 
 
-def norms_from_sums(weights: list[PrunableWeight], sums: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+def activation_window(weights: list[PrunableWeight], criterion: str = "wanda") -> ActivationWindow:
+    """The core's window for ``weights`` (canonical shapes; the groups of grouped convolutions).
+
+    Example:
+        >>> from sparsify_torch.layers import prunable_weights
+        >>> activation_window(prunable_weights(nn.Conv2d(4, 2, 1, groups=2))).widths()
+        {'weight': 4}
+    """
+    groups = {w.name: w.module.groups for w in weights
+              if getattr(w.module, "groups", 1) > 1 and not w.conv_transpose_groups}
+    return ActivationWindow({w.name: w.shape for w in weights}, criterion, groups)
+
+
+def norms_from_sums(weights: list[PrunableWeight], sums: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """Per-input-channel sums of squares (keyed by weight name) -> their square roots, broadcastable to each
-    weight's canonical shape: ``(1, in, 1, ...)``, or ``(out, in / groups, 1, ...)`` for a grouped convolution
-    (row ``o`` reads its group's channels). Weights without sums are left out.
+    weight's canonical shape (:meth:`sparsify.activation_stats.ActivationWindow.read`). Weights without sums
+    are left out.
 
     Example:
         >>> from sparsify_torch.layers import prunable_weights
         >>> norms_from_sums(prunable_weights(nn.Linear(2, 1)), {"weight": torch.tensor([9.0, 16.0])})["weight"].tolist()
         [[3.0, 4.0]]
     """
-    out = {}
-    for w in weights:
-        s = sums.get(w.name)
-        if s is None:
-            continue
-        norms = s.float().sqrt().cpu().numpy()
-        groups = getattr(w.module, "groups", 1)
-        spatial = (1,) * (len(w.shape) - 2)
-        if groups > 1 and not w.conv_transpose_groups:       # row o reads its group's channels
-            per = w.shape[1]
-            rows_per_group = w.shape[0] // groups
-            idx = (np.arange(w.shape[0])[:, None] // rows_per_group) * per + np.arange(per)[None, :]
-            out[w.name] = norms[idx].reshape(w.shape[0], per, *spatial)
-        else:
-            out[w.name] = norms.reshape(1, -1, *spatial)
-    return out
+    chosen = [w for w in weights if w.name in sums]
+    window = activation_window(chosen)
+    window.load({w.name: sums[w.name].float().cpu().numpy() for w in chosen}, {w.name: 1 for w in chosen})
+    return window.read()
 
 
 class ActivationNorms:
     """Per-input-channel L2 norms of the inputs of each pruned layer since the last :meth:`reset`.
 
+    The sums of squares stay on the layer's device between updates; the core's window
+    (:attr:`window`) reads them at an update.
+
     Args:
         weights: the pruned weights (Linear and convolution weights; see :func:`check_activation_layers`).
+        criterion: the criterion's name, for errors.
     """
 
-    def __init__(self, weights: list[PrunableWeight]) -> None:
+    def __init__(self, weights: list[PrunableWeight], criterion: str = "wanda") -> None:
         self._weights = list(weights)
+        self.window = activation_window(self._weights, criterion)
         self._sums: dict[int, torch.Tensor] = {}
-        self._handles = []
-        for module in dict.fromkeys(w.module for w in self._weights):
-            self._handles.append(module.register_forward_pre_hook(self._hook))
+        self._calls: dict[int, int] = {}
+        self._handles = [module.register_forward_pre_hook(self._hook)
+                         for module in dict.fromkeys(w.module for w in self._weights)]
 
     @torch.no_grad()
     def _hook(self, module: nn.Module, args: tuple[Any, ...]) -> None:
@@ -109,23 +118,40 @@ class ActivationNorms:
             sq = x.transpose(0, 1).reshape(x.shape[1], -1).float().pow(2).sum(1)
         key = id(module)
         self._sums[key] = sq if key not in self._sums else self._sums[key] + sq
+        self._calls[key] = self._calls.get(key, 0) + 1
 
-    def seen(self) -> bool:
-        """True when every pruned layer saw at least one input since the last reset."""
-        return all(id(w.module) in self._sums for w in self._weights)
+    def local_calls(self) -> dict[str, int]:
+        """Calls of each weight's layer since the last reset, keyed by weight name."""
+        return {w.name: self._calls.get(id(w.module), 0) for w in self._weights}
+
+    def sync(self, sums: Mapping[str, torch.Tensor] | None = None, calls: Mapping[str, int] | None = None) -> None:
+        """Load the window from this process's statistics (or the given ones, e.g. summed over ranks)."""
+        sums = self.state() if sums is None else sums
+        calls = self.local_calls() if calls is None else calls
+        self.window.load({n: s.float().cpu().numpy() for n, s in sums.items()}, dict(calls))
+
+    def waiting(self) -> bool:
+        """True while no pruned layer saw an input since the last reset (an update due now waits)."""
+        return not any(self._calls.values()) and bool(self._weights)
 
     def canonical(self) -> dict[str, np.ndarray]:
-        """The norms of each weight, broadcastable to its canonical shape (NumPy float32)."""
-        return norms_from_sums(self._weights, self.state())
+        """The norms of each weight, broadcastable to its canonical shape (NumPy float32).
+
+        Raises:
+            ValueError: some pruned layers saw no input since the last reset (all of them named).
+        """
+        self.sync()
+        return self.window.read()
 
     def widths(self) -> dict[str, int]:
         """Input channels of each weight's layer (the length of its sums), keyed by weight name."""
-        return {w.name: w.module.in_features if isinstance(w.module, nn.Linear) else w.module.in_channels
-                for w in self._weights}
+        return self.window.widths()
 
     def reset(self) -> None:
         """Start a new window (after an update)."""
         self._sums.clear()
+        self._calls.clear()
+        self.window.reset()
 
     def state(self) -> dict[str, torch.Tensor]:
         """The sums of squares seen since the last reset, keyed by weight name (for checkpoints)."""
@@ -133,8 +159,10 @@ class ActivationNorms:
                 if id(w.module) in self._sums}
 
     def load_state(self, sums: Any) -> None:
-        """Restore :meth:`state` output (checked before anything changes, see :meth:`check_state`)."""
+        """Restore :meth:`state` output (checked before anything changes, see :meth:`check_state`);
+        each weight with sums counts as called once."""
         self._sums = self.check_state(sums)
+        self._calls = {key: 1 for key in self._sums}
 
     def check_state(self, sums: Any) -> dict[int, torch.Tensor]:
         """:meth:`state` output, checked, as this object holds it; nothing changes.
@@ -144,15 +172,14 @@ class ActivationNorms:
         """
         if not isinstance(sums, dict):
             raise ValueError(f"activation sums must be a dict of tensors keyed by weight name, got {type(sums).__name__}")
-        by_name = {w.name: w for w in self._weights}
+        by_name, widths = {w.name: w for w in self._weights}, self.widths()
         new = {}
         for name, value in sums.items():
             w = by_name.get(name)
             if w is None:
                 raise ValueError(f"activation sums hold {name!r}, which is not a pruned weight")
-            width = w.module.in_features if isinstance(w.module, nn.Linear) else w.module.in_channels
-            if not isinstance(value, torch.Tensor) or tuple(value.shape) != (width,):
-                raise ValueError(f"activation sums of {name!r} must be a tensor of shape ({width},)")
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != (widths[name],):
+                raise ValueError(f"activation sums of {name!r} must be a tensor of shape ({widths[name]},)")
             new[id(w.module)] = value.detach().float().clone()
         return new
 

@@ -113,15 +113,24 @@ def run(rank: int, world: int, key: str, ckpt: str = "", mode: str = "plain") ->
     return {"history": history, "largest_sum": largest, "type": type(pruner).__name__}
 
 
-def unseen_run(rank: int, world: int) -> str:
-    """An update with no forward pass on any rank since the last one: the same error on every rank."""
+def unseen_run(rank: int, world: int) -> dict:
+    """An update with no forward pass on any rank waits (on every rank); one where only rank 0 ran the head
+    names every other layer, on every rank."""
     model = shard(WNet())
     pruner = prune(model, CONFIGS["wanda_revive"], optimizer=SetWeights(model))
+    pruner.step()
+    out = {"waited": (pruner.done_step, pruner.sparsity())}
+    with torch.no_grad():
+        if rank == 0:
+            model.head(torch.ones(2, 16))
+        else:
+            model.head(torch.ones(0, 16))      # FSDP2 runs every rank's forward collectively; no rows here
     try:
         pruner.step()
-    except RuntimeError as e:
-        return str(e)
-    return "no error"
+        out["partial"] = "no error"
+    except ValueError as e:
+        out["partial"] = str(e)
+    return out
 
 
 def suite(rank: int, world: int, ckpt: str) -> dict:
@@ -184,8 +193,9 @@ def test_fsdp_activation_sums_resume_exactly_and_reshard(runs):
                     assert np.array_equal(res["resume"]["history"][step][n], m), (world, step, n)
 
 
-def test_fsdp_activation_criteria_need_a_forward_pass_on_some_rank(runs):
+def test_fsdp_activation_criteria_wait_for_data_and_name_every_unseen_layer(runs):
     for res in runs(2):
-        assert res["unseen"] == ("criterion 'wanda' needs the inputs of every pruned layer, but ['conv.weight', "
-                                 "'fc.weight', 'head.weight'] saw no forward pass on any rank since the last update: "
-                                 "run the model before pruner.step()")
+        assert res["unseen"]["waited"] == (-1, {"conv.weight": 0.0, "fc.weight": 0.0, "head.weight": 0.0})
+        assert res["unseen"]["partial"] == ("criterion 'wanda' needs the inputs of every pruned weight, but "
+                                            "['conv.weight', 'fc.weight'] saw no input since the last update: run "
+                                            "the model on data before the update")

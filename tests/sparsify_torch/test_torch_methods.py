@@ -145,6 +145,23 @@ def test_wanda_masks_follow_the_input_norms_literal():
     assert pruner.masks()["weight"].tolist() == [[True, False, True], [True, False, True]]
 
 
+def test_wanda_update_waits_for_inputs_and_names_every_layer_without_any():
+    model = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 4), nn.Linear(4, 2))
+    pruner = sparsify_torch.prune(model, {"criterion": "wanda", "target_sparsity": 0.5, "start_step": 0,
+                                          "end_step": 2, "pruning_frequency": 1})
+    pruner.step(2)                                     # no input seen: the updates wait, at any step
+    assert pruner.done_step == -1 and pruner.total_sparsity() == 0.0
+    model[0](torch.ones(1, 2))                        # only the first layer ran
+    with pytest.raises(ValueError) as err:
+        pruner.step()
+    assert str(err.value) == ("criterion 'wanda' needs the inputs of every pruned weight, but ['2.weight', "
+                              "'3.weight'] saw no input since the last update: run the model on data before the update")
+    assert pruner.step_count == 2 and pruner.done_step == -1      # a failed step changes nothing
+    model(torch.ones(1, 2))
+    pruner.step()
+    assert pruner.done_step == 3 and pruner.total_sparsity() == 0.5
+
+
 def test_wanda_on_grouped_conv_uses_each_group_s_channels():
     conv = nn.Conv1d(4, 4, 1, groups=2, bias=False)
     with torch.no_grad():
