@@ -246,6 +246,8 @@ class PruningEngine:
                     raise ValueError(f"pre_masks[{n!r}] has shape {np.shape(m)}, but the weight has shape "
                                      f"{weights[n].shape}")
             pre = pre_masks if self.config.monotone else None
+        if not self.pattern.skip_incompatible_layers:       # every misfit named at once, before any selection
+            check_pattern_fit(self.pattern, {n: w.shape for n, w in weights.items()}, self.pattern.pattern)
         empty = [n for n, w in weights.items() if w.size == 0]
         masks = self.pattern.get_masks({n: s for n, s in scores.items() if n not in empty}, sparsity,
                                        None if pre is None else {n: m for n, m in pre.items() if n not in empty})

@@ -51,7 +51,7 @@ def incompatible_layers(pattern: Any, shapes: Mapping[str, tuple[int, ...]]) -> 
         if 0 in shape:
             continue
         shape2d = view_shape(shape)
-        reason = pattern.fits(shape2d)
+        reason = pattern.shape_fit(shape)         # the 2-D view's fit; "OxIxK" checks the kernel too
         if reason is not None:
             out[name] = (shape2d, reason)
     return out

@@ -175,3 +175,24 @@ def test_masks_at_sparsity_equals_the_protocols_update_at_that_sparsity(seed, pa
     want = again.advance(0, w2).masks
     got2 = external.masks_at_sparsity(w2, 0.5, pre_masks=first)
     assert all(np.array_equal(got2[n], want[n]) for n in w)
+
+
+def test_compute_masks_names_every_misfit_weight_at_once():
+    eng = PruningEngine({"target_sparsity": 0.5, "pattern": "4x1", "start_step": 0, "end_step": 0})
+    weights = {"a": np.ones((3, 4)), "fits": np.ones((4, 4)), "b": np.ones((5, 2, 1, 1))}
+    pre = {n: np.ones(w.shape, bool) for n, w in weights.items()}
+    with pytest.raises(ValueError) as err:
+        eng.compute_masks(weights, step=0, pre_masks=pre)
+    assert str(err.value) == (
+        "pattern '4x1' does not fit 2 of 3 selected layers: 'a' (2-D view (3, 4): block 4x1 does not divide it); "
+        "'b' (2-D view (5, 2): block 4x1 does not divide it); set skip_incompatible_layers=True to leave them dense, "
+        "or exclude them with excluded_op_names")
+    assert all(m.all() for m in pre.values())               # nothing was changed
+    with pytest.raises(ValueError, match=r"fits none of the 2 selected layers: 'a' .*; 'b' "):
+        eng.masks_at_sparsity({"a": weights["a"], "b": weights["b"]}, 0.5)
+
+
+def test_kernel_block_misfits_are_named_together():
+    eng = PruningEngine({"target_sparsity": 0.5, "pattern": "2x2x1", "start_step": 0, "end_step": 0})
+    with pytest.raises(ValueError, match=r"fits none of the 2 selected layers: 'c1' .*; 'c2' "):
+        eng.compute_masks({"c1": np.ones((3, 2, 1, 1)), "c2": np.ones((5, 4, 3, 3))}, step=0)
