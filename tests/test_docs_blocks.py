@@ -6,6 +6,8 @@ How a page marks its blocks (HTML comments, invisible on GitHub and on the site)
   run just before it. Text may stand between the comment and the block.
 * ``<!-- skip: REASON -->`` before a block: the block is not run; the reason says why (e.g. it needs
   ``torchrun`` with several processes) and where it is tested instead.
+* ``<!-- keras-backend: NAME -->`` before a block (with or without a setup comment): the block runs with
+  ``KERAS_BACKEND=NAME`` (``jax``, ``torch``), in one process per backend and page, in page order.
 
 The ``python`` blocks of one page run in order in one namespace (a later block may use an earlier
 block's names), in one fresh process per page with a scratch working directory holding the shipped
@@ -32,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LANGUAGES = ("python", "bash", "text")
 _FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
-_DIRECTIVE = re.compile(r"<!--\s*(setup|skip):(.*?)-->", re.S)
+_DIRECTIVE = re.compile(r"<!--\s*(setup|skip|keras-backend):(.*?)-->", re.S)
 
 
 @dataclasses.dataclass
@@ -43,6 +45,7 @@ class Block:
     code: str
     setup: str = ""
     skip: str | None = None
+    backend: str = ""
 
     @property
     def where(self) -> str:
@@ -62,8 +65,10 @@ def extract(path: Path, name: str | None = None) -> list[Block]:
             i += 1
             continue
         directives = _DIRECTIVE.findall("\n".join(lines[text_since:i]))
-        if len(directives) > 1:
-            raise AssertionError(f"{name}:{i + 1}: more than one setup/skip comment before one block")
+        backends = [d[1].strip() for d in directives if d[0] == "keras-backend"]
+        directives = [d for d in directives if d[0] != "keras-backend"]
+        if len(directives) > 1 or len(backends) > 1:
+            raise AssertionError(f"{name}:{i + 1}: more than one setup/skip (or keras-backend) comment before one block")
         pending = directives[0] if directives else None
         indent, lang, start = len(m.group(1)), m.group(2), i
         i += 1
@@ -73,7 +78,7 @@ def extract(path: Path, name: str | None = None) -> list[Block]:
             i += 1
         if i == len(lines):
             raise AssertionError(f"{name}:{start + 1}: the fence is never closed")
-        block = Block(name, start + 1, lang, "\n".join(body) + "\n")
+        block = Block(name, start + 1, lang, "\n".join(body) + "\n", backend=backends[0] if backends else "")
         if pending and pending[0] == "setup":
             block.setup = _dedent(pending[1])
         elif pending:
@@ -165,12 +170,14 @@ def test_extract_reads_setup_skip_and_indented_fences(tmp_path):
 
 @pytest.mark.parametrize("page", RUNNABLE)
 def test_page_blocks_run(page, tmp_path):
-    blocks = [dataclasses.asdict(b) | {"where": b.where} for b in ALL_BLOCKS[page]
-              if b.lang in ("python", "bash") and b.skip is None]
+    runnable = [b for b in ALL_BLOCKS[page] if b.lang in ("python", "bash") and b.skip is None]
     shutil.copy(ROOT / "prune.yaml", tmp_path / "prune.yaml")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0", MPLBACKEND="Agg",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    res = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(blocks), cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, f"{page}: a block failed\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
-    assert [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("ok ")] == [b["where"] for b in blocks]
+    for backend in dict.fromkeys(b.backend for b in runnable):         # the page's default process first
+        blocks = [dataclasses.asdict(b) | {"where": b.where} for b in runnable if b.backend == backend]
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0", MPLBACKEND="Agg",
+                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                   **({"KERAS_BACKEND": backend} if backend else {}))
+        res = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(blocks), cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, f"{page} {backend}: a block failed\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
+        assert [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("ok ")] == [b["where"] for b in blocks]

@@ -18,7 +18,7 @@ Example:
 from .callback import PruningCallback, strip_pruning
 from .state import STATE_ATTR
 from .compat import keras_flavor
-from .layers import KerasPrunableWeight, find_prunable_weights, weight_kinds
+from sparsify_keras.layers import KerasPrunableWeight, find_prunable_weights, weight_kinds
 from .oneshot import prune_oneshot
 
 __all__ = ["PruningCallback", "strip_pruning", "prune_oneshot", "find_prunable_weights", "KerasPrunableWeight",

@@ -39,7 +39,7 @@ from sparsify.protocol import PruningProtocol
 from ..core_update import NEVER, core_update_fn
 from ..mask_write import dense_value, write_update
 from .compat import optimizer_slots, tf_variable
-from .statistics import ActivationWindow, graph_activation_inputs, graph_reset
+from .statistics import graph_activation_inputs, graph_reset, window_of
 
 __all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVER"]
 
@@ -95,7 +95,7 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
     def host(step: np.ndarray, done: np.ndarray, fp: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
         arrays, acts = arrays[:len(arrays) - n_acts], arrays[len(arrays) - n_acts:]
         canon = [pw.to_canonical(a) for pw, a in zip(pws * (len(arrays) // n), arrays)]
-        extra = {"activations": ActivationWindow(pws, acts[:n], acts[n:]).read} if n_acts else {}
+        extra = {"activations": window_of(pws, acts[:n], acts[n:]).read} if n_acts else {}
         out = core(step, done, fp, *canon, **extra)
         back = [np.ascontiguousarray(pw.from_canonical(a)) for pw, a in zip(pws + pws, out[:2 * n])]
         if int(out[-2]) != int(done):

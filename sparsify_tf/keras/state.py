@@ -15,7 +15,7 @@ so an interrupted run resumes to exactly the same masks and weights.
 
 Example:
     >>> import keras, numpy as np
-    >>> from sparsify_tf.keras.layers import find_prunable_weights
+    >>> from sparsify_keras.layers import find_prunable_weights
     >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="fc")])
     >>> st = state_class("keras3")(find_prunable_weights(m), np.zeros(3, np.int64))
     >>> [tuple(v.shape) for v in st.masks], [tuple(v.shape) for v in st.stored], st.grads, int(st.last_step.numpy())
@@ -31,7 +31,7 @@ from typing import Any
 import tensorflow as tf
 
 from .compat import keras_module
-from .layers import KerasPrunableWeight
+from sparsify_keras.layers import KerasPrunableWeight
 from .statistics import install_recorders, uninstall_recorders
 
 __all__ = ["STATE_ATTR", "state_class", "attach_state", "detach_state", "model_state"]

@@ -31,7 +31,10 @@ def strip_pruning(model: Any) -> Any:
     and loads (``.keras``, SavedModel, weights) without sparsify.
 
     """
-    keras_flavor(model)
+    if keras_flavor(model) == "keras3":
+        from sparsify_keras.strip import strip_pruning as strip_keras3
+
+        return strip_keras3(model)
     state = model_state(model)
     if state is not None:
         with strategy_of(model).scope():

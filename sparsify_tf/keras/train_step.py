@@ -44,7 +44,7 @@ class TrainStepExtension(Protocol):
 
     Example:
         >>> import numpy as np, keras
-        >>> from sparsify_tf.keras.layers import find_prunable_weights
+        >>> from sparsify_keras.layers import find_prunable_weights
         >>> from sparsify_tf.keras.state import attach_state, state_class
         >>> class CountTraces:
         ...     traces = 0

@@ -359,8 +359,6 @@ INPUT_ORDER = ("tokens", "seq", "img", "img6", "vol", "att", "kv", "fcin")
 
 def keras_zoo(keras: Any):
     """The Keras model: a subclassed model whose layers are tracked in ``LAYERS`` order."""
-    import tensorflow as tf
-
     L = keras.layers
 
     class KerasZoo(keras.Model):
@@ -399,6 +397,12 @@ def keras_zoo(keras: Any):
 
         def call(self, inputs):
             out = self.branches(inputs)
+            if hasattr(keras, "ops"):           # Keras 3, any backend
+                ops = keras.ops
+                pooled = [ops.mean(ops.reshape(t, (ops.shape(t)[0], -1, t.shape[-1])), axis=1) for t in out.values()]
+                return self.head(ops.concatenate(pooled, axis=-1))
+            import tensorflow as tf
+
             pooled = [tf.reshape(tf.reduce_mean(tf.reshape(t, [tf.shape(t)[0], -1, t.shape[-1]]), 1),
                                  [-1, t.shape[-1]]) for t in out.values()]
             return self.head(tf.concat(pooled, -1))
@@ -468,7 +472,10 @@ def assert_close_outputs(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarr
 def keras_history(cfg: dict, flavor: str, *, run_eagerly: bool = True):
     """Masks of ``PruningCallback`` in ``model.fit`` at steps 0..STEPS-1 as 2-D views, and the final
     weights' views. The weights are copied from the torch zoo and checked by forward outputs first."""
-    from sparsify_tf.keras import PruningCallback
+    if flavor == "keras3":
+        from sparsify_keras import PruningCallback      # every backend
+    else:
+        from sparsify_tf.keras import PruningCallback
 
     keras = keras_module(flavor)
     keras.utils.set_random_seed(0)
@@ -481,8 +488,9 @@ def keras_history(cfg: dict, flavor: str, *, run_eagerly: bool = True):
     assert sorted(_path(v) for v in model.weights) == sorted(arrays)
     for v in model.weights:
         v.assign(arrays[_path(v)])
-    ours = {k: np.asarray(t) for k, t in model.branches(tuple(probe[k] for k in INPUT_ORDER)).items()}
-    ours["head.weight"] = np.asarray(model.head(probe["feat"]))
+    tonp = keras.ops.convert_to_numpy if hasattr(keras, "ops") else np.asarray     # any Keras 3 backend
+    ours = {k: tonp(t) for k, t in model.branches(tuple(probe[k] for k in INPUT_ORDER)).items()}
+    ours["head.weight"] = tonp(model.head(probe["feat"]))
     assert_close_outputs(ours, torch_outputs(source, probe), flavor)
 
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.0), loss="mse", run_eagerly=run_eagerly)
@@ -492,8 +500,8 @@ def keras_history(cfg: dict, flavor: str, *, run_eagerly: bool = True):
 
     class Record(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):   # after PruningCallback's update of this step
-            assert int(np.asarray(self.model.optimizer.iterations)) == len(history)
-            masks = pruning.masks
+            masks = pruning.masks                            # (syncs the JAX trainer's state first)
+            assert int(np.asarray(self.model.optimizer.iterations.numpy())) == len(history)
             history.append({layer.name: keras_view(layer.kind, masks[p]) for layer, p in zip(KERAS_LAYERS, paths)})
 
     data = zoo_inputs(rng, BATCH * STEPS)
@@ -501,7 +509,8 @@ def keras_history(cfg: dict, flavor: str, *, run_eagerly: bool = True):
     model.fit(tuple(data[k] for k in INPUT_ORDER), y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
               callbacks=[pruning, Record()])
     assert pruning.pruned_weights == paths, pruning.pruned_weights
-    weights = {_path(v): v.numpy() for v in model.weights}
+    weights = {_path(v): np.asarray(tonp(v.value if hasattr(keras, "ops") else v)) for v in model.weights
+               if "/" in (getattr(v, "path", None) or v.name)}        # not the pruning state's own variables
     final = {layer.name: keras_view(layer.kind, weights[p]) for layer, p in zip(KERAS_LAYERS, paths)}
     return history, final
 

@@ -16,7 +16,7 @@ import sparsify_torch
 from sparsify import PruningProtocol
 from sparsify_tf.keras import PruningCallback, strip_pruning
 from sparsify_tf.keras.compat import tf_variable
-from sparsify_tf.keras.statistics import ActivationWindow
+from sparsify_tf.keras.statistics import window_of
 
 from _keras_helpers import compile_, first, interrupted_run, mlp
 
@@ -71,14 +71,13 @@ def test_the_norms_are_shaped_to_broadcast_against_the_canonical_weight(K):
     model = _conv_model(K)
     cb = PruningCallback(CFG)
     cb.attach(model)
-    window = ActivationWindow(cb._state.pweights, [np.full(2, 4.0, np.float32), np.full(64, 9.0, np.float32)],
-                              [1, 1])
+    window = window_of(cb._state.pweights, [np.full(2, 4.0, np.float32), np.full(64, 9.0, np.float32)], [1, 1])
     norms = window.read()
     assert norms["conv/kernel"].shape == (1, 2, 1, 1) and norms["fc/kernel"].shape == (1, 64)
     assert norms["conv/kernel"].ravel().tolist() == [2.0, 2.0] and set(norms["fc/kernel"].ravel()) == {3.0}
-    assert not window.waiting() and ActivationWindow(cb._state.pweights, [None, None], [0, 0]).waiting()
-    with pytest.raises(ValueError, match=r"\['fc/kernel'\] saw none since the last update"):
-        ActivationWindow(cb._state.pweights, [np.ones(2, np.float32), np.ones(64, np.float32)], [3, 0]).read()
+    assert not window.waiting() and window_of(cb._state.pweights, [np.zeros(2), np.zeros(64)], [0, 0]).waiting()
+    with pytest.raises(ValueError, match=r"\['fc/kernel'\] saw no input since the last update"):
+        window_of(cb._state.pweights, [np.ones(2, np.float32), np.ones(64, np.float32)], [3, 0]).read()
 
 
 class _Probe:

@@ -1,4 +1,7 @@
-"""KerasAdapter: the Keras host update through the typed adapter contract (sparsify.adapter)."""
+"""KerasAdapter: the Keras host update through the typed adapter contract (sparsify.adapter).
+
+tf-keras models use sparsify_tf.keras.adapter.KerasAdapter, Keras 3 models sparsify_keras.adapter.KerasAdapter
+(every backend): the same contract and the same written values."""
 import numpy as np
 
 from sparsify import PruningProtocol
@@ -7,6 +10,7 @@ from sparsify_tf.keras import PruningCallback
 from sparsify_tf.keras.adapter import KerasAdapter
 from sparsify_tf.keras.mask_apply import MaskApplier
 from sparsify_tf.keras.state import model_state
+from sparsify_keras.adapter import KerasAdapter as Keras3Adapter
 
 from _keras_helpers import first
 
@@ -17,6 +21,8 @@ def _attached(K, cfg):
     model.compile(K.optimizers.Adam(0.1), "mse")
     cb = PruningCallback(cfg)
     cb.attach(model)
+    if K.__name__ == "keras":
+        return model, cb, Keras3Adapter(model, model_state(model), cfg.get("criterion", "magnitude"))
     return model, cb, KerasAdapter(model, model_state(model), MaskApplier(), cfg.get("criterion", "magnitude"))
 
 

@@ -20,7 +20,7 @@ def _xy(digits, n=64):
     ({"config": {}, "log_dir": 5}, TypeError, "log_dir must be"),
     ({"config": {}, "verbose": 2}, ValueError, "verbose must be 0 or 1, got 2"),
     ({"config": {}, "log_per_layer": "yes"}, TypeError, "log_per_layer must be True or False"),
-    ({"config": {}, "update_in_graph": 1}, TypeError, "update_in_graph must be True or False, got 1"),
+    ({"config": {}, "update_in_graph": 1}, TypeError, "update_in_graph must be True, False or None, got 1"),
 ])
 def test_constructor_rejects_bad_arguments(kwargs, exc, match):
     cfg = kwargs.pop("config")

@@ -1,0 +1,27 @@
+"""Keras 3 pruning on every backend (JAX, PyTorch, TensorFlow): prune during ``model.fit`` with one callback.
+
+Importable without TensorFlow: a JAX or PyTorch user installs ``sparsify[jax]`` or
+``sparsify[keras-torch]``. tf-keras (Keras 2) models: :mod:`sparsify_tf.keras`.
+
+Example:
+    >>> import numpy as np, keras
+    >>> from sparsify_keras import PruningCallback, strip_pruning
+    >>> x, y = np.random.default_rng(0).standard_normal((32, 8)).astype("float32"), np.arange(32) % 2
+    >>> model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    >>> model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    >>> cb = PruningCallback({"target_sparsity": 0.5, "end_step": 4, "pruning_frequency": 2})
+    >>> _ = model.fit(x, y, epochs=2, batch_size=8, verbose=0, callbacks=[cb])
+    >>> model = strip_pruning(model)                   # a plain Keras model with the zeros baked in
+    >>> float((model.layers[0].kernel.numpy() == 0).mean())
+    0.5
+"""
+from .callback import PruningCallback
+from .compat import keras_flavor
+from .layers import KerasPrunableWeight, find_prunable_weights, weight_kinds
+from .oneshot import prune_oneshot
+from .state import STATE_ATTR
+from .strip import strip_pruning
+from .train_step import GRAD_MASKING_OPTIMIZERS, grad_masking_supported
+
+__all__ = ["PruningCallback", "strip_pruning", "prune_oneshot", "find_prunable_weights", "KerasPrunableWeight",
+           "weight_kinds", "keras_flavor", "STATE_ATTR", "GRAD_MASKING_OPTIMIZERS", "grad_masking_supported"]

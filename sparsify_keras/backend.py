@@ -1,0 +1,183 @@
+"""The one place where Keras 3's backends differ for sparsify: how a train step holds its variables.
+
+TensorFlow and PyTorch train steps change variables in place (``variable.assign``); the JAX trainer's
+step is a pure function of the training state (trainable, non-trainable, optimizer and metrics
+variables as arrays) that returns the new state. :func:`wrap_train_step` wraps a model's
+``train_step`` for either kind and hands the code that runs inside it a :class:`StepValues`
+(:func:`current_step_values`): ``read(variable)`` and ``write(variable, value)`` mean the same on
+every backend. Outside ``fit``, :func:`sync_to_variables` makes the variables hold the trainer's
+current state (JAX keeps it outside them between steps) so the host can read and assign them.
+
+Example:
+    >>> import keras
+    >>> v = keras.Variable([1.0, 2.0])
+    >>> values = StatefulValues()
+    >>> values.write(v, keras.ops.multiply(values.read(v), 2.0))
+    >>> keras.ops.convert_to_numpy(v.value).tolist()
+    [2.0, 4.0]
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Callable, Iterator
+
+import keras
+import numpy as np
+
+__all__ = ["backend_name", "StepValues", "StatefulValues", "JaxStateValues", "current_step_values",
+           "wrap_train_step", "sync_to_variables", "to_numpy", "dense_gradient", "state_scope", "tf_strategy"]
+
+_TLS = threading.local()
+
+
+def backend_name() -> str:
+    """``"jax"``, ``"torch"`` or ``"tensorflow"``."""
+    return keras.backend.backend()
+
+
+class StepValues:
+    """Read and write variables inside a train step (see the module)."""
+
+    def read(self, variable: Any) -> Any:
+        raise NotImplementedError
+
+    def write(self, variable: Any, value: Any) -> None:
+        raise NotImplementedError
+
+
+class StatefulValues(StepValues):
+    """TensorFlow and PyTorch: the variables themselves."""
+
+    def read(self, variable: Any) -> Any:
+        return variable.value
+
+    def write(self, variable: Any, value: Any) -> None:
+        variable.assign(value)
+
+
+class JaxStateValues(StepValues):
+    """JAX: the arrays of one training state ``(trainable, non_trainable, optimizer, metrics)``; writes are
+    kept and folded into the state the step returns (:meth:`state`)."""
+
+    def __init__(self, model: Any, state: tuple) -> None:
+        self.model = model
+        self.lists = [list(part) if part is not None else None for part in state]
+        refs = [model.trainable_variables, model.non_trainable_variables,
+                model.optimizer.variables if model.optimizer is not None else [], model.metrics_variables]
+        self.where = {id(v): (part, i) for part, vs in enumerate(refs) for i, v in enumerate(vs)}
+
+    def _slot(self, variable: Any) -> tuple[int, int]:
+        try:
+            return self.where[id(variable)]
+        except KeyError:
+            raise ValueError(f"variable {variable.path!r} is not part of the model's training state") from None
+
+    def read(self, variable: Any) -> Any:
+        part, i = self._slot(variable)
+        return self.lists[part][i]
+
+    def write(self, variable: Any, value: Any) -> None:
+        part, i = self._slot(variable)
+        self.lists[part][i] = keras.ops.cast(value, self.lists[part][i].dtype)
+
+    def state(self) -> tuple:
+        return tuple(self.lists)
+
+
+@contextlib.contextmanager
+def _active(values: StepValues) -> Iterator[StepValues]:
+    previous = getattr(_TLS, "values", None)
+    _TLS.values = values
+    try:
+        yield values
+    finally:
+        _TLS.values = previous
+
+
+def current_step_values() -> StepValues | None:
+    """The :class:`StepValues` of the train step being run or traced in this thread (None outside one)."""
+    return getattr(_TLS, "values", None)
+
+
+def wrap_train_step(model: Any, inner: Callable, after_step: Callable[[StepValues], None]) -> Callable:
+    """``inner`` (the model's own ``train_step``) run with :func:`current_step_values` set, then
+    ``after_step(values)`` on the state the step produced; returns the function to install on the model.
+
+    JAX: writes made during the step (the optimizer hook's) and after it are folded into the returned
+    state, so they are part of the compiled step (no host round trip, no retracing).
+    """
+    if backend_name() == "jax":
+        def train_step(state: tuple, data: Any) -> Any:
+            during = JaxStateValues(model, state)
+            with _active(during):
+                logs, new_state = inner(state, data)
+            after = JaxStateValues(model, new_state)
+            for key, value in _pending(during, state):
+                after.lists[key[0]][key[1]] = value
+            with _active(after):
+                after_step(after)
+            return logs, after.state()
+        return train_step
+
+    def stateful_train_step(data: Any) -> Any:
+        values = StatefulValues()
+        with _active(values):
+            logs = inner(data)
+            after_step(values)
+        return logs
+    return stateful_train_step
+
+
+def _pending(values: JaxStateValues, state: tuple) -> Iterator[tuple[tuple[int, int], Any]]:
+    """The entries ``values`` wrote during the step (changed from the step's input state)."""
+    for part, (now, before) in enumerate(zip(values.lists, state)):
+        if now is None:
+            continue
+        for i, (a, b) in enumerate(zip(now, before)):
+            if a is not b:
+                yield (part, i), a
+
+
+def sync_to_variables(model: Any) -> None:
+    """Make the variables hold the trainer's current state (JAX: ``model.jax_state_sync()``; the next step then
+    starts from what the host assigns). Nothing to do on the other backends."""
+    sync = getattr(model, "jax_state_sync", None)
+    if backend_name() == "jax" and callable(sync):
+        sync()
+
+
+def to_numpy(variable_or_tensor: Any) -> np.ndarray:
+    """A variable's (or tensor's) value as a NumPy array on the host (Keras 3 variables and tensors of every
+    backend; tf-keras's ``tf.Variable``)."""
+    x = variable_or_tensor
+    if isinstance(x, keras.Variable):
+        x = x.value
+    if hasattr(x, "numpy") and not hasattr(x, "detach"):        # TF tensors and variables (mirrored ones too)
+        return np.asarray(x.numpy())
+    return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def dense_gradient(gradient: Any) -> Any:
+    """A dense tensor for a gradient (TensorFlow hands embeddings ``IndexedSlices``)."""
+    if type(gradient).__name__ == "IndexedSlices":
+        return keras.ops.convert_to_tensor(gradient)
+    return gradient
+
+
+def tf_strategy(model: Any) -> Any:
+    """The ``tf.distribute`` strategy a Keras 3 model trains under on the TensorFlow backend (None: none, or
+    another backend; JAX's ``keras.distribution`` needs nothing of sparsify)."""
+    if backend_name() != "tensorflow":
+        return None
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is None or type(strategy).__name__.startswith("_Default"):
+        return None
+    return strategy
+
+
+def state_scope(model: Any) -> Any:
+    """Where the pruning state is created and written: a TensorFlow strategy's scope (mirrored variables,
+    sums aggregated over replicas), else nothing."""
+    strategy = tf_strategy(model)
+    return strategy.scope() if strategy is not None else contextlib.nullcontext()

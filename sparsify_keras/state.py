@@ -1,0 +1,133 @@
+"""The pruning state a Keras 3 model carries while it is pruned, on every backend.
+
+Per pruned weight (TF layout, the weight's dtype): its mask, the values of its pruned entries
+(``stored``: zeros where kept; the kernel holds zeros where pruned, so the dense weight the core ranks
+is ``kernel + stored``), for ``regrowth="rigl"`` the dense gradient of the last step, and for criteria
+that read activations (``"wanda"``) the per-input-channel sums of squares of the layer's inputs since
+the last update with the number of calls they hold; then the step of the last mask update and the
+config's fingerprint. They are the weights of a small layer attached to the model as
+``model._sparsify_pruning_state``, which ``save_weights`` / ``ModelCheckpoint`` / ``BackupAndRestore``
+save under that name (so an interrupted run resumes to exactly the same masks, and a ``.keras`` file
+saved mid-run still loads as a plain model, which ignores the extra entry); and they are also listed as
+the model's own non-trainable variables (:func:`sparsify_keras.compat.add_model_variables`, left out
+of the model's own saved variables) so every backend's trainer carries them in its training state (JAX
+passes them to the compiled step: a mask update needs no retracing). Integers are int32 (JAX's
+default): the fingerprint keeps 31 bits of each field's digest.
+
+Example:
+    >>> import keras, numpy as np
+    >>> from sparsify_keras.layers import find_prunable_weights
+    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="fc")])
+    >>> st = PruningState(find_prunable_weights(m), np.zeros(3, np.int64))
+    >>> [tuple(v.shape) for v in st.masks], [tuple(v.shape) for v in st.stored], st.grads, int(st.last_step.numpy())
+    ([(4, 3)], [(4, 3)], [], -1)
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import keras
+import numpy as np
+
+from sparsify import PruningConfig
+from sparsify.protocol import config_fingerprint
+
+from .compat import add_model_variables, remove_model_variables
+from .layers import KerasPrunableWeight
+
+__all__ = ["STATE_ATTR", "PruningState", "model_state", "attach_state", "detach_state", "short_fingerprint",
+           "fingerprint_mismatch"]
+
+STATE_ATTR = "_sparsify_pruning_state"
+_BITS = 2 ** 31
+
+
+def short_fingerprint(fingerprint: np.ndarray) -> np.ndarray:
+    """A config fingerprint (int64 per field) as the int32 the state keeps (31 bits of each digest)."""
+    return np.mod(np.asarray(fingerprint, np.int64), _BITS).astype(np.int32)
+
+
+def fingerprint_mismatch(config: PruningConfig, saved: Any) -> list[str]:
+    """Names of the config fields whose digests differ from the saved short fingerprint."""
+    from dataclasses import fields
+
+    mine = short_fingerprint(config_fingerprint(config))
+    saved = np.asarray(saved).reshape(-1)
+    names = [f.name for f in fields(PruningConfig)]
+    if saved.shape != mine.shape:
+        return names
+    return [n for n, a, b in zip(names, mine, saved) if int(a) != int(b)]
+
+
+class PruningState(keras.layers.Layer):
+    """The variables of one pruning run (see the module).
+
+    Args:
+        pweights: the pruned weights, in the protocol's order.
+        fingerprint: the config's fingerprint (:func:`sparsify.protocol.config_fingerprint`).
+        keep_grads: keep the dense gradient of the last step (RigL).
+        keep_activations: keep input statistics (criteria that read activations).
+    """
+
+    def __init__(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
+                 keep_activations: bool = False) -> None:
+        super().__init__(name="sparsify_pruning_state", trainable=False)
+        object.__setattr__(self, "pweights", list(pweights))      # not tracked: the model owns the layers
+        dt = [str(pw.variable.dtype) for pw in self.pweights]
+        shapes = [pw.tf_shape for pw in self.pweights]
+        per_weight = list(enumerate(zip(shapes, dt)))
+        put = functools.partial(object.__setattr__, self)         # plain attributes (add_weight tracks)
+        put("masks", [self._variable(np.ones(s), d, f"sparsify_mask_{i}") for i, (s, d) in per_weight])
+        put("stored", [self._variable(np.zeros(s), d, f"sparsify_stored_{i}") for i, (s, d) in per_weight])
+        put("grads", [self._variable(np.zeros(s), d, f"sparsify_dense_grad_{i}") for i, (s, d) in per_weight]
+            if keep_grads else [])
+        put("grads_seen", self._variable(0, "int32", "sparsify_dense_grad_seen") if keep_grads else None)
+        # under a TensorFlow strategy each replica adds its share of the global batch (aggregation "sum")
+        put("activation_sums", [self._variable(np.zeros(pw.canonical_shape[1]), "float32",
+                                               f"sparsify_activation_sum_{i}", "sum")
+                                for i, pw in enumerate(self.pweights)] if keep_activations else [])
+        put("activation_calls", [self._variable(0, "int32", f"sparsify_activation_calls_{i}", "sum")
+                                 for i in range(len(self.pweights))] if keep_activations else [])
+        put("last_step", self._variable(-1, "int32", "sparsify_last_update_step"))
+        put("fingerprint", self._variable(short_fingerprint(fingerprint), "int32", "sparsify_config_fingerprint"))
+        object.__setattr__(self, "per_step_paths", [pw.path for pw in self.pweights])
+        self.built = True
+
+    def _variable(self, value: Any, dtype: str, name: str, aggregation: str = "none") -> keras.Variable:
+        value = np.asarray(value)
+        return self.add_weight(shape=value.shape, dtype=dtype, trainable=False, autocast=False, name=name,
+                               aggregation=aggregation, initializer=keras.initializers.Constant(value))
+
+    def call(self, inputs: Any) -> Any:  # pragma: no cover - never called
+        return inputs
+
+    @property
+    def state_variables(self) -> list[keras.Variable]:
+        """Every variable of the state, in the order they were made."""
+        out = [*self.masks, *self.stored, *self.grads, *([self.grads_seen] if self.grads_seen is not None else []),
+               *self.activation_sums, *self.activation_calls, self.last_step, self.fingerprint]
+        return out
+
+    def record_per_step_paths(self, paths: list[str]) -> None:
+        """Set ``per_step_paths``: the weights the train step re-masks after every step."""
+        object.__setattr__(self, "per_step_paths", list(paths))
+
+
+def model_state(model: Any) -> PruningState | None:
+    """The state attached to ``model`` (None if it is not being pruned)."""
+    return model.__dict__.get(STATE_ATTR)
+
+
+def attach_state(model: Any, state: PruningState) -> None:
+    """Attach ``state`` to ``model`` (saved under :data:`STATE_ATTR`); its variables join the training state."""
+    object.__setattr__(model, STATE_ATTR, state)
+    add_model_variables(model, state.state_variables)
+
+
+def detach_state(model: Any) -> PruningState | None:
+    """Remove the state from ``model`` (its variables leave the model) and return it."""
+    state = model.__dict__.pop(STATE_ATTR, None)
+    if state is not None:
+        remove_model_variables(model, state.state_variables)
+    return state

@@ -1,0 +1,169 @@
+"""Keras 3 pruning on JAX, PyTorch and TensorFlow: the same masks as the core, bit for bit, on every backend.
+
+Each backend runs :mod:`scenarios` once in its own process (:mod:`backend_runs`); the expected masks are
+computed here from the core alone (:class:`sparsify.PruningProtocol`, fed the scenario's NumPy weights and,
+for Wanda, the input statistics of the batches since the last update, as the callback's contract says).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from backend_runs import BACKENDS, run_python, scenarios
+
+from sparsify import PruningConfig, PruningProtocol
+from sparsify.activation_stats import ActivationWindow, sum_of_squares
+
+ALL = "masks_lr0,training,resume,strip_and_save,traces,tensorboard,oneshot"
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def results(request):
+    return scenarios(request.param, ALL)
+
+
+def _reference_inputs():
+    """The scenario's model weights (canonical) and inputs, rebuilt here from the same NumPy draws."""
+    import scenarios as sc
+    from sparsify_keras.layers import find_prunable_weights
+
+    model, x, y = sc.model_and_data()
+    pws = find_prunable_weights(model)
+    return sc, {pw.path: pw.to_canonical(np.asarray(pw.variable.numpy())) for pw in pws}, x
+
+
+def _core_history(cfg: dict, steps: int, batch: int = 16) -> list[dict[str, np.ndarray]]:
+    """The masks the callback must hold at the start of each step: the core advanced at every due step once
+    a step has run (activation criteria wait for data), weights fixed (learning rate 0)."""
+    sc, weights, (xa, xb) = _reference_inputs()
+    config = PruningConfig.coerce(cfg)
+    shapes = {k: v.shape for k, v in weights.items()}
+    protocol = PruningProtocol(config, shapes)
+    chosen = list(protocol.names)
+    wanda = config.criterion == "wanda"
+    window = ActivationWindow({n: shapes[n] for n in chosen}, criterion="wanda")
+    inputs = {"dense/kernel": xa, "conv/kernel": xb}
+    history = []
+    for step in range(steps):
+        if not (wanda and window.waiting()) and protocol.due(step):
+            update = protocol.advance(step, {n: weights[n] for n in chosen},
+                                      activations=window.read() if wanda else None)
+            if update is not None:
+                window.reset()
+        history.append({n: protocol.masks[n].copy() for n in chosen})
+        lo, hi = (step * batch) % len(xa), (step * batch) % len(xa) + batch
+        for n in chosen:
+            if wanda:
+                window.add(n, sum_of_squares(inputs[n][lo:hi]))
+    return history
+
+
+CASES = ["unstructured_local", "unstructured_global", "blocks_2x2_global", "nm_2of4_local", "row_scope",
+         "erk_scope", "user_criterion", "wanda_first_layers", "cos_schedule"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_masks_at_every_step_are_the_core_s_on_every_backend(results, case):
+    import scenarios as sc
+    from sparsify_keras.layers import find_prunable_weights
+
+    run = results["masks_lr0"][case]
+    expected = _core_history(sc.MASK_CASES[case], len(run["history"]))
+    model, _, _ = sc.model_and_data()
+    to_canonical = {pw.path: pw.to_canonical for pw in find_prunable_weights(model)}
+    assert len(run["history"]) == 8
+    for step, (got, want) in enumerate(zip(run["history"], expected)):
+        assert sorted(got) == sorted(want), step
+        for path, mask in got.items():
+            np.testing.assert_array_equal(to_canonical[path](np.asarray(mask, bool)), want[path],
+                                          err_msg=f"{results['backend']} {case} step {step} {path}")
+
+
+def test_every_backend_gives_the_same_masks_and_weights():
+    runs = [scenarios(b, ALL) for b in BACKENDS]
+    for case in CASES:
+        for other in runs[1:]:
+            assert other["masks_lr0"][case]["history"] == runs[0]["masks_lr0"][case]["history"], case
+    for name in ("magnitude_global", "wanda_row"):
+        for other in runs[1:]:
+            assert other["oneshot"][name] == runs[0]["oneshot"][name], name
+
+
+def _exact(s: float, n: int) -> int:
+    return min(int(np.ceil(s * n - 0.5)), n - 1)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam_blocks", "adagrad", "rigl", "set", "free"])
+def test_training_holds_zeros_and_exact_counts(results, name):
+    run = results["training"][name]
+    assert all(h["zeros_held"] for h in run["history"]), f"{results['backend']}: a pruned weight moved"
+    final = {p: np.asarray(m) for p, m in run["masks"].items()}
+    if name != "adam_blocks" and name != "rigl":          # local scope: every layer exactly at the target
+        for path, mask in final.items():
+            assert int((mask == 0).sum()) == _exact(0.8, mask.size), path
+    assert run["sparsity"]["total"] == pytest.approx(0.8, abs=0.005)
+    masks = [{p: np.asarray(m, bool) for p, m in h["masks"].items()} for h in run["history"]]
+    subsets = all(np.all(b[p] <= a[p]) for a, b in zip(masks, masks[1:]) for p in a)
+    if name in ("sgd", "adam_blocks", "adagrad"):
+        assert subsets                        # monotone: pruned stays pruned
+    if name in ("rigl", "set"):
+        assert not subsets                    # regrowth grew weights back
+    assert run["per_step_paths"] == ([] if name != "adagrad" else sorted(final, key=list(final).index))
+
+
+def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(results):
+    run = results["resume"]
+    assert run["restored_step"] == 6                      # the update at the checkpoint's step 8 is still to come
+    assert run["masks"] == run["ref_masks"]
+    for a, b in zip(run["weights"], run["ref_weights"]):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+
+
+def test_stripped_model_saves_as_keras_and_loads_without_sparsify(results, tmp_path):
+    run = results["strip_and_save"]
+    assert run["weights_while_pruned"] > run["weights_stripped"] == 6
+    assert run["zero_fraction"] == {"dense/kernel": 0.75, "conv/kernel": 0.75, "head/kernel": 0.75}
+    _, _, (xa, xb) = _reference_inputs()
+    np.save(tmp_path / "xa.npy", xa)
+    np.save(tmp_path / "xb.npy", xb)
+    check = ("import sys, json, numpy as np, keras\n"
+             f"m = keras.models.load_model({run['path']!r})\n"
+             "x = (np.load(sys.argv[1]), np.load(sys.argv[2]))\n"
+             "loaded = sorted({k.split('.')[0] for k in sys.modules if k.split('.')[0].startswith('sparsify')})\n"
+             "print(json.dumps({'loaded': loaded, 'pred': np.asarray(m.predict(x, verbose=0)).tolist()}))")
+    out = run_python(["-c", check, str(tmp_path / "xa.npy"), str(tmp_path / "xb.npy")], results["backend"],
+                     extra_env={"PYTHONPATH": ""})
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["loaded"] == []
+    np.testing.assert_allclose(np.asarray(got["pred"]), np.asarray(run["prediction"]), rtol=1e-5, atol=1e-6)
+
+
+def test_mask_updates_compile_the_step_once(results):
+    run = results["traces"]
+    assert run["last"] == 8 and run["updates"] == 5
+    if results["backend"] == "jax":
+        assert run["traces"] == 1               # one compilation for 5 mask updates
+    elif results["backend"] == "tensorflow":
+        assert run["traces"] <= 2               # no retrace per update
+    else:
+        assert run["traces"] == 12              # torch runs the step eagerly: once per batch
+
+
+def test_tensorboard_scalars_at_every_update(results):
+    scalars = results["tensorboard"]
+    assert [s for s, _ in scalars["sparsity/total"]] == [0, 2, 4]
+    assert scalars["sparsity/dense/kernel"][-1] == [4, 0.5] or tuple(scalars["sparsity/dense/kernel"][-1]) == (4, 0.5)
+
+
+def test_oneshot_masks_are_the_core_s(results):
+    import scenarios as sc
+
+    _, weights, (xa, xb) = _reference_inputs()
+    got = results["oneshot"]["magnitude_global"]
+    proto = PruningProtocol(PruningConfig.coerce({"target_sparsity": 0.6, "pruning_scope": "global"}).oneshot(),
+                            {k: v.shape for k, v in weights.items()})
+    update = proto.advance(0, weights)
+    for path, w in got.items():
+        np.testing.assert_array_equal(np.asarray(w) != 0, update.masks[path] & (weights[path] != 0), err_msg=path)
+    del sc, xa, xb
