@@ -294,7 +294,7 @@ class ShardedPruner(PrunerBase):
         state["scored"] = sorted(self._scores)
         state["step"] = self._step
         if self._activations is not None:     # global sums of the inputs since the last update (collective)
-            state.update(self._activations.state())
+            state.update(self._activations.checkpoint())
         return state
 
     def _local_rows(self, what: str, name: str, value: Any) -> torch.Tensor:
@@ -353,7 +353,7 @@ class ShardedPruner(PrunerBase):
             if not v.is_floating_point() or not bool(torch.isfinite(v).all()):
                 raise ValueError(f"state['stored'][{n!r}] is not a finite float tensor")
         if self._activations is not None:
-            self._activations.load_state(dict(state), check_only=True)
+            self._activations.restore(state, check_only=True)
         core = {k: v for k, v in state.items() if k not in ("masks", "scores", "scored", "step", "stored",
                                                           "activation_sums", "activation_seen")}
         core["masks"] = {n: self._layers[n].to_canonical(m.cpu()) for n, m in local_masks.items()}
@@ -364,7 +364,7 @@ class ShardedPruner(PrunerBase):
             v.copy_(local_stored[n].masked_fill(self._mask[n], 0) if n in local_stored else torch.zeros_like(v))
         self._apply_masks()
         if self._activations is not None:
-            self._activations.load_state(dict(state))
+            self._activations.restore(state)
         self._scores = local_scores
         self._pending.clear()
         self._step = step

@@ -69,8 +69,9 @@ class GroupActivationNorms:
         self._local.sync(sums, calls)
         return self._local.window.waiting()
 
-    def canonical(self, shards: Mapping[str, RowShard]) -> dict[str, np.ndarray]:
-        """This rank's rows of the norms of the global batch, broadcastable to each local shard; collective.
+    def canonical(self, shards: Mapping[str, RowShard] | None = None) -> dict[str, np.ndarray]:
+        """The norms of the global batch (this rank's rows of them with ``shards``: FSDP2), broadcastable to
+        each weight (or local shard); collective.
 
         Raises:
             ValueError: some pruned layers saw no input on any rank since the last update (all named, on every
@@ -80,11 +81,11 @@ class GroupActivationNorms:
         self._local.sync(sums, calls)
         norms = self._local.window.read()
         for n, v in norms.items():                 # grouped convolutions: one row of norms per output row
-            if v.shape[0] > 1:
+            if shards is not None and v.shape[0] > 1:
                 norms[n] = v[shards[n].start:shards[n].stop]
         return norms
 
-    def state(self) -> dict[str, Any]:
+    def checkpoint(self) -> dict[str, Any]:
         """``activation_sums`` (global, every weight; zeros where unseen) and ``activation_seen``; collective.
         Folds the ranks' sums into rank 0's (the same global sums, added in the order a resumed run adds them)."""
         sums, calls = self._reduced()
@@ -92,8 +93,8 @@ class GroupActivationNorms:
         self._local.load_state({n: sums[n] for n in seen} if self._rank == 0 else {})
         return {"activation_sums": sums, "activation_seen": seen}
 
-    def load_state(self, state: Mapping[str, Any], check_only: bool = False) -> None:
-        """Restore :meth:`state` output (or a single-process ``Pruner`` state's ``activation_sums``): rank 0
+    def restore(self, state: Mapping[str, Any], check_only: bool = False) -> None:
+        """Restore :meth:`checkpoint` output (or a single-process ``Pruner`` state's ``activation_sums``): rank 0
         holds the sums, the other ranks none. Checked before anything changes (``check_only``: only checked).
 
         Raises:
@@ -102,7 +103,7 @@ class GroupActivationNorms:
         sums = state.get("activation_sums")
         if not isinstance(sums, Mapping):
             raise ValueError(f"criterion {self._criterion!r} reads activations: state['activation_sums'] must be "
-                             "the dict ShardedPruner.state_dict() saved")
+                             "the dict the pruner's state_dict() saved")
         seen = state.get("activation_seen", sorted(sums))
         if not isinstance(seen, (list, tuple)) or not all(n in sums for n in seen):
             raise ValueError(f"state['activation_seen'] must list names of state['activation_sums'], got {seen!r}")

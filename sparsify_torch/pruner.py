@@ -38,7 +38,9 @@ from .layers import PrunableWeight
 from .mask_write import ParametrizedStorage
 from .parametrization import MaskParametrization
 from .pruner_base import PrunerBase, check_num_steps, check_state_counters, dist_group_size, gradient_score
+from .fsdp_activations import GroupActivationNorms
 from .statistics import ActivationNorms
+from .torch_collective import TorchCollective
 from .tensorboard import SparsityWriter
 
 __all__ = ["Pruner"]
@@ -67,9 +69,11 @@ class Pruner(PrunerBase):
         self._group = process_group
         self._scores: dict[str, torch.Tensor] = {}
         self._pending: dict[str, torch.Tensor] = {}
+        self._backward_seen: set[str] = set()
+        self._score_queued = False
         self._loads = [self._par(n).loads for n in self.names]
         needs = protocol.engine.needs
-        self._activations = ActivationNorms(layers, protocol.config.criterion) if "activation" in needs else None
+        self._activations = self._activation_reader(layers) if "activation" in needs else None
         self._capture_grads = "grad" in needs and not protocol.engine.needs_gradients   # RigL: dense gradients
         if self._activations is not None:
             self.hooks.append(self._activations)
@@ -84,6 +88,13 @@ class Pruner(PrunerBase):
                 self.release_resources()   # prune() fails: no hook or open event file is left behind
                 raise
         self._arm_capture()
+
+    def _activation_reader(self, layers: list[PrunableWeight]) -> ActivationNorms | GroupActivationNorms:
+        """The inputs' statistics: this process's, or under ``torch.distributed`` summed over the group."""
+        if dist_group_size(self._group) == 1:
+            return ActivationNorms(layers, self.config.criterion)
+        collective = TorchCollective(self._group)
+        return GroupActivationNorms(layers, self._group, collective.rank, collective.device, self.config.criterion)
 
     # ----- access -------------------------------------------------------------------------
     def _original(self, name: str) -> torch.Tensor:
@@ -129,12 +140,28 @@ class Pruner(PrunerBase):
             # deepcopy/other models never carry this hook, but be strict anyway.
             if self.removed or param.grad is None or param is not self._original(name):
                 return
+            self._backward_seen.add(name)
+            if not self._score_queued:
+                # Score once the backward pass is over: under DDP the gradient is then the batch mean DDP
+                # all-reduced (its own end-of-backward callback was queued during the pass; ours goes after it).
+                self._score_queued = True
+                engine = torch.autograd.Variable._execution_engine
+                engine.queue_callback(lambda: engine.queue_callback(self._score_gradients))
+        return hook
+
+    def _score_gradients(self) -> None:
+        """The per-step criterion of this backward pass, from the final (DDP: all-reduced) gradients."""
+        self._score_queued = False
+        for name in self._backward_seen:
+            param = self._original(name)
+            if param.grad is None:
+                continue
             part = self._layers[name].part
             w, g = part(param.detach()), part(param.grad.detach())   # g is already zero where the mask is
             # From the committed average, so gradient accumulation (several
             # backward passes per optimizer step) counts as one step.
             self._pending[name] = gradient_score(self.config, self._scores.get(name), w, g)
-        return hook
+        self._backward_seen.clear()
 
     def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if not scores:
@@ -142,20 +169,6 @@ class Pruner(PrunerBase):
                                "prune(): call loss.backward() before pruner.step()")
         return {n: scores[n] if n in scores else torch.zeros_like(self._layers[n].part(self._original(n)))
                 for n in self.names}
-
-    def _reduce(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """All-reduce (mean) the scores over the process group, so every rank gets one mask."""
-        world = dist_group_size(self._group)
-        if world == 1:
-            return scores
-        flat = torch.cat([s.detach().reshape(-1).to(torch.float32) for s in scores.values()])
-        torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM, group=self._group)
-        flat /= world
-        out, off = {}, 0
-        for n, s in scores.items():
-            out[n] = flat[off:off + s.numel()].view(s.shape)
-            off += s.numel()
-        return out
 
     # ----- schedule -----------------------------------------------------------------------
     def read_weights(self) -> dict[str, np.ndarray]:
@@ -192,14 +205,8 @@ class Pruner(PrunerBase):
                 self._par(n).capture_grad = on
 
     def _scores_now(self, gradient_scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
-        """Gradient-criterion scores (from ``gradient_scores``), or magnitudes, all-reduced over the process group."""
-        if self.engine.needs_gradients:
-            scores = self._gradient_scores(gradient_scores)
-        else:
-            acts = self.read_activations() if self._activations is not None else None
-            core = self.engine.criterion_scores(self.read_weights(), acts)
-            scores = {n: self._layers[n].from_canonical(np.asarray(s, dtype=np.float32)) for n, s in core.items()}
-        return {n: self._layers[n].to_canonical(s) for n, s in self._reduce(scores).items()}
+        """Gradient-criterion scores (from ``gradient_scores``), canonical."""
+        return {n: self._layers[n].to_canonical(s) for n, s in self._gradient_scores(gradient_scores).items()}
 
     def _storages(self) -> dict[str, ParametrizedStorage]:
         """Where each weight lives: the parametrization's ``original`` and mask buffer."""
@@ -215,9 +222,8 @@ class Pruner(PrunerBase):
         if not self.protocol.due(step) or (self._activations is not None and self._activations.waiting()):
             return                  # nothing due, or no input seen since the last update: the update waits
         self._sync()
-        needs_scores = self.engine.needs_gradients or dist_group_size(self._group) > 1
         reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
-        self.advance_to(step, (lambda: self._scores_now(gradient_scores)) if needs_scores else None,
+        self.advance_to(step, (lambda: self._scores_now(gradient_scores)) if self.engine.needs_gradients else None,
                         grads=reads.get("grads"), activations=reads.get("activations"))
 
     def step(self, num_steps: int = 1) -> None:
@@ -240,6 +246,7 @@ class Pruner(PrunerBase):
         self._maybe_update(step, scores)          # raises before anything changes
         self._scores, self._step = scores, step
         self._pending.clear()
+        self._score_queued = False          # a backward pass that failed midway never ran its callback
         self._arm_capture()
 
     # ----- state --------------------------------------------------------------------------
@@ -259,7 +266,7 @@ class Pruner(PrunerBase):
         core["masks"] = {n: torch.from_numpy(m) for n, m in core["masks"].items()}
         out = {**core, "step": self._step, "scores": {n: s.detach().cpu().clone() for n, s in self._scores.items()}}
         if self._activations is not None:     # inputs seen since the last update (criteria that read them)
-            out["activation_sums"] = self._activations.state()
+            out.update(self._activations.checkpoint())
         return out
 
     @torch.no_grad()
@@ -291,14 +298,11 @@ class Pruner(PrunerBase):
                                  + (" holding NaN or inf" if isinstance(s, torch.Tensor) and s.is_floating_point()
                                     and tuple(s.shape) == shape else ""))
         if self._activations is not None:
-            if not isinstance(state.get("activation_sums"), Mapping):
-                raise ValueError(f"criterion {self.config.criterion!r} reads activations: state['activation_sums'] "
-                                 "must be the dict Pruner.state_dict() saved")
-            self._activations.check_state(dict(state["activation_sums"]))     # before anything changes
+            self._activations.restore(state, check_only=True)     # before anything changes
         core = {**state, "masks": {n: m.detach().cpu().numpy() for n, m in masks.items()}}
         self.protocol.load_state_dict(core)            # checks the rest; raises before any change
         if self._activations is not None:
-            self._activations.load_state(dict(state["activation_sums"]))
+            self._activations.restore(state)
         restored = self.protocol.masks                 # written as an update to themselves: only the buffers change
         mask_write.write_update(MaskUpdate(self.protocol.done_step, restored, restored), self._storages())
         self._loads = [self._par(n).loads for n in self.names]
