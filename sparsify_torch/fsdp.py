@@ -16,15 +16,17 @@ a :class:`ShardedPruner`, which never gathers a weight, a score or a mask:
   registered. The shards hold ``weight * mask`` during forward and backward
   (so FSDP2 all-gathers the masked weight) and the pruner keeps the values of
   the pruned entries beside them, in a tensor per weight shaped like the local
-  shard (``stored``). With ``prune(..., optimizer=opt)`` an optimizer step
-  pre-hook puts the stored values back into the shards and a post-hook takes
-  them out again, so the optimizer steps the dense weights exactly as it steps
-  ``parametrizations.weight.original`` in the single-process
-  :class:`~sparsify_torch.Pruner`, and ``monotone=False`` ranks the pruned
-  weights by the values they keep. The pruned gradient entries are zeroed on
-  the sharded gradient once FSDP2 has reduced it (a post-accumulate-grad hook,
-  which FSDP2 calls), or kept (``pruned_gradient="straight_through"``: the
-  gradient of the masked weight the model used). Without an optimizer the
+  shard (``stored``), which ``monotone=False`` ranks. With
+  ``pruned_gradient="none"`` (the default) the pruned gradient entries are
+  zeroed on the sharded gradient once FSDP2 has reduced it (a
+  post-accumulate-grad hook, which FSDP2 calls) and, with
+  ``prune(..., optimizer=opt)``, the stored values and the pruned entries'
+  optimizer state do not move (:mod:`sparsify_torch.frozen_pruned`, as in the
+  single-process :class:`~sparsify_torch.Pruner`). With
+  ``"straight_through"`` an optimizer step pre-hook puts the stored values back
+  into the shards and a post-hook takes them out again, so the optimizer steps
+  the dense weights (with the gradient of the masked weight the model used) as
+  it steps ``parametrizations.weight.original``. Without an optimizer the
   pruned entries are dropped (zeros) after every step, which only
   ``monotone=True`` without regrowth allows;
 * **what criteria and regrowth read**: activation criteria (``wanda``) read
@@ -61,6 +63,7 @@ from sparsify.distributed import ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
 from . import mask_write
+from .frozen_pruned import FrozenPruned, PrunedParam
 from .fsdp_activations import GroupActivationNorms
 from .layers import PrunableWeight
 from .mask_write import ShardStorage
@@ -115,9 +118,11 @@ class ShardedPruner(PrunerBase):
         self._scores: dict[str, torch.Tensor] = {}
         self._pending: dict[str, torch.Tensor] = {}
         self.hooks += [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
-        if optimizer is not None:
+        if optimizer is not None and self._straight_through:    # the optimizer steps the dense weights
             self.hooks += [optimizer.register_step_pre_hook(self._before_optimizer_step),
                            optimizer.register_step_post_hook(self._after_optimizer_step)]
+        elif optimizer is not None:       # pruned values (kept in ``stored``) and their optimizer state stay put
+            self.hooks.append(FrozenPruned(self._pruned_params, optimizer))
         self._activations = None
         if "activation" in protocol.engine.needs:      # each rank's inputs, summed over the group at updates
             self._activations = GroupActivationNorms(layers, collective.group, collective.rank, collective.device,
@@ -156,6 +161,10 @@ class ShardedPruner(PrunerBase):
         ``Pruner`` keeps in ``parametrizations.weight.original``): the shards where kept, the stored values
         where pruned (zeros without an optimizer)."""
         return {n: self._dtensor(n, self._dense(n).clone()) for n in self.names}
+
+    def _pruned_params(self) -> list[PrunedParam]:
+        """Each sharded parameter with its local shard and mask (the shard holds zeros where pruned)."""
+        return [PrunedParam(self._params[n], self._local(n), self._mask[n], zero_pruned=True) for n in self.names]
 
     def _storage(self, name: str) -> ShardStorage:
         """Where ``name`` lives: the local shard (``dense * mask``), the stored values, the local mask."""

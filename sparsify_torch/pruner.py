@@ -38,6 +38,7 @@ from .layers import PrunableWeight
 from .mask_write import ParametrizedStorage
 from .parametrization import MaskParametrization
 from .pruner_base import PrunerBase, check_num_steps, check_state_counters, dist_group_size, gradient_score
+from .frozen_pruned import FrozenPruned, PrunedParam
 from .fsdp_activations import GroupActivationNorms
 from .statistics import ActivationNorms
 from .torch_collective import TorchCollective
@@ -77,6 +78,8 @@ class Pruner(PrunerBase):
         self._capture_grads = "grad" in needs and not protocol.engine.needs_gradients   # RigL: dense gradients
         if self._activations is not None:
             self.hooks.append(self._activations)
+        if self.config.pruned_gradient == "none":      # pruned values and their optimizer state stay put
+            self.hooks.append(FrozenPruned(self._pruned_params, optimizer))
         if protocol.engine.needs_gradients:
             for name in self.names:
                 self.hooks.append(self._original(name).register_post_accumulate_grad_hook(self._grad_hook(name)))
@@ -95,6 +98,14 @@ class Pruner(PrunerBase):
             return ActivationNorms(layers, self.config.criterion)
         collective = TorchCollective(self._group)
         return GroupActivationNorms(layers, self._group, collective.rank, collective.device, self.config.criterion)
+
+    def _pruned_params(self) -> list[PrunedParam]:
+        """Each parametrized tensor (once, fused q/k/v too) with its whole mask buffer."""
+        out = []
+        for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in self._layers.values()):
+            par = module.parametrizations[tensor_name]
+            out.append(PrunedParam(par.original, par.original, par[0].mask))
+        return out
 
     # ----- access -------------------------------------------------------------------------
     def _original(self, name: str) -> torch.Tensor:
