@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
@@ -61,7 +62,7 @@ Arrays = Mapping[str, np.ndarray]
 ArraysOrReader = Union[Arrays, Callable[[], Arrays], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class MaskUpdate:
     """What an adapter writes back after :meth:`PruningProtocol.advance`.
 
@@ -71,20 +72,48 @@ class MaskUpdate:
         step: the step the update was applied at (the new ``done_step``).
         masks: the new masks (canonical layout, bool, True = kept) of every
             pruned weight; all ones after a release.
-        zero: masks whose False entries the adapter sets to exactly zero in the
-            weights (and optimizer slots) now. Equal to ``masks`` for an update;
-            the last pruning masks for a release (so released weights start
-            from the pruned values).
+        keep_values: per weight, True where the weight (and its optimizer slots) keeps
+            its value, False where the adapter sets it to exactly zero now. Equal to
+            ``masks`` for an update; the last pruning masks for a release (so released
+            weights start from the pruned values). Formerly ``zero`` (a deprecated alias:
+            True there meant "keep", not "zero").
         released: True when this call released the masks (``leave_enabled=False``).
         grown: entries regrowth grew (True), per layer: the adapter sets them to zero in the
             weights and their optimizer slots (they are kept in ``masks``). Empty without regrowth.
+
+    Example:
+        >>> keep = {"w": np.array([True, False])}
+        >>> MaskUpdate(3, keep, keep).keep_values["w"].tolist()
+        [True, False]
     """
 
     step: int
     masks: dict[str, np.ndarray]
-    zero: dict[str, np.ndarray]
+    keep_values: dict[str, np.ndarray]
     released: bool = False
     grown: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def __init__(self, step: int, masks: dict[str, np.ndarray], keep_values: dict[str, np.ndarray] | None = None,
+                 released: bool = False, grown: dict[str, np.ndarray] | None = None, *,
+                 zero: dict[str, np.ndarray] | None = None) -> None:
+        if zero is not None:
+            warnings.warn("MaskUpdate(zero=...) is deprecated: pass keep_values=... (same arrays)",
+                          DeprecationWarning, stacklevel=2)
+            if keep_values is not None:
+                raise TypeError("pass keep_values or its deprecated name zero, not both")
+            keep_values = zero
+        if keep_values is None:
+            raise TypeError("MaskUpdate needs keep_values (the masks whose False entries are zeroed now)")
+        for name, value in (("step", step), ("masks", masks), ("keep_values", keep_values),
+                            ("released", released), ("grown", {} if grown is None else grown)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def zero(self) -> dict[str, np.ndarray]:
+        """Deprecated alias of :attr:`keep_values` (True = keep the value, despite the name)."""
+        warnings.warn("MaskUpdate.zero is deprecated: use MaskUpdate.keep_values (True = keep the value)",
+                      DeprecationWarning, stacklevel=2)
+        return self.keep_values
 
 
 def sparsity_figures(masks: Arrays, prefix: str = "sparsity") -> dict[str, float]:
@@ -314,13 +343,13 @@ class PruningProtocol:
             masks, grown = self.new_masks(w, step, s, None if g is None else self._checked("grads", g),
                                           None if a is None else dict(a))
             masks = {n: np.require(masks[n], dtype=bool, requirements=['C', 'W']) for n in self.names}
-        zero = masks
+        keep_values = masks
         if release:
             masks = {n: np.ones(s, dtype=bool) for n, s in self.local_shapes.items()}
         self._masks = masks
         self._done = step
         self._released = release
-        return MaskUpdate(step, dict(masks), dict(zero), release, dict(grown))
+        return MaskUpdate(step, dict(masks), dict(keep_values), release, dict(grown))
 
     # ----- extension points (sharded weights: sparsify.distributed) -------------------------
     def held_shapes(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:

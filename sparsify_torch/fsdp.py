@@ -129,10 +129,10 @@ class ShardedPruner(PrunerBase):
                                                      self.config.criterion)
             self.hooks.append(self._activations)
         # RigL: the dense gradient of the backward pass before an update
-        self._capture = "grad" in protocol.engine.needs and not protocol.engine.needs_gradients
+        self._capture = "grad" in protocol.engine.needs and not protocol.engine.scored_every_step
         self._capture_now = False
         self._dense_grads: dict[str, torch.Tensor] = {}
-        if not protocol.engine.needs_gradients and self._activations is None and not self._capture:
+        if not protocol.engine.scored_every_step and self._activations is None and not self._capture:
             try:
                 self._maybe_update(0, {})     # an update point at step 0 applies right away
             except BaseException:
@@ -211,7 +211,7 @@ class ShardedPruner(PrunerBase):
                     self._dense_grads[name] = g.detach().clone()  # of the masked weight the model used
                 if not self._straight_through:
                     g.mul_(self._mask[name])                 # pruned entries get no gradient
-                if self.engine.needs_gradients:
+                if self.engine.scored_every_step:
                     self._pending[name] = gradient_score(self.config, self._scores.get(name), self._dense(name), g)
         return hook
 
@@ -261,7 +261,7 @@ class ShardedPruner(PrunerBase):
         """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
         if not self.protocol.due(step) or (self._activations is not None and self._activations.waiting()):
             return                  # nothing due, or no input seen on any rank since the last update: it waits
-        scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.needs_gradients else None
+        scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.scored_every_step else None
         reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
         self.advance_to(step, scores, grads=reads.get("grads"), activations=reads.get("activations"))
 
@@ -295,7 +295,7 @@ class ShardedPruner(PrunerBase):
         state["masks"] = self.masks()
         state["stored"] = {n: self._dtensor(n, v.clone()) for n, v in self._stored.items()}
         scores = {}
-        if self.engine.needs_gradients:
+        if self.engine.scored_every_step:
             for n in self.names:
                 local = self._scores[n].detach().clone() if n in self._scores else torch.zeros_like(self._local(n))
                 scores[n] = self._dtensor(n, local.to(torch.float32))

@@ -75,12 +75,12 @@ class Pruner(PrunerBase):
         self._loads = [self._par(n).loads for n in self.names]
         needs = protocol.engine.needs
         self._activations = self._activation_reader(layers) if "activation" in needs else None
-        self._capture_grads = "grad" in needs and not protocol.engine.needs_gradients   # RigL: dense gradients
+        self._capture_grads = "grad" in needs and not protocol.engine.scored_every_step   # RigL: dense gradients
         if self._activations is not None:
             self.hooks.append(self._activations)
         if self.config.pruned_gradient == "none":      # pruned values and their optimizer state stay put
             self.hooks.append(FrozenPruned(self._pruned_params, optimizer))
-        if protocol.engine.needs_gradients:
+        if protocol.engine.scored_every_step:
             for name in self.names:
                 self.hooks.append(self._original(name).register_post_accumulate_grad_hook(self._grad_hook(name)))
         else:
@@ -234,7 +234,7 @@ class Pruner(PrunerBase):
             return                  # nothing due, or no input seen since the last update: the update waits
         self._sync()
         reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
-        self.advance_to(step, (lambda: self._scores_now(gradient_scores)) if self.engine.needs_gradients else None,
+        self.advance_to(step, (lambda: self._scores_now(gradient_scores)) if self.engine.scored_every_step else None,
                         grads=reads.get("grads"), activations=reads.get("activations"))
 
     def step(self, num_steps: int = 1) -> None:

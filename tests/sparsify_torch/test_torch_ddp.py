@@ -40,7 +40,7 @@ def _run(rank: int, cfg: dict, seed: int) -> dict:
         xb, yb = batch(x, y, step * WORLD + rank, size=32)   # different data on each rank
         opt.zero_grad()
         nn.functional.cross_entropy(ddp(xb), yb).backward()
-        if step == 1 and engine.needs_gradients:
+        if step == 1 and engine.scored_every_step:
             # what this rank alone would choose from its local gradient
             w = orig.detach().numpy()
             local_masks.append(engine.compute_masks({"fc1.weight": w}, cfg["end_step"],
