@@ -58,7 +58,6 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from sparsify.adapter import collect_reads
 from sparsify.distributed import ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
@@ -67,7 +66,7 @@ from .frozen_pruned import FrozenPruned, PrunedParam
 from .fsdp_activations import GroupActivationNorms
 from .layers import PrunableWeight
 from .mask_write import ShardStorage
-from .pruner_base import PrunerBase, check_num_steps, check_state_counters, gradient_score
+from .pruner_base import PrunerBase, check_state_counters, gradient_score
 from .tensorboard import SparsityWriter
 from .torch_collective import TorchCollective
 
@@ -102,11 +101,11 @@ class ShardedPruner(PrunerBase):
                  params: Mapping[str, DTensor], collective: TorchCollective, log_dir: Any = None,
                  optimizer: torch.optim.Optimizer | None = None) -> None:
         # TensorBoard on rank 0 only: the figures are over all ranks (counts summed at each update)
-        super().__init__(protocol, SparsityWriter(log_dir) if log_dir is not None and collective.rank == 0 else None)
+        super().__init__(protocol, layers,
+                         SparsityWriter(log_dir) if log_dir is not None and collective.rank == 0 else None)
         self.model = model
         self.collective = collective
         self.optimizer = optimizer
-        self._layers = {w.name: w for w in layers}
         self._params = dict(params)
         self._mask: dict[str, torch.Tensor] = {
             n: torch.ones(protocol.local_shapes[n], dtype=torch.bool, device=self._params[n].device)
@@ -115,30 +114,18 @@ class ShardedPruner(PrunerBase):
         self._stored: dict[str, torch.Tensor] = {} if optimizer is None else {
             n: torch.zeros_like(self._local(n)) for n in self.names}
         self._straight_through = self.config.pruned_gradient == "straight_through"
-        self._scores: dict[str, torch.Tensor] = {}
-        self._pending: dict[str, torch.Tensor] = {}
         self.hooks += [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
         if optimizer is not None and self._straight_through:    # the optimizer steps the dense weights
             self.hooks += [optimizer.register_step_pre_hook(self._before_optimizer_step),
                            optimizer.register_step_post_hook(self._after_optimizer_step)]
         elif optimizer is not None:       # pruned values (kept in ``stored``) and their optimizer state stay put
             self.hooks.append(FrozenPruned(self._pruned_params, optimizer))
-        self._activations = None
         if "activation" in protocol.engine.needs:      # each rank's inputs, summed over the group at updates
-            self._activations = GroupActivationNorms(layers, collective.group, collective.rank, collective.device,
-                                                     self.config.criterion)
+            self._activations = GroupActivationNorms(layers, collective, self.config.criterion)
             self.hooks.append(self._activations)
-        # RigL: the dense gradient of the backward pass before an update
-        self._capture = "grad" in protocol.engine.needs and not protocol.engine.scored_every_step
         self._capture_now = False
         self._dense_grads: dict[str, torch.Tensor] = {}
-        if not protocol.engine.scored_every_step and self._activations is None and not self._capture:
-            try:
-                self._maybe_update(0, {})     # an update point at step 0 applies right away
-            except BaseException:
-                self.release_resources()     # prune() fails: no hook or open event file is left behind
-                raise
-        self._arm_capture()
+        self.start()
 
     def _local(self, name: str) -> torch.Tensor:
         return self._params[name].to_local()
@@ -175,22 +162,15 @@ class ShardedPruner(PrunerBase):
         return self._storage(name).dense()
 
     # ----- the optimizer steps the dense weights -----------------------------------------------
-    @torch.no_grad()
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.removed:
-            return
-        for n, stored in self._stored.items():
-            local = self._local(n)
-            local.copy_(torch.where(self._mask[n], local, stored))
+        if not self.removed:
+            for n in self._stored:
+                self._storage(n).swap_in()
 
-    @torch.no_grad()
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.removed:
-            return
-        for n, stored in self._stored.items():
-            local = self._local(n)
-            stored.copy_(local.masked_fill(self._mask[n], 0))
-            local.mul_(self._mask[n])
+        if not self.removed:
+            for n in self._stored:
+                self._storage(n).swap_out()
 
     def sparsity(self) -> dict[str, float | None]:
         """Fraction of pruned weights per layer, over the full weights (None: skipped, ``protocol.skipped``)."""
@@ -228,56 +208,29 @@ class ShardedPruner(PrunerBase):
                                "but no backward pass ran since the last one: call loss.backward() before pruner.step()")
         return {n: pw.to_canonical(self._dense_grads[n]) for n, pw in self._layers.items()}
 
-    def _arm_capture(self) -> None:
-        """Record dense gradients only in the backward pass before an update (RigL)."""
-        if self._capture and not self.removed:
-            nxt = self.protocol.next_step()
-            self._capture_now = 0 <= nxt <= self._step + 1
+    def _set_capture(self, on: bool) -> None:
+        self._capture_now = on
+
+    def _score_like(self, name: str) -> torch.Tensor:
+        return torch.zeros_like(self._local(name))
 
     def read_activations(self) -> dict[str, np.ndarray]:
         """Per-input-channel norms of every rank's inputs since the last update (collective), broadcastable
         to this rank's rows."""
         return self._activations.canonical(self.protocol.shards)
 
-    def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
-        if not scores:
-            raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
-                               "prune(): call loss.backward() before pruner.step()")
-        return {n: self._layers[n].to_canonical(scores[n] if n in scores
-                                                else torch.zeros_like(self._local(n))) for n in self.names}
-
-    @torch.no_grad()
     def _apply_masks(self) -> None:
         for n in self.names:
-            self._local(n).mul_(self._mask[n])
+            self._storage(n).apply_mask()
+
+    def _before_step(self) -> None:
+        self._apply_masks()          # the pruned entries of every local shard are zero after each step
 
     def write_update(self, update: MaskUpdate) -> None:
         """New masks into the shards: ``dense * mask`` in the shard, the rest in the stored values; a release
         bakes the zeros of the last masks first, as the single-process ``Pruner`` does."""
         mask_write.write_update(update, {n: self._storage(n) for n in self.names}, self._activations)
         self._dense_grads.clear()
-
-    def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
-        """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
-        if not self.protocol.due(step) or (self._activations is not None and self._activations.waiting()):
-            return                  # nothing due, or no input seen on any rank since the last update: it waits
-        scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.scored_every_step else None
-        reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
-        self.advance_to(step, scores, grads=reads.get("grads"), activations=reads.get("activations"))
-
-    def step(self, num_steps: int = 1) -> None:
-        """Zero the pruned weights of every local shard, count ``num_steps`` optimizer steps and
-        update the masks if an update point was reached. Call it on every rank, right after
-        ``optimizer.step()``. A failed update (e.g. NaN weights) changes no mask, score or step
-        counter: fix the cause and call it again."""
-        self.check_alive("step")
-        check_num_steps(num_steps)
-        self._apply_masks()
-        step, scores = self._step + num_steps, {**self._scores, **self._pending}
-        self._maybe_update(step, scores)          # raises before anything changes
-        self._scores, self._step = scores, step
-        self._pending.clear()
-        self._arm_capture()
 
     # ----- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -162,6 +162,22 @@ class ShardStorage:
     def optimizer_state(self) -> list[torch.Tensor]:
         return optimizer_state(self.optimizer, self.param, _local)
 
+    @torch.no_grad()
+    def apply_mask(self) -> None:
+        """Zero the pruned entries of the local shard (what FSDP2 all-gathers is ``dense * mask``)."""
+        self.local.mul_(self.mask)
+
+    @torch.no_grad()
+    def swap_in(self) -> None:
+        """Before an optimizer step that steps the dense weights: the stored values into the shard."""
+        self.local.copy_(torch.where(self.mask, self.local, self.stored))
+
+    @torch.no_grad()
+    def swap_out(self) -> None:
+        """After it: the pruned values back into ``stored``, zeros into the shard."""
+        self.stored.copy_(self.local.masked_fill(self.mask, 0))
+        self.local.mul_(self.mask)
+
     def store(self, dense: torch.Tensor, mask: np.ndarray) -> None:
         keep = self.layout.mask_like(mask, self.mask)
         self.local.copy_(dense * keep)

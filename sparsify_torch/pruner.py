@@ -30,14 +30,13 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from sparsify.adapter import collect_reads
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from . import mask_write
 from .layers import PrunableWeight
 from .mask_write import ParametrizedStorage
 from .parametrization import MaskParametrization
-from .pruner_base import PrunerBase, check_num_steps, check_state_counters, dist_group_size, gradient_score
+from .pruner_base import PrunerBase, check_state_counters, dist_group_size, gradient_score
 from .frozen_pruned import FrozenPruned, PrunedParam
 from .fsdp_activations import GroupActivationNorms
 from .statistics import ActivationNorms
@@ -63,41 +62,28 @@ class Pruner(PrunerBase):
 
     def __init__(self, model: nn.Module, protocol: PruningProtocol, layers: list[PrunableWeight],
                  process_group: Any = None, log_dir: Any = None, optimizer: Any = None) -> None:
-        super().__init__(protocol, None if log_dir is None else SparsityWriter(log_dir))  # TensorBoard, like Keras
+        # TensorBoard, like Keras
+        super().__init__(protocol, layers, None if log_dir is None else SparsityWriter(log_dir))
         self.model = model
         self.optimizer = optimizer
-        self._layers = {w.name: w for w in layers}
         self._group = process_group
-        self._scores: dict[str, torch.Tensor] = {}
-        self._pending: dict[str, torch.Tensor] = {}
         self._backward_seen: set[str] = set()
         self._score_queued = False
         self._loads = [self._par(n).loads for n in self.names]
-        needs = protocol.engine.needs
-        self._activations = self._activation_reader(layers) if "activation" in needs else None
-        self._capture_grads = "grad" in needs and not protocol.engine.scored_every_step   # RigL: dense gradients
-        if self._activations is not None:
+        if "activation" in protocol.engine.needs:
+            self._activations = self._activation_reader(layers)
             self.hooks.append(self._activations)
         if self.config.pruned_gradient == "none":      # pruned values and their optimizer state stay put
             self.hooks.append(FrozenPruned(self._pruned_params, optimizer))
         if protocol.engine.scored_every_step:
-            for name in self.names:
-                self.hooks.append(self._original(name).register_post_accumulate_grad_hook(self._grad_hook(name)))
-        else:
-            try:
-                if not self._waits_for_data():
-                    self._maybe_update(0, {})  # an update point at step 0 applies right away
-            except BaseException:
-                self.release_resources()   # prune() fails: no hook or open event file is left behind
-                raise
-        self._arm_capture()
+            self.hooks += [self._original(n).register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
+        self.start()
 
     def _activation_reader(self, layers: list[PrunableWeight]) -> ActivationNorms | GroupActivationNorms:
         """The inputs' statistics: this process's, or under ``torch.distributed`` summed over the group."""
         if dist_group_size(self._group) == 1:
             return ActivationNorms(layers, self.config.criterion)
-        collective = TorchCollective(self._group)
-        return GroupActivationNorms(layers, self._group, collective.rank, collective.device, self.config.criterion)
+        return GroupActivationNorms(layers, TorchCollective(self._group), self.config.criterion)
 
     def _pruned_params(self) -> list[PrunedParam]:
         """Each parametrized tensor (once, fused q/k/v too) with its whole mask buffer."""
@@ -174,13 +160,6 @@ class Pruner(PrunerBase):
             self._pending[name] = gradient_score(self.config, self._scores.get(name), w, g)
         self._backward_seen.clear()
 
-    def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if not scores:
-            raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
-                               "prune(): call loss.backward() before pruner.step()")
-        return {n: scores[n] if n in scores else torch.zeros_like(self._layers[n].part(self._original(n)))
-                for n in self.names}
-
     # ----- schedule -----------------------------------------------------------------------
     def read_weights(self) -> dict[str, np.ndarray]:
         """Canonical NumPy views of the stored weights, dense under the mask (no copy for float32 CPU
@@ -203,21 +182,15 @@ class Pruner(PrunerBase):
         ``ValueError`` names every layer that saw none while others did."""
         return self._activations.canonical()
 
-    def _waits_for_data(self) -> bool:
-        """True when an update needs statistics no pass produced yet (activations, dense gradients)."""
-        return self._activations is not None or self._capture_grads
+    def _set_capture(self, on: bool) -> None:
+        for n in self.names:
+            self._par(n).capture_grad = on
 
-    def _arm_capture(self) -> None:
-        """Record dense gradients only in the backward pass before an update (RigL)."""
-        if self._capture_grads and not self.removed:
-            nxt = self.protocol.next_step()
-            on = nxt >= 0 and nxt <= self._step + 1
-            for n in self.names:
-                self._par(n).capture_grad = on
+    def _score_like(self, name: str) -> torch.Tensor:
+        return torch.zeros_like(self._layers[name].part(self._original(name)))
 
-    def _scores_now(self, gradient_scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
-        """Gradient-criterion scores (from ``gradient_scores``), canonical."""
-        return {n: self._layers[n].to_canonical(s) for n, s in self._gradient_scores(gradient_scores).items()}
+    def _before_step(self) -> None:
+        self._score_queued = False          # a backward pass that failed midway never ran its callback
 
     def _storages(self) -> dict[str, ParametrizedStorage]:
         """Where each weight lives: the parametrization's ``original`` and mask buffer."""
@@ -227,38 +200,6 @@ class Pruner(PrunerBase):
     def write_update(self, update: MaskUpdate) -> None:
         # the stored weights stay dense under the mask; a release bakes the zeros of the last masks, then unmasks
         mask_write.write_update(update, self._storages(), self._activations)
-
-    def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
-        """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
-        if not self.protocol.due(step) or (self._activations is not None and self._activations.waiting()):
-            return                  # nothing due, or no input seen since the last update: the update waits
-        self._sync()
-        reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
-        self.advance_to(step, (lambda: self._scores_now(gradient_scores)) if self.engine.scored_every_step else None,
-                        grads=reads.get("grads"), activations=reads.get("activations"))
-
-    def step(self, num_steps: int = 1) -> None:
-        """Count ``num_steps`` optimizer steps and update the masks if an update point was reached.
-
-        Call it right after ``optimizer.step()``. With a gradient criterion
-        the gradients of the last backward pass are folded into the scores.
-
-        Args:
-            num_steps: steps to advance (a positive integer), e.g. when the
-                pruner is only called every few optimizer steps.
-
-        Raises:
-            RuntimeError: after :meth:`remove`, or a gradient criterion saw no gradients.
-            ValueError: ``num_steps`` is not a positive integer, or the update failed (e.g. NaN
-                weights). A failed step changes nothing: fix the cause and call it again.
-        """
-        self.check_alive("step")
-        step, scores = self._step + check_num_steps(num_steps), {**self._scores, **self._pending}
-        self._maybe_update(step, scores)          # raises before anything changes
-        self._scores, self._step = scores, step
-        self._pending.clear()
-        self._score_queued = False          # a backward pass that failed midway never ran its callback
-        self._arm_capture()
 
     # ----- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
