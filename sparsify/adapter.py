@@ -94,7 +94,7 @@ def collect_reads(protocol: PruningProtocol, adapter: Any) -> dict[str, Callable
     if not isinstance(adapter, WeightReader):
         raise TypeError(f"{type(adapter).__name__} is not a WeightReader: it needs names and read_weights()")
     out: dict[str, Callable[[], Arrays] | None] = {"weights": adapter.read_weights}
-    if "grad" in needs and not protocol.engine.needs_gradients:
+    if "grad" in needs and not protocol.engine.scored_every_step:
         if not isinstance(adapter, GradientReader):
             raise TypeError(f"regrowth={protocol.config.regrowth!r} needs gradients: {type(adapter).__name__} "
                             "has no read_grads()")

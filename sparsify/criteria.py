@@ -32,14 +32,15 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 __all__ = ["Criterion", "NEEDS", "register_criterion", "unregister_criterion", "get_criterion",
-           "registered_criteria", "magnitude", "snip", "snip_momentum", "wanda", "needs_gradients",
-           "CRITERIA", "GRADIENT_CRITERIA"]
+           "registered_criteria", "magnitude", "snip", "snip_momentum", "wanda", "scored_every_step",
+           "needs_gradients", "CRITERIA", "GRADIENT_CRITERIA"]
 
 #: What a criterion may ask the adapters for.
 NEEDS = ("weight", "grad", "state", "activation")
@@ -134,10 +135,24 @@ def get_criterion(name: str) -> Criterion:
         raise ValueError(f"criterion must be one of {registered_criteria()}, got {name!r}") from None
 
 
-def needs_gradients(criterion: str) -> bool:
-    """True if ``criterion`` is evaluated from gradients or a running state (the adapter collects
-    them after every backward pass)."""
+def scored_every_step(criterion: str) -> bool:
+    """True if ``criterion`` is scored after every backward pass (from gradients or a running state:
+    ``snip``, ``snip_momentum``), False if it is scored at each mask update from what the adapter reads
+    then (``magnitude``, ``wanda``; RigL's gradients are read at the update too).
+
+    Example:
+        >>> scored_every_step("snip"), scored_every_step("wanda")
+        (True, False)
+    """
     return get_criterion(criterion).per_step
+
+
+def needs_gradients(criterion: str) -> bool:
+    """Deprecated alias of :func:`scored_every_step` (the old name said "gradients", but it is False for
+    RigL, which reads gradients at the update, and true for any criterion with a running state)."""
+    warnings.warn("sparsify.criteria.needs_gradients is deprecated: use scored_every_step (same meaning: the "
+                  "criterion is scored after every backward pass)", DeprecationWarning, stacklevel=2)
+    return scored_every_step(criterion)
 
 
 def magnitude(weight: Any) -> Any:

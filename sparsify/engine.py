@@ -28,12 +28,13 @@ Example:
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from .config import PruningConfig
-from .criteria import get_criterion, needs_gradients
+from .criteria import get_criterion, scored_every_step
 from .pattern_fit import check_pattern_fit
 from .patterns import Pattern
 from .regrowth import regrow, regrowth_fraction
@@ -71,9 +72,17 @@ class PruningEngine:
         self.pattern = self.config.pattern_obj() if pattern is None else pattern
 
     @property
+    def scored_every_step(self) -> bool:
+        """True when the criterion is scored after every backward pass (snip, snip_momentum), by the
+        adapter, which hands the scores to the update; False when it is scored at the update."""
+        return scored_every_step(self.config.criterion)
+
+    @property
     def needs_gradients(self) -> bool:
-        """True when the criterion is evaluated per step from gradients (snip, snip_momentum)."""
-        return needs_gradients(self.config.criterion)
+        """Deprecated alias of :attr:`scored_every_step`."""
+        warnings.warn("PruningEngine.needs_gradients is deprecated: use scored_every_step (same meaning)",
+                      DeprecationWarning, stacklevel=2)
+        return self.scored_every_step
 
     @property
     def needs(self) -> frozenset[str]:

@@ -43,13 +43,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
 import numpy as np
 
 from .config import PruningConfig
 from .engine import PruningEngine
+from .mask_update import MaskUpdate
 
 __all__ = ["PruningProtocol", "MaskUpdate", "sparsity_figures", "counted_sparsity_figures", "config_fingerprint", "fingerprint_differences",
            "STATE_VERSION"]
@@ -59,32 +59,6 @@ _INT64_MAX = 2 ** 63 - 1
 
 Arrays = Mapping[str, np.ndarray]
 ArraysOrReader = Union[Arrays, Callable[[], Arrays], None]
-
-
-@dataclass(frozen=True)
-class MaskUpdate:
-    """What an adapter writes back after :meth:`PruningProtocol.advance`.
-
-    The arrays are the protocol's own: read them, do not modify them.
-
-    Attributes:
-        step: the step the update was applied at (the new ``done_step``).
-        masks: the new masks (canonical layout, bool, True = kept) of every
-            pruned weight; all ones after a release.
-        zero: masks whose False entries the adapter sets to exactly zero in the
-            weights (and optimizer slots) now. Equal to ``masks`` for an update;
-            the last pruning masks for a release (so released weights start
-            from the pruned values).
-        released: True when this call released the masks (``leave_enabled=False``).
-        grown: entries regrowth grew (True), per layer: the adapter sets them to zero in the
-            weights and their optimizer slots (they are kept in ``masks``). Empty without regrowth.
-    """
-
-    step: int
-    masks: dict[str, np.ndarray]
-    zero: dict[str, np.ndarray]
-    released: bool = False
-    grown: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def sparsity_figures(masks: Arrays, prefix: str = "sparsity") -> dict[str, float]:
@@ -314,13 +288,13 @@ class PruningProtocol:
             masks, grown = self.new_masks(w, step, s, None if g is None else self._checked("grads", g),
                                           None if a is None else dict(a))
             masks = {n: np.require(masks[n], dtype=bool, requirements=['C', 'W']) for n in self.names}
-        zero = masks
+        keep_values = masks
         if release:
             masks = {n: np.ones(s, dtype=bool) for n, s in self.local_shapes.items()}
         self._masks = masks
         self._done = step
         self._released = release
-        return MaskUpdate(step, dict(masks), dict(zero), release, dict(grown))
+        return MaskUpdate(step, dict(masks), dict(keep_values), release, dict(grown))
 
     # ----- extension points (sharded weights: sparsify.distributed) -------------------------
     def held_shapes(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:

@@ -48,10 +48,11 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     (step 0) is applied right away; gradient criteria wait for the first
     :meth:`Pruner.step` (the step-0 update is not lost).
 
-    Under ``torch.distributed`` (initialized), scores are all-reduced (mean)
-    over ``process_group`` (default: the world) before the core is called, so
-    every rank computes the same masks. Call ``prune`` before wrapping the
-    model in ``DistributedDataParallel``.
+    Under ``torch.distributed`` (initialized) the masks are those of one process on the
+    concatenated batch: activation statistics are summed over ``process_group`` (default:
+    the world) at each update, gradient criteria score the gradient DDP all-reduced, so
+    every rank computes the same masks. Call ``prune`` before wrapping the model in
+    ``DistributedDataParallel``.
 
     FSDP2: on a model whose weights are DTensors sharded along dim 0
     (``fully_shard``), call ``prune`` *after* ``fully_shard``; it returns a
@@ -65,7 +66,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     Args:
         model: the model; modified in place.
         config: a ``PruningConfig``, a dict of its fields or a YAML path.
-        process_group: group to reduce scores over (None = default group).
+        process_group: group to sum activation statistics over (None = default group).
         log_dir: optional TensorBoard directory: ``sparsity/total`` and
             ``sparsity/<weight>`` scalars at every mask update (as Keras'
             ``PruningCallback(log_dir=)``), through ``torch.utils.tensorboard``.

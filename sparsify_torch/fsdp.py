@@ -16,15 +16,17 @@ a :class:`ShardedPruner`, which never gathers a weight, a score or a mask:
   registered. The shards hold ``weight * mask`` during forward and backward
   (so FSDP2 all-gathers the masked weight) and the pruner keeps the values of
   the pruned entries beside them, in a tensor per weight shaped like the local
-  shard (``stored``). With ``prune(..., optimizer=opt)`` an optimizer step
-  pre-hook puts the stored values back into the shards and a post-hook takes
-  them out again, so the optimizer steps the dense weights exactly as it steps
-  ``parametrizations.weight.original`` in the single-process
-  :class:`~sparsify_torch.Pruner`, and ``monotone=False`` ranks the pruned
-  weights by the values they keep. The pruned gradient entries are zeroed on
-  the sharded gradient once FSDP2 has reduced it (a post-accumulate-grad hook,
-  which FSDP2 calls), or kept (``pruned_gradient="straight_through"``: the
-  gradient of the masked weight the model used). Without an optimizer the
+  shard (``stored``), which ``monotone=False`` ranks. With
+  ``pruned_gradient="none"`` (the default) the pruned gradient entries are
+  zeroed on the sharded gradient once FSDP2 has reduced it (a
+  post-accumulate-grad hook, which FSDP2 calls) and, with
+  ``prune(..., optimizer=opt)``, the stored values and the pruned entries'
+  optimizer state do not move (:mod:`sparsify_torch.frozen_pruned`, as in the
+  single-process :class:`~sparsify_torch.Pruner`). With
+  ``"straight_through"`` an optimizer step pre-hook puts the stored values back
+  into the shards and a post-hook takes them out again, so the optimizer steps
+  the dense weights (with the gradient of the masked weight the model used) as
+  it steps ``parametrizations.weight.original``. Without an optimizer the
   pruned entries are dropped (zeros) after every step, which only
   ``monotone=True`` without regrowth allows;
 * **what criteria and regrowth read**: activation criteria (``wanda``) read
@@ -56,15 +58,15 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from sparsify.adapter import collect_reads
 from sparsify.distributed import ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
 from . import mask_write
+from .frozen_pruned import FrozenPruned, PrunedParam
 from .fsdp_activations import GroupActivationNorms
 from .layers import PrunableWeight
 from .mask_write import ShardStorage
-from .pruner_base import PrunerBase, check_num_steps, check_state_counters, gradient_score
+from .pruner_base import PrunerBase, check_state_counters, gradient_score
 from .tensorboard import SparsityWriter
 from .torch_collective import TorchCollective
 
@@ -99,11 +101,11 @@ class ShardedPruner(PrunerBase):
                  params: Mapping[str, DTensor], collective: TorchCollective, log_dir: Any = None,
                  optimizer: torch.optim.Optimizer | None = None) -> None:
         # TensorBoard on rank 0 only: the figures are over all ranks (counts summed at each update)
-        super().__init__(protocol, SparsityWriter(log_dir) if log_dir is not None and collective.rank == 0 else None)
+        super().__init__(protocol, layers,
+                         SparsityWriter(log_dir) if log_dir is not None and collective.rank == 0 else None)
         self.model = model
         self.collective = collective
         self.optimizer = optimizer
-        self._layers = {w.name: w for w in layers}
         self._params = dict(params)
         self._mask: dict[str, torch.Tensor] = {
             n: torch.ones(protocol.local_shapes[n], dtype=torch.bool, device=self._params[n].device)
@@ -112,28 +114,18 @@ class ShardedPruner(PrunerBase):
         self._stored: dict[str, torch.Tensor] = {} if optimizer is None else {
             n: torch.zeros_like(self._local(n)) for n in self.names}
         self._straight_through = self.config.pruned_gradient == "straight_through"
-        self._scores: dict[str, torch.Tensor] = {}
-        self._pending: dict[str, torch.Tensor] = {}
         self.hooks += [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
-        if optimizer is not None:
+        if optimizer is not None and self._straight_through:    # the optimizer steps the dense weights
             self.hooks += [optimizer.register_step_pre_hook(self._before_optimizer_step),
                            optimizer.register_step_post_hook(self._after_optimizer_step)]
-        self._activations = None
+        elif optimizer is not None:       # pruned values (kept in ``stored``) and their optimizer state stay put
+            self.hooks.append(FrozenPruned(self._pruned_params, optimizer))
         if "activation" in protocol.engine.needs:      # each rank's inputs, summed over the group at updates
-            self._activations = GroupActivationNorms(layers, collective.group, collective.rank, collective.device,
-                                                     self.config.criterion)
+            self._activations = GroupActivationNorms(layers, collective, self.config.criterion)
             self.hooks.append(self._activations)
-        # RigL: the dense gradient of the backward pass before an update
-        self._capture = "grad" in protocol.engine.needs and not protocol.engine.needs_gradients
         self._capture_now = False
         self._dense_grads: dict[str, torch.Tensor] = {}
-        if not protocol.engine.needs_gradients and self._activations is None and not self._capture:
-            try:
-                self._maybe_update(0, {})     # an update point at step 0 applies right away
-            except BaseException:
-                self.release_resources()     # prune() fails: no hook or open event file is left behind
-                raise
-        self._arm_capture()
+        self.start()
 
     def _local(self, name: str) -> torch.Tensor:
         return self._params[name].to_local()
@@ -157,6 +149,10 @@ class ShardedPruner(PrunerBase):
         where pruned (zeros without an optimizer)."""
         return {n: self._dtensor(n, self._dense(n).clone()) for n in self.names}
 
+    def _pruned_params(self) -> list[PrunedParam]:
+        """Each sharded parameter with its local shard and mask (the shard holds zeros where pruned)."""
+        return [PrunedParam(self._params[n], self._local(n), self._mask[n], zero_pruned=True) for n in self.names]
+
     def _storage(self, name: str) -> ShardStorage:
         """Where ``name`` lives: the local shard (``dense * mask``), the stored values, the local mask."""
         return ShardStorage(self._layers[name], self._params[name], self._mask[name], self._stored.get(name),
@@ -166,22 +162,15 @@ class ShardedPruner(PrunerBase):
         return self._storage(name).dense()
 
     # ----- the optimizer steps the dense weights -----------------------------------------------
-    @torch.no_grad()
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.removed:
-            return
-        for n, stored in self._stored.items():
-            local = self._local(n)
-            local.copy_(torch.where(self._mask[n], local, stored))
+        if not self.removed:
+            for n in self._stored:
+                self._storage(n).swap_in()
 
-    @torch.no_grad()
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.removed:
-            return
-        for n, stored in self._stored.items():
-            local = self._local(n)
-            stored.copy_(local.masked_fill(self._mask[n], 0))
-            local.mul_(self._mask[n])
+        if not self.removed:
+            for n in self._stored:
+                self._storage(n).swap_out()
 
     def sparsity(self) -> dict[str, float | None]:
         """Fraction of pruned weights per layer, over the full weights (None: skipped, ``protocol.skipped``)."""
@@ -202,7 +191,7 @@ class ShardedPruner(PrunerBase):
                     self._dense_grads[name] = g.detach().clone()  # of the masked weight the model used
                 if not self._straight_through:
                     g.mul_(self._mask[name])                 # pruned entries get no gradient
-                if self.engine.needs_gradients:
+                if self.engine.scored_every_step:
                     self._pending[name] = gradient_score(self.config, self._scores.get(name), self._dense(name), g)
         return hook
 
@@ -219,56 +208,29 @@ class ShardedPruner(PrunerBase):
                                "but no backward pass ran since the last one: call loss.backward() before pruner.step()")
         return {n: pw.to_canonical(self._dense_grads[n]) for n, pw in self._layers.items()}
 
-    def _arm_capture(self) -> None:
-        """Record dense gradients only in the backward pass before an update (RigL)."""
-        if self._capture and not self.removed:
-            nxt = self.protocol.next_step()
-            self._capture_now = 0 <= nxt <= self._step + 1
+    def _set_capture(self, on: bool) -> None:
+        self._capture_now = on
+
+    def _score_like(self, name: str) -> torch.Tensor:
+        return torch.zeros_like(self._local(name))
 
     def read_activations(self) -> dict[str, np.ndarray]:
         """Per-input-channel norms of every rank's inputs since the last update (collective), broadcastable
         to this rank's rows."""
         return self._activations.canonical(self.protocol.shards)
 
-    def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
-        if not scores:
-            raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
-                               "prune(): call loss.backward() before pruner.step()")
-        return {n: self._layers[n].to_canonical(scores[n] if n in scores
-                                                else torch.zeros_like(self._local(n))) for n in self.names}
-
-    @torch.no_grad()
     def _apply_masks(self) -> None:
         for n in self.names:
-            self._local(n).mul_(self._mask[n])
+            self._storage(n).apply_mask()
+
+    def _before_step(self) -> None:
+        self._apply_masks()          # the pruned entries of every local shard are zero after each step
 
     def write_update(self, update: MaskUpdate) -> None:
         """New masks into the shards: ``dense * mask`` in the shard, the rest in the stored values; a release
         bakes the zeros of the last masks first, as the single-process ``Pruner`` does."""
         mask_write.write_update(update, {n: self._storage(n) for n in self.names}, self._activations)
         self._dense_grads.clear()
-
-    def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
-        """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
-        if not self.protocol.due(step) or (self._activations is not None and self._activations.waiting()):
-            return                  # nothing due, or no input seen on any rank since the last update: it waits
-        scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.needs_gradients else None
-        reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
-        self.advance_to(step, scores, grads=reads.get("grads"), activations=reads.get("activations"))
-
-    def step(self, num_steps: int = 1) -> None:
-        """Zero the pruned weights of every local shard, count ``num_steps`` optimizer steps and
-        update the masks if an update point was reached. Call it on every rank, right after
-        ``optimizer.step()``. A failed update (e.g. NaN weights) changes no mask, score or step
-        counter: fix the cause and call it again."""
-        self.check_alive("step")
-        check_num_steps(num_steps)
-        self._apply_masks()
-        step, scores = self._step + num_steps, {**self._scores, **self._pending}
-        self._maybe_update(step, scores)          # raises before anything changes
-        self._scores, self._step = scores, step
-        self._pending.clear()
-        self._arm_capture()
 
     # ----- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -286,7 +248,7 @@ class ShardedPruner(PrunerBase):
         state["masks"] = self.masks()
         state["stored"] = {n: self._dtensor(n, v.clone()) for n, v in self._stored.items()}
         scores = {}
-        if self.engine.needs_gradients:
+        if self.engine.scored_every_step:
             for n in self.names:
                 local = self._scores[n].detach().clone() if n in self._scores else torch.zeros_like(self._local(n))
                 scores[n] = self._dtensor(n, local.to(torch.float32))
@@ -294,7 +256,7 @@ class ShardedPruner(PrunerBase):
         state["scored"] = sorted(self._scores)
         state["step"] = self._step
         if self._activations is not None:     # global sums of the inputs since the last update (collective)
-            state.update(self._activations.state())
+            state.update(self._activations.checkpoint())
         return state
 
     def _local_rows(self, what: str, name: str, value: Any) -> torch.Tensor:
@@ -353,7 +315,7 @@ class ShardedPruner(PrunerBase):
             if not v.is_floating_point() or not bool(torch.isfinite(v).all()):
                 raise ValueError(f"state['stored'][{n!r}] is not a finite float tensor")
         if self._activations is not None:
-            self._activations.load_state(dict(state), check_only=True)
+            self._activations.restore(state, check_only=True)
         core = {k: v for k, v in state.items() if k not in ("masks", "scores", "scored", "step", "stored",
                                                           "activation_sums", "activation_seen")}
         core["masks"] = {n: self._layers[n].to_canonical(m.cpu()) for n, m in local_masks.items()}
@@ -364,7 +326,7 @@ class ShardedPruner(PrunerBase):
             v.copy_(local_stored[n].masked_fill(self._mask[n], 0) if n in local_stored else torch.zeros_like(v))
         self._apply_masks()
         if self._activations is not None:
-            self._activations.load_state(dict(state))
+            self._activations.restore(state)
         self._scores = local_scores
         self._pending.clear()
         self._step = step

@@ -1,13 +1,14 @@
-"""Input-activation statistics of FSDP2 layers, summed over the data-parallel group.
+"""Input-activation statistics summed over the data-parallel group (FSDP2 and DDP).
 
-FSDP2 shards the weights, not the inputs: each rank sees its own data-parallel
-batch. :class:`GroupActivationNorms` sums the squares of each pruned layer's
-inputs per input channel on every rank (:class:`~sparsify_torch.statistics.ActivationNorms`)
-and all-reduces the sums (one ``all_reduce`` per mask update) before the core
-sees them, so every rank's criterion reads the statistics of the global batch:
-the masks of the single-process :class:`~sparsify_torch.Pruner` run on the
-concatenated batches (equal bit for bit when the sums are exact, else up to the
-order of the float additions).
+Data parallelism splits the batch: each rank sees its own inputs. :class:`GroupActivationNorms`
+sums the squares of each pruned layer's inputs per input channel on every rank
+(:class:`~sparsify_torch.statistics.ActivationNorms`) and all-reduces the sums and
+call counts (one float32 ``all_reduce`` through the
+:class:`~sparsify_torch.torch_collective.TorchCollective` per read) before the core's
+:class:`~sparsify.activation_stats.ActivationWindow` sees them, so every rank's
+criterion reads the statistics of the global batch: the masks of the single-process
+:class:`~sparsify_torch.Pruner` run on the concatenated batches (equal bit for bit
+when the sums are exact, else up to the order of the float additions).
 
 Checkpoints hold the global sums (replicated on every rank, what
 ``torch.distributed.checkpoint`` saves once); taking the state folds the ranks'
@@ -24,12 +25,12 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from sparsify.distributed import RowShard
 
 from .layers import PrunableWeight
 from .statistics import ActivationNorms
+from .torch_collective import TorchCollective
 
 __all__ = ["GroupActivationNorms"]
 
@@ -40,26 +41,26 @@ class GroupActivationNorms:
     Args:
         weights: the pruned weights (Linear and convolution weights, checked by
             :func:`~sparsify_torch.statistics.check_activation_layers`).
-        group: the data-parallel process group (FSDP2's mesh group).
-        rank: this rank within ``group`` (rank 0 holds the folded sums).
-        device: where the all-reduce runs (the CPU for gloo, the GPU for NCCL).
+        collective: the :class:`~sparsify_torch.torch_collective.TorchCollective` of the data-parallel
+            group (DDP's process group, FSDP2's mesh group); its rank 0 holds the folded sums.
         criterion: the criterion's name, for errors.
     """
 
-    def __init__(self, weights: list[PrunableWeight], group: Any, rank: int, device: torch.device,
-                 criterion: str) -> None:
+    def __init__(self, weights: list[PrunableWeight], collective: TorchCollective, criterion: str) -> None:
         self.names = [w.name for w in weights]
         self._weights = list(weights)
         self._local = ActivationNorms(weights, criterion)
-        self._group, self._rank, self._device, self._criterion = group, rank, device, criterion
+        self._collective, self._rank, self._criterion = collective, collective.rank, criterion
 
     def _reduced(self) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
-        """(global sums of every weight, global calls of every weight); collective: one ``all_reduce``."""
+        """(global sums of every weight, global calls of every weight); collective: one float32 ``all_reduce``
+        of the sums and call counts packed together."""
         local, calls, widths = self._local.state(), self._local.local_calls(), self._local.widths()
-        parts = [local[n].float() if n in local else torch.zeros(widths[n]) for n in self.names]
-        flat = torch.cat(parts + [torch.tensor([float(calls[n]) for n in self.names])]).to(self._device)
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self._group)
-        sums = dict(zip(self.names, flat[:-len(self.names)].cpu().split([widths[n] for n in self.names])))
+        parts = [local[n].float().numpy() if n in local else np.zeros(widths[n], np.float32) for n in self.names]
+        flat = self._collective.allreduce_sum(np.concatenate(parts + [np.array([calls[n] for n in self.names],
+                                                                               np.float32)]))
+        flat = torch.from_numpy(flat)
+        sums = dict(zip(self.names, flat[:-len(self.names)].split([widths[n] for n in self.names])))
         return sums, {n: int(c) for n, c in zip(self.names, flat[-len(self.names):].tolist())}
 
     def waiting(self) -> bool:
@@ -69,8 +70,9 @@ class GroupActivationNorms:
         self._local.sync(sums, calls)
         return self._local.window.waiting()
 
-    def canonical(self, shards: Mapping[str, RowShard]) -> dict[str, np.ndarray]:
-        """This rank's rows of the norms of the global batch, broadcastable to each local shard; collective.
+    def canonical(self, shards: Mapping[str, RowShard] | None = None) -> dict[str, np.ndarray]:
+        """The norms of the global batch (this rank's rows of them with ``shards``: FSDP2), broadcastable to
+        each weight (or local shard); collective.
 
         Raises:
             ValueError: some pruned layers saw no input on any rank since the last update (all named, on every
@@ -80,11 +82,11 @@ class GroupActivationNorms:
         self._local.sync(sums, calls)
         norms = self._local.window.read()
         for n, v in norms.items():                 # grouped convolutions: one row of norms per output row
-            if v.shape[0] > 1:
+            if shards is not None and v.shape[0] > 1:
                 norms[n] = v[shards[n].start:shards[n].stop]
         return norms
 
-    def state(self) -> dict[str, Any]:
+    def checkpoint(self) -> dict[str, Any]:
         """``activation_sums`` (global, every weight; zeros where unseen) and ``activation_seen``; collective.
         Folds the ranks' sums into rank 0's (the same global sums, added in the order a resumed run adds them)."""
         sums, calls = self._reduced()
@@ -92,8 +94,8 @@ class GroupActivationNorms:
         self._local.load_state({n: sums[n] for n in seen} if self._rank == 0 else {})
         return {"activation_sums": sums, "activation_seen": seen}
 
-    def load_state(self, state: Mapping[str, Any], check_only: bool = False) -> None:
-        """Restore :meth:`state` output (or a single-process ``Pruner`` state's ``activation_sums``): rank 0
+    def restore(self, state: Mapping[str, Any], check_only: bool = False) -> None:
+        """Restore :meth:`checkpoint` output (or a single-process ``Pruner`` state's ``activation_sums``): rank 0
         holds the sums, the other ranks none. Checked before anything changes (``check_only``: only checked).
 
         Raises:
@@ -102,7 +104,7 @@ class GroupActivationNorms:
         sums = state.get("activation_sums")
         if not isinstance(sums, Mapping):
             raise ValueError(f"criterion {self._criterion!r} reads activations: state['activation_sums'] must be "
-                             "the dict ShardedPruner.state_dict() saved")
+                             "the dict the pruner's state_dict() saved")
         seen = state.get("activation_seen", sorted(sums))
         if not isinstance(seen, (list, tuple)) or not all(n in sums for n in seen):
             raise ValueError(f"state['activation_seen'] must list names of state['activation_sums'], got {seen!r}")

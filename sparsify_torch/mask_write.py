@@ -5,7 +5,7 @@ through :func:`write_update`: the single-process :class:`~sparsify_torch.Pruner`
 FSDP2 :class:`~sparsify_torch.fsdp.ShardedPruner`. For every pruned weight it
 
 1. reads the dense weight (the values the entries hold under the mask);
-2. on a release, multiplies it by ``update.zero`` (the last masks: released weights start
+2. on a release, multiplies it by ``update.keep_values`` (the last masks: released weights start
    from the pruned values, ``-0.0`` and all, as the multiplication gives them);
 3. sets the grown entries (``update.grown``) to zero in the dense weight and in every
    optimizer-state tensor shaped like the weight (Adam's ``exp_avg`` and ``exp_avg_sq``,
@@ -33,7 +33,7 @@ Example:
     >>> shard.dense().tolist()                                      # what the core ranks
     [[1.0, -2.0, 3.0]]
     >>> keep = np.array([[False, True, True]])
-    >>> write_update(MaskUpdate(step=1, masks={"weight": keep}, zero={"weight": keep}), {"weight": shard})
+    >>> write_update(MaskUpdate(step=1, masks={"weight": keep}, keep_values={"weight": keep}), {"weight": shard})
     >>> shard.local.tolist(), shard.stored.tolist(), shard.mask.tolist()
     ([[0.0, -2.0, 3.0]], [[1.0, 0.0, 0.0]], [[False, True, True]])
 """
@@ -162,6 +162,22 @@ class ShardStorage:
     def optimizer_state(self) -> list[torch.Tensor]:
         return optimizer_state(self.optimizer, self.param, _local)
 
+    @torch.no_grad()
+    def apply_mask(self) -> None:
+        """Zero the pruned entries of the local shard (what FSDP2 all-gathers is ``dense * mask``)."""
+        self.local.mul_(self.mask)
+
+    @torch.no_grad()
+    def swap_in(self) -> None:
+        """Before an optimizer step that steps the dense weights: the stored values into the shard."""
+        self.local.copy_(torch.where(self.mask, self.local, self.stored))
+
+    @torch.no_grad()
+    def swap_out(self) -> None:
+        """After it: the pruned values back into ``stored``, zeros into the shard."""
+        self.stored.copy_(self.local.masked_fill(self.mask, 0))
+        self.local.mul_(self.mask)
+
     def store(self, dense: torch.Tensor, mask: np.ndarray) -> None:
         keep = self.layout.mask_like(mask, self.mask)
         self.local.copy_(dense * keep)
@@ -180,7 +196,7 @@ def write_update(update: MaskUpdate, storages: Mapping[str, WeightStorage], stat
         statistics: activation statistics to ``reset()`` after the update, or None.
 
     Raises:
-        ValueError: ``update.masks`` (or, for a release, ``update.zero``) lacks a weight of ``storages``;
+        ValueError: ``update.masks`` (or, for a release, ``update.keep_values``) lacks a weight of ``storages``;
             nothing is written then.
 
     Example:
@@ -194,7 +210,7 @@ def write_update(update: MaskUpdate, storages: Mapping[str, WeightStorage], stat
         >>> s.original.tolist(), s.mask.tolist()                  # a release bakes the last zeros
         ([[4.0, -0.0]], [[1.0, 1.0]])
     """
-    needed = (("masks", update.masks),) + ((("zero", update.zero),) if update.released else ())
+    needed = (("masks", update.masks),) + ((("keep_values", update.keep_values),) if update.released else ())
     for what, arrays in needed:                         # checked before anything changes
         missing = [name for name in storages if name not in arrays]
         if missing:
@@ -203,7 +219,7 @@ def write_update(update: MaskUpdate, storages: Mapping[str, WeightStorage], stat
     for name, storage in storages.items():
         layout, dense = storage.layout, storage.dense()
         if update.released:
-            dense.mul_(layout.mask_like(update.zero[name], dense))
+            dense.mul_(layout.mask_like(update.keep_values[name], dense))
         grown = update.grown.get(name)
         if grown is not None and grown.any():          # grown weights start at zero, with zeroed optimizer state
             keep = layout.mask_like(~grown, dense)

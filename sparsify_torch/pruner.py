@@ -30,15 +30,17 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from sparsify.adapter import collect_reads
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from . import mask_write
 from .layers import PrunableWeight
 from .mask_write import ParametrizedStorage
 from .parametrization import MaskParametrization
-from .pruner_base import PrunerBase, check_num_steps, check_state_counters, dist_group_size, gradient_score
+from .pruner_base import PrunerBase, check_state_counters, dist_group_size, gradient_score
+from .frozen_pruned import FrozenPruned, PrunedParam
+from .fsdp_activations import GroupActivationNorms
 from .statistics import ActivationNorms
+from .torch_collective import TorchCollective
 from .tensorboard import SparsityWriter
 
 __all__ = ["Pruner"]
@@ -60,30 +62,36 @@ class Pruner(PrunerBase):
 
     def __init__(self, model: nn.Module, protocol: PruningProtocol, layers: list[PrunableWeight],
                  process_group: Any = None, log_dir: Any = None, optimizer: Any = None) -> None:
-        super().__init__(protocol, None if log_dir is None else SparsityWriter(log_dir))  # TensorBoard, like Keras
+        # TensorBoard, like Keras
+        super().__init__(protocol, layers, None if log_dir is None else SparsityWriter(log_dir))
         self.model = model
         self.optimizer = optimizer
-        self._layers = {w.name: w for w in layers}
         self._group = process_group
-        self._scores: dict[str, torch.Tensor] = {}
-        self._pending: dict[str, torch.Tensor] = {}
+        self._backward_seen: set[str] = set()
+        self._score_queued = False
         self._loads = [self._par(n).loads for n in self.names]
-        needs = protocol.engine.needs
-        self._activations = ActivationNorms(layers, protocol.config.criterion) if "activation" in needs else None
-        self._capture_grads = "grad" in needs and not protocol.engine.needs_gradients   # RigL: dense gradients
-        if self._activations is not None:
+        if "activation" in protocol.engine.needs:
+            self._activations = self._activation_reader(layers)
             self.hooks.append(self._activations)
-        if protocol.engine.needs_gradients:
-            for name in self.names:
-                self.hooks.append(self._original(name).register_post_accumulate_grad_hook(self._grad_hook(name)))
-        else:
-            try:
-                if not self._waits_for_data():
-                    self._maybe_update(0, {})  # an update point at step 0 applies right away
-            except BaseException:
-                self.release_resources()   # prune() fails: no hook or open event file is left behind
-                raise
-        self._arm_capture()
+        if self.config.pruned_gradient == "none":      # pruned values and their optimizer state stay put
+            self.hooks.append(FrozenPruned(self._pruned_params, optimizer))
+        if protocol.engine.scored_every_step:
+            self.hooks += [self._original(n).register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
+        self.start()
+
+    def _activation_reader(self, layers: list[PrunableWeight]) -> ActivationNorms | GroupActivationNorms:
+        """The inputs' statistics: this process's, or under ``torch.distributed`` summed over the group."""
+        if dist_group_size(self._group) == 1:
+            return ActivationNorms(layers, self.config.criterion)
+        return GroupActivationNorms(layers, TorchCollective(self._group), self.config.criterion)
+
+    def _pruned_params(self) -> list[PrunedParam]:
+        """Each parametrized tensor (once, fused q/k/v too) with its whole mask buffer."""
+        out = []
+        for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in self._layers.values()):
+            par = module.parametrizations[tensor_name]
+            out.append(PrunedParam(par.original, par.original, par[0].mask))
+        return out
 
     # ----- access -------------------------------------------------------------------------
     def _original(self, name: str) -> torch.Tensor:
@@ -129,33 +137,28 @@ class Pruner(PrunerBase):
             # deepcopy/other models never carry this hook, but be strict anyway.
             if self.removed or param.grad is None or param is not self._original(name):
                 return
+            self._backward_seen.add(name)
+            if not self._score_queued:
+                # Score once the backward pass is over: under DDP the gradient is then the batch mean DDP
+                # all-reduced (its own end-of-backward callback was queued during the pass; ours goes after it).
+                self._score_queued = True
+                engine = torch.autograd.Variable._execution_engine
+                engine.queue_callback(lambda: engine.queue_callback(self._score_gradients))
+        return hook
+
+    def _score_gradients(self) -> None:
+        """The per-step criterion of this backward pass, from the final (DDP: all-reduced) gradients."""
+        self._score_queued = False
+        for name in self._backward_seen:
+            param = self._original(name)
+            if param.grad is None:
+                continue
             part = self._layers[name].part
             w, g = part(param.detach()), part(param.grad.detach())   # g is already zero where the mask is
             # From the committed average, so gradient accumulation (several
             # backward passes per optimizer step) counts as one step.
             self._pending[name] = gradient_score(self.config, self._scores.get(name), w, g)
-        return hook
-
-    def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if not scores:
-            raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
-                               "prune(): call loss.backward() before pruner.step()")
-        return {n: scores[n] if n in scores else torch.zeros_like(self._layers[n].part(self._original(n)))
-                for n in self.names}
-
-    def _reduce(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """All-reduce (mean) the scores over the process group, so every rank gets one mask."""
-        world = dist_group_size(self._group)
-        if world == 1:
-            return scores
-        flat = torch.cat([s.detach().reshape(-1).to(torch.float32) for s in scores.values()])
-        torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM, group=self._group)
-        flat /= world
-        out, off = {}, 0
-        for n, s in scores.items():
-            out[n] = flat[off:off + s.numel()].view(s.shape)
-            off += s.numel()
-        return out
+        self._backward_seen.clear()
 
     # ----- schedule -----------------------------------------------------------------------
     def read_weights(self) -> dict[str, np.ndarray]:
@@ -179,27 +182,15 @@ class Pruner(PrunerBase):
         ``ValueError`` names every layer that saw none while others did."""
         return self._activations.canonical()
 
-    def _waits_for_data(self) -> bool:
-        """True when an update needs statistics no pass produced yet (activations, dense gradients)."""
-        return self._activations is not None or self._capture_grads
+    def _set_capture(self, on: bool) -> None:
+        for n in self.names:
+            self._par(n).capture_grad = on
 
-    def _arm_capture(self) -> None:
-        """Record dense gradients only in the backward pass before an update (RigL)."""
-        if self._capture_grads and not self.removed:
-            nxt = self.protocol.next_step()
-            on = nxt >= 0 and nxt <= self._step + 1
-            for n in self.names:
-                self._par(n).capture_grad = on
+    def _score_like(self, name: str) -> torch.Tensor:
+        return torch.zeros_like(self._layers[name].part(self._original(name)))
 
-    def _scores_now(self, gradient_scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
-        """Gradient-criterion scores (from ``gradient_scores``), or magnitudes, all-reduced over the process group."""
-        if self.engine.needs_gradients:
-            scores = self._gradient_scores(gradient_scores)
-        else:
-            acts = self.read_activations() if self._activations is not None else None
-            core = self.engine.criterion_scores(self.read_weights(), acts)
-            scores = {n: self._layers[n].from_canonical(np.asarray(s, dtype=np.float32)) for n, s in core.items()}
-        return {n: self._layers[n].to_canonical(s) for n, s in self._reduce(scores).items()}
+    def _before_step(self) -> None:
+        self._score_queued = False          # a backward pass that failed midway never ran its callback
 
     def _storages(self) -> dict[str, ParametrizedStorage]:
         """Where each weight lives: the parametrization's ``original`` and mask buffer."""
@@ -209,38 +200,6 @@ class Pruner(PrunerBase):
     def write_update(self, update: MaskUpdate) -> None:
         # the stored weights stay dense under the mask; a release bakes the zeros of the last masks, then unmasks
         mask_write.write_update(update, self._storages(), self._activations)
-
-    def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
-        """Update the masks if an update point lies in ``(done_step, step]``; raises before any change."""
-        if not self.protocol.due(step) or (self._activations is not None and self._activations.waiting()):
-            return                  # nothing due, or no input seen since the last update: the update waits
-        self._sync()
-        needs_scores = self.engine.needs_gradients or dist_group_size(self._group) > 1
-        reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
-        self.advance_to(step, (lambda: self._scores_now(gradient_scores)) if needs_scores else None,
-                        grads=reads.get("grads"), activations=reads.get("activations"))
-
-    def step(self, num_steps: int = 1) -> None:
-        """Count ``num_steps`` optimizer steps and update the masks if an update point was reached.
-
-        Call it right after ``optimizer.step()``. With a gradient criterion
-        the gradients of the last backward pass are folded into the scores.
-
-        Args:
-            num_steps: steps to advance (a positive integer), e.g. when the
-                pruner is only called every few optimizer steps.
-
-        Raises:
-            RuntimeError: after :meth:`remove`, or a gradient criterion saw no gradients.
-            ValueError: ``num_steps`` is not a positive integer, or the update failed (e.g. NaN
-                weights). A failed step changes nothing: fix the cause and call it again.
-        """
-        self.check_alive("step")
-        step, scores = self._step + check_num_steps(num_steps), {**self._scores, **self._pending}
-        self._maybe_update(step, scores)          # raises before anything changes
-        self._scores, self._step = scores, step
-        self._pending.clear()
-        self._arm_capture()
 
     # ----- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -259,7 +218,7 @@ class Pruner(PrunerBase):
         core["masks"] = {n: torch.from_numpy(m) for n, m in core["masks"].items()}
         out = {**core, "step": self._step, "scores": {n: s.detach().cpu().clone() for n, s in self._scores.items()}}
         if self._activations is not None:     # inputs seen since the last update (criteria that read them)
-            out["activation_sums"] = self._activations.state()
+            out.update(self._activations.checkpoint())
         return out
 
     @torch.no_grad()
@@ -291,14 +250,11 @@ class Pruner(PrunerBase):
                                  + (" holding NaN or inf" if isinstance(s, torch.Tensor) and s.is_floating_point()
                                     and tuple(s.shape) == shape else ""))
         if self._activations is not None:
-            if not isinstance(state.get("activation_sums"), Mapping):
-                raise ValueError(f"criterion {self.config.criterion!r} reads activations: state['activation_sums'] "
-                                 "must be the dict Pruner.state_dict() saved")
-            self._activations.check_state(dict(state["activation_sums"]))     # before anything changes
+            self._activations.restore(state, check_only=True)     # before anything changes
         core = {**state, "masks": {n: m.detach().cpu().numpy() for n, m in masks.items()}}
         self.protocol.load_state_dict(core)            # checks the rest; raises before any change
         if self._activations is not None:
-            self._activations.load_state(dict(state["activation_sums"]))
+            self._activations.restore(state)
         restored = self.protocol.masks                 # written as an update to themselves: only the buffers change
         mask_write.write_update(MaskUpdate(self.protocol.done_step, restored, restored), self._storages())
         self._loads = [self._par(n).loads for n in self.names]

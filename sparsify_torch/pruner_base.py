@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from sparsify import PruningConfig, PruningEngine
+from sparsify.adapter import collect_reads
 from sparsify.criteria import get_criterion
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
@@ -90,18 +91,23 @@ def dist_group_size(group: Any) -> int:
 
 
 class PrunerBase:
-    """What :class:`Pruner` and :class:`~sparsify_torch.fsdp.ShardedPruner` share around the core protocol.
+    """The one torch update loop, shared by :class:`Pruner` and :class:`~sparsify_torch.fsdp.ShardedPruner`.
 
-    A subclass calls ``super().__init__(protocol, writer)`` and implements the two template methods
-    of the adapter contract (``docs/design.md``): :meth:`read_weights` (the canonical weights, dense
-    under the mask) and :meth:`write_update` (a :class:`sparsify.MaskUpdate` into torch state).
-    ``hooks`` collects handles (gradient hooks, activation statistics) dropped by :meth:`release_resources`;
+    It counts optimizer steps (:meth:`step`), applies an update point at step 0 at once when the
+    config needs no data, arms RigL's dense-gradient capture for the backward pass before an
+    update, waits for inputs (activation criteria, ``sparsify.activation_stats``), folds per-step
+    gradient scores and hands the core exactly the readers the config needs
+    (``collect_reads``). A subclass sets ``_activations`` (or leaves None), calls :meth:`start`
+    at the end of its ``__init__`` and implements the template methods: :meth:`read_weights`,
+    :meth:`write_update` (the adapter contract, ``docs/design.md``), :meth:`_score_like` (zeros
+    shaped like a weight's scores), :meth:`_set_capture`; :meth:`_before_step` and :meth:`_sync`
+    are optional. ``hooks`` collects handles dropped by :meth:`release_resources`;
     ``after_remove`` ends the error of a call after ``remove()``.
     """
 
     after_remove = "the masks are baked into the weights and this pruner no longer controls the model"
 
-    def __init__(self, protocol: PruningProtocol, writer: SparsityWriter | None = None) -> None:
+    def __init__(self, protocol: PruningProtocol, layers: list[Any], writer: SparsityWriter | None = None) -> None:
         self.protocol = protocol
         self.config = protocol.config
         self.names: list[str] = list(protocol.names)
@@ -109,7 +115,14 @@ class PrunerBase:
         self.hooks: list[Any] = []
         self.removed = False
         self._step = 0
+        self._layers = {w.name: w for w in layers}
+        self._scores: dict[str, torch.Tensor] = {}      # per-step criterion: committed at each step
+        self._pending: dict[str, torch.Tensor] = {}     # ... and of the backward passes since
+        self._activations: Any = None
+        # RigL: the dense gradient of the backward pass before an update
+        self._capture_grads = "grad" in protocol.engine.needs and not protocol.engine.scored_every_step
 
+    # ----- template methods ---------------------------------------------------------------------
     def read_weights(self) -> dict[str, np.ndarray]:  # pragma: no cover - template method
         """The canonical NumPy weights of the pruned layers (dense under the mask)."""
         raise NotImplementedError
@@ -118,7 +131,21 @@ class PrunerBase:
         """Write a mask update (masks, zeros of a release, grown entries) into torch state."""
         raise NotImplementedError
 
+    def _score_like(self, name: str) -> torch.Tensor:  # pragma: no cover - template method
+        """Zero scores of ``name`` (torch layout) for a weight no backward pass reached."""
+        raise NotImplementedError
 
+    def _set_capture(self, on: bool) -> None:  # pragma: no cover - template method
+        """Record (or not) the dense gradients in the next backward pass (RigL)."""
+        raise NotImplementedError
+
+    def _before_step(self) -> None:
+        """What a subclass does first in :meth:`step` (e.g. FSDP2: zero the pruned shard entries)."""
+
+    def _sync(self) -> None:
+        """Re-read framework state into the protocol before an update (e.g. mask buffers a load replaced)."""
+
+    # ----- the loop -----------------------------------------------------------------------------
     @property
     def engine(self) -> PruningEngine:
         """The core :class:`sparsify.PruningEngine` (schedule, pattern, criterion)."""
@@ -133,6 +160,66 @@ class PrunerBase:
     def done_step(self) -> int:
         """Step of the last mask update (-1 if none yet)."""
         return self.protocol.done_step
+
+    def start(self) -> None:
+        """End of construction: an update point at step 0 applies right away when it needs no data
+        (per-step scores, inputs or gradients wait for the first :meth:`step`). If it fails, no hook or
+        open event file is left behind."""
+        try:
+            if not (self.engine.scored_every_step or self._activations is not None or self._capture_grads):
+                self._maybe_update(0, {})
+        except BaseException:
+            self.release_resources()
+            raise
+        self._arm_capture()
+
+    def step(self, num_steps: int = 1) -> None:
+        """Count ``num_steps`` optimizer steps and update the masks if an update point was reached.
+
+        Call it right after ``optimizer.step()`` (on every rank under ``torch.distributed``). With a
+        per-step criterion the scores of the last backward pass are folded in.
+
+        Args:
+            num_steps: steps to advance (a positive integer), e.g. when the
+                pruner is only called every few optimizer steps.
+
+        Raises:
+            RuntimeError: after ``remove()``, or a per-step criterion saw no gradients.
+            ValueError: ``num_steps`` is not a positive integer, or the update failed (e.g. NaN
+                weights). A failed step changes nothing: fix the cause and call it again.
+        """
+        self.check_alive("step")
+        check_num_steps(num_steps)
+        self._before_step()
+        step, scores = self._step + num_steps, {**self._scores, **self._pending}
+        self._maybe_update(step, scores)          # raises before anything changes
+        self._scores, self._step = scores, step
+        self._pending.clear()
+        self._arm_capture()
+
+    def _maybe_update(self, step: int, gradient_scores: Mapping[str, torch.Tensor]) -> None:
+        """Update the masks if an update point lies in ``(done_step, step]`` and the data it needs is there
+        (an activation criterion waits for inputs); raises before any change."""
+        if not self.protocol.due(step) or (self._activations is not None and self._activations.waiting()):
+            return
+        self._sync()
+        scores = (lambda: self._gradient_scores(gradient_scores)) if self.engine.scored_every_step else None
+        reads = collect_reads(self.protocol, self)      # the readers this config needs (docs/design.md)
+        self.advance_to(step, scores, grads=reads.get("grads"), activations=reads.get("activations"))
+
+    def _gradient_scores(self, scores: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        """The per-step criterion's scores, canonical (zeros for a weight no backward pass reached)."""
+        if not scores:
+            raise RuntimeError(f"criterion {self.config.criterion!r} needs gradients, but none were seen since "
+                               "prune(): call loss.backward() before pruner.step()")
+        return {n: self._layers[n].to_canonical(scores[n] if n in scores else self._score_like(n))
+                for n in self.names}
+
+    def _arm_capture(self) -> None:
+        """Record dense gradients only in the backward pass before an update (RigL)."""
+        if self._capture_grads and not self.removed:
+            nxt = self.protocol.next_step()
+            self._set_capture(0 <= nxt <= self._step + 1)
 
     def advance_to(self, step: int, scores: Any = None, grads: Any = None, activations: Any = None) -> None:
         """Advance the protocol to ``step``; write the masks and the TensorBoard figures of an update."""
@@ -152,9 +239,7 @@ class PrunerBase:
             self.writer.close()
 
     def check_alive(self, what: str) -> None:
-        """Raise ``RuntimeError`` if :meth:`remove` was called (``what`` names the call)."""
+        """Raise ``RuntimeError`` if ``remove()`` was called (``what`` names the call)."""
         if self.removed:
             name = type(self).__name__
             raise RuntimeError(f"{name}.{what}() called after {name}.remove(); {self.after_remove}")
-
-

@@ -161,8 +161,7 @@ class ActivationNorms:
     def load_state(self, sums: Any) -> None:
         """Restore :meth:`state` output (checked before anything changes, see :meth:`check_state`);
         each weight with sums counts as called once."""
-        self._sums = self.check_state(sums)
-        self._calls = {key: 1 for key in self._sums}
+        self.restore({"activation_sums": sums})
 
     def check_state(self, sums: Any) -> dict[int, torch.Tensor]:
         """:meth:`state` output, checked, as this object holds it; nothing changes.
@@ -182,6 +181,26 @@ class ActivationNorms:
                 raise ValueError(f"activation sums of {name!r} must be a tensor of shape ({widths[name]},)")
             new[id(w.module)] = value.detach().float().clone()
         return new
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The pruner state's entries: ``activation_sums`` (:meth:`state`)."""
+        return {"activation_sums": self.state()}
+
+    def restore(self, state: Mapping[str, Any], check_only: bool = False) -> None:
+        """Restore :meth:`checkpoint` entries of a pruner ``state``, checked before anything changes
+        (``check_only``: only checked).
+
+        Raises:
+            ValueError: ``state['activation_sums']`` missing or malformed.
+        """
+        sums = state.get("activation_sums")
+        if not isinstance(sums, Mapping):
+            raise ValueError(f"criterion {self.window.criterion!r} reads activations: state['activation_sums'] "
+                             "must be the dict the pruner's state_dict() saved")
+        checked = self.check_state(dict(sums))
+        if not check_only:
+            self._sums = checked
+            self._calls = {key: 1 for key in checked}
 
     def remove(self) -> None:
         """Drop the hooks."""

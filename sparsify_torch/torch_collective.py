@@ -44,7 +44,11 @@ class TorchCollective:
         self.device = torch.device(device)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+        """A tensor that owns its memory (a copy). Never a view of NumPy memory: gloo's worker thread may drop
+        the last reference to a collective's input after the call returned, and freeing a NumPy-backed tensor
+        takes the GIL, which aborts the process ("terminate called without an active exception") once the
+        interpreter is finalizing, e.g. right after ``destroy_process_group()`` at the end of a script."""
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, copy=True)
 
     def allgather(self, array: np.ndarray) -> list[np.ndarray]:
         a = np.ascontiguousarray(np.asarray(array).reshape(-1))
@@ -62,6 +66,6 @@ class TorchCollective:
 
     def allreduce_sum(self, array: np.ndarray) -> np.ndarray:
         a = np.asarray(array)
-        t = self._tensor(a.copy())
+        t = self._tensor(a)
         dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
         return t.cpu().numpy().astype(a.dtype, copy=False)

@@ -155,83 +155,96 @@ class CutProblem:
 
 def find_cuts(collective: Collective, problems: list[CutProblem]) -> None:
     """Find the cut of every problem; afterwards each has ``mode``, ``value``, ``allow`` and ``pruned``."""
-    rank, world = collective.rank, collective.world_size
     while True:
         active = [p for p in problems if p.mode == "search"]
         if not active:
             break
-        # 1) every rank sends a sample of its candidates, or all of them once they are few
-        plan = []
-        payload = []
-        for p in active:
-            gathering = int(p.cand.sum()) <= p.gather
-            sizes = p.counts(gathering)
-            plan.append((p, gathering, sizes))
+        splits = _sample_round(collective, active)
+        if splits:
+            _narrow(collective, splits)
+    _settle_ties(collective, [p for p in problems if p.mode == "cut"])
+
+
+def _sample_round(collective: Collective, active: list[CutProblem]) -> list[tuple[CutProblem, Any, Any]]:
+    """1) Every rank sends a sample of its candidates, or all of them once they are few: a problem whose
+    candidates were all gathered gets its cut; the others get two pivots around the wanted rank."""
+    rank, world = collective.rank, collective.world_size
+    plan = []
+    payload = []
+    for p in active:
+        gathering = int(p.cand.sum()) <= p.gather
+        sizes = p.counts(gathering)
+        plan.append((p, gathering, sizes))
+        for j, m in enumerate(p.members):
+            s, c = int(sizes[j, rank]), int(p.cand[j, rank])
+            src = p.idx[j]
+            if s == c:
+                vals = _values(m.units, src)
+            else:                                       # evenly strided over the candidates
+                pos = (np.arange(s, dtype=np.int64) * c) // s
+                vals = m.units[pos] if src is None else m.units[src[pos]]
+            payload.append(np.ascontiguousarray(vals).view(np.uint8).reshape(-1))
+    parts = collective.allgather(np.concatenate(payload) if payload else np.empty(0, np.uint8))
+    offsets = [0] * world
+    splits = []
+    for p, gathering, sizes in plan:
+        vals = []
+        for r in range(world):
             for j, m in enumerate(p.members):
-                s, c = int(sizes[j, rank]), int(p.cand[j, rank])
-                src = p.idx[j]
-                if s == c:
-                    vals = _values(m.units, src)
-                else:                                       # evenly strided over the candidates
-                    pos = (np.arange(s, dtype=np.int64) * c) // s
-                    vals = m.units[pos] if src is None else m.units[src[pos]]
-                payload.append(np.ascontiguousarray(vals).view(np.uint8).reshape(-1))
-        parts = collective.allgather(np.concatenate(payload) if payload else np.empty(0, np.uint8))
-        offsets = [0] * world
-        splits = []
-        for p, gathering, sizes in plan:
-            vals = []
-            for r in range(world):
-                for j, m in enumerate(p.members):
-                    nbytes = int(sizes[j, r]) * m.units.dtype.itemsize
-                    vals.append(parts[r][offsets[r]:offsets[r] + nbytes].view(m.units.dtype))
-                    offsets[r] += nbytes
-            ordered = np.sort(np.concatenate(vals))
-            want = p.k - p.below                               # 1-based rank among the candidates
-            if gathering:
-                p.value, p.mode = ordered[want - 1], "cut"
-                continue
-            total = int(p.cand.sum())
-            q, size = want / total, ordered.size
-            if p.exact_split:
-                p1 = p2 = ordered[min(size - 1, max(0, int(q * size)))]
-            else:
-                margin = 6.0 * math.sqrt(max(q * (1 - q), 1.0 / size) / size) + 2.0 / size
-                p1 = ordered[min(size - 1, max(0, int(math.floor((q - margin) * size))))]
-                p2 = ordered[min(size - 1, max(0, int(math.ceil((q + margin) * size))))]
-            splits.append((p, p1, p2))
-        if not splits:
+                nbytes = int(sizes[j, r]) * m.units.dtype.itemsize
+                vals.append(parts[r][offsets[r]:offsets[r] + nbytes].view(m.units.dtype))
+                offsets[r] += nbytes
+        ordered = np.sort(np.concatenate(vals))
+        want = p.k - p.below                               # 1-based rank among the candidates
+        if gathering:
+            p.value, p.mode = ordered[want - 1], "cut"
             continue
-        # 2) counts on either side of the two pivots, then every rank keeps the same part
-        local = np.array([c for p, p1, p2 in splits for j, m in enumerate(p.members)
-                          for c in _part_counts(m.units, p.idx[j], p1, p2)], dtype=np.int64)
-        counts = np.stack(collective.allgather(local))          # (ranks, 2 * members over problems)
-        col = 0
-        for p, p1, p2 in splits:
-            nm = len(p.members)
-            a = counts[:, col:col + 2 * nm:2].T                # (members, ranks)
-            b = counts[:, col + 1:col + 2 * nm:2].T
-            col += 2 * nm
-            want, total = p.k - p.below, int(p.cand.sum())
-            A, B = int(a.sum()), int(b.sum())
-            if want <= A:
-                part, new = 0, a
-            elif want <= A + B:
-                if p1 == p2:
-                    p.value, p.mode = p1, "cut"
-                    continue
-                part, new = 1, b
-                p.below += A
-            else:
-                part, new = 2, p.cand - a - b
-                p.below += A + B
-            p.exact_split = 2 * int(new.sum()) > total         # under half gone (ties): split at one value next
-            p.cand = np.ascontiguousarray(new, dtype=np.int64)
-            p.idx = [_part_select(m.units, p.idx[j], p1, p2, part) for j, m in enumerate(p.members)]
-    # 3) ties at each value: exchange per-piece counts, prune the first ones in global order
-    found = [p for p in problems if p.mode == "cut"]
+        total = int(p.cand.sum())
+        q, size = want / total, ordered.size
+        if p.exact_split:
+            p1 = p2 = ordered[min(size - 1, max(0, int(q * size)))]
+        else:
+            margin = 6.0 * math.sqrt(max(q * (1 - q), 1.0 / size) / size) + 2.0 / size
+            p1 = ordered[min(size - 1, max(0, int(math.floor((q - margin) * size))))]
+            p2 = ordered[min(size - 1, max(0, int(math.ceil((q + margin) * size))))]
+        splits.append((p, p1, p2))
+    return splits
+
+
+def _narrow(collective: Collective, splits: list[tuple[CutProblem, Any, Any]]) -> None:
+    """2) Counts on either side of the two pivots, then every rank keeps the same part of the candidates."""
+    local = np.array([c for p, p1, p2 in splits for j, m in enumerate(p.members)
+                      for c in _part_counts(m.units, p.idx[j], p1, p2)], dtype=np.int64)
+    counts = np.stack(collective.allgather(local))          # (ranks, 2 * members over problems)
+    col = 0
+    for p, p1, p2 in splits:
+        nm = len(p.members)
+        a = counts[:, col:col + 2 * nm:2].T                # (members, ranks)
+        b = counts[:, col + 1:col + 2 * nm:2].T
+        col += 2 * nm
+        want, total = p.k - p.below, int(p.cand.sum())
+        A, B = int(a.sum()), int(b.sum())
+        if want <= A:
+            part, new = 0, a
+        elif want <= A + B:
+            if p1 == p2:
+                p.value, p.mode = p1, "cut"
+                continue
+            part, new = 1, b
+            p.below += A
+        else:
+            part, new = 2, p.cand - a - b
+            p.below += A + B
+        p.exact_split = 2 * int(new.sum()) > total         # under half gone (ties): split at one value next
+        p.cand = np.ascontiguousarray(new, dtype=np.int64)
+        p.idx = [_part_select(m.units, p.idx[j], p1, p2, part) for j, m in enumerate(p.members)]
+
+
+def _settle_ties(collective: Collective, found: list[CutProblem]) -> None:
+    """3) Ties at each cut value: exchange per-piece counts, prune the first ones in global order."""
     if not found:
         return
+    world = collective.world_size
     local = np.array([c for p in found for m in p.members for c in _below_equal(m.units, p.value)],
                      dtype=np.int64)
     counts = np.stack(collective.allgather(local))

@@ -163,7 +163,6 @@ def sharded_masks(pattern: Pattern, scores: Mapping[str, np.ndarray], shards: Ma
         raise ValueError(f"sample_size must be a positive integer or None, got {sample_size!r}")
     max_ratio = pattern.max_sparsity_ratio_per_layer if max_sparsity_ratio_per_layer is None \
         else float(max_sparsity_ratio_per_layer)
-    rank, world = int(collective.rank), int(collective.world_size)
     glob = pattern.is_global
     missing = [n for n in scores if n not in shards]
     if missing:
@@ -172,9 +171,30 @@ def sharded_masks(pattern: Pattern, scores: Mapping[str, np.ndarray], shards: Ma
     def key(phase: int, pos: int) -> tuple[int, int]:     # the error the single-process core raises first
         return (phase, pos) if glob else (pos, phase)
 
-    # ----- local checks and unit scores (errors are raised after the handshake, on every rank)
+    # local checks and unit scores (errors are raised after the handshake, on every rank)
+    layers, local_error = _local_layers(scores, shards, pre_masks, key)
+    shapes2d, global_errors = _fit_layers(pattern, layers, key)
+    digest = _digest([[l.name, list(l.shard.shape), l.score.dtype.str] for l in layers]
+                     + [pattern.pattern, glob, repr(ratio), repr(max_ratio), int(collective.world_size)])
+    prepare_ok = local_error is None and not global_errors
+    if prepare_ok:                                            # local unit scores before the handshake
+        local_error = _prepare_all(pattern, layers, glob, key)
+    _handshake(pattern, layers, shapes2d, collective, digest, local_error, global_errors, key)
+    if not prepare_ok:                                        # pragma: no cover - an error was raised above
+        raise RuntimeError("sharded selection: unreachable")
+    # how many units each layer prunes, then the exact cuts
+    live = [l for l in layers if not l.skip and l.n_total]
+    keeps: dict[str, np.ndarray] = {}
+    if live:
+        keeps = (_global_keeps if glob else _local_keeps)(pattern, live, ratio, max_ratio, collective, sample_size)
+    return {layer.name: _layer_mask(pattern, layer, keeps) for layer in layers}
+
+
+def _local_layers(scores: Mapping[str, np.ndarray], shards: Mapping[str, RowShard],
+                  pre_masks: Mapping[str, np.ndarray] | None, key) -> tuple[list[ShardedLayer], Any]:
+    """The layers as :class:`ShardedLayer` and the first local shape error as ``(key, message)`` (or None)."""
     layers: list[ShardedLayer] = []
-    local_error: tuple[tuple[int, int], str] | None = None
+    local_error = None
     for pos, (name, score) in enumerate(scores.items()):
         shard = shards[name]
         if not isinstance(shard, RowShard):
@@ -192,8 +212,13 @@ def sharded_masks(pattern: Pattern, scores: Mapping[str, np.ndarray], shards: Ma
         elif layer.pre is not None and layer.pre.shape != shard.local_shape:
             local_error = (key(0, pos), f"pre_masks[{name!r}] has shape {layer.pre.shape}, but the local rows "
                                         f"have shape {shard.local_shape}")
+    return layers, local_error
+
+
+def _fit_layers(pattern: Pattern, layers: list[ShardedLayer], key) -> tuple[dict[str, tuple[int, int]], list]:
+    """Each layer's 2-D view and block geometry (or skip); the errors of layers the pattern does not fit."""
     shapes2d: dict[str, tuple[int, int]] = {}
-    global_errors: list[tuple[tuple[int, int], str]] = []
+    errors: list[tuple[tuple[int, int], str]] = []
     for layer in layers:
         shape2d = view_shape(layer.shard.shape)
         shapes2d[layer.name] = shape2d
@@ -202,20 +227,20 @@ def sharded_masks(pattern: Pattern, scores: Mapping[str, np.ndarray], shards: Ma
             if pattern.skip_incompatible_layers:
                 layer.skip = True
                 continue
-            global_errors.append((key(0, layer.pos), f"layer {layer.name!r} with 2-D view {shape2d} does not fit "
-                                  f"pattern {pattern.pattern!r}: {reason} (set skip_incompatible_layers=True to "
-                                  "leave such layers dense)"))
+            errors.append((key(0, layer.pos), f"layer {layer.name!r} with 2-D view {shape2d} does not fit "
+                           f"pattern {pattern.pattern!r}: {reason} (set skip_incompatible_layers=True to "
+                           "leave such layers dense)"))
             continue
         br, bc = _block_rows(pattern, layer.name, shape2d)
         layer.block_rows = br
         layer.units_per_row_block = shape2d[1] // bc
         layer.n_total = shape2d[0] // br * layer.units_per_row_block
-    # ----- handshake: everyone's rows, and whether anyone failed locally
-    digest = _digest([[l.name, list(l.shard.shape), l.score.dtype.str] for l in layers]
-                     + [pattern.pattern, glob, repr(ratio), repr(max_ratio), world])
-    prepare_ok = local_error is None and not global_errors
-    if prepare_ok:                                            # local unit scores before the handshake
-        local_error = _prepare_all(pattern, layers, glob, key)
+    return shapes2d, errors
+
+
+def _handshake(pattern: Pattern, layers: list[ShardedLayer], shapes2d: Mapping[str, tuple[int, int]],
+               collective: Collective, digest: int, local_error: Any, global_errors: list, key) -> None:
+    """Everyone's rows (and unit dtypes), whether anyone failed locally; raises the agreed error on every rank."""
     hand = np.array([0, 0, 0, digest] + [x for l in layers for x in
                                          (l.shard.start, l.shard.stop, 0 if l.units is None else ord(l.units.dtype.char))],
                     dtype=np.int64)
@@ -238,25 +263,16 @@ def sharded_masks(pattern: Pattern, scores: Mapping[str, np.ndarray], shards: Ma
             global_errors.append((key(0, layer.pos), msg))
     _raise_agreed(collective, [g[:3] for g in gathered], None if local_error is None else local_error[1],
                   global_errors)
-    if not prepare_ok:                                        # pragma: no cover - an error was raised above
-        raise RuntimeError("sharded selection: unreachable")
-    # ----- how many units each layer prunes, then the exact cuts
-    live = [l for l in layers if not l.skip and l.n_total]
-    keeps: dict[str, np.ndarray] = {}
-    if live:
-        keeps = (_global_keeps if glob else _local_keeps)(pattern, live, ratio, max_ratio, collective, sample_size)
-    out = {}
-    for layer in layers:
-        if layer.skip:
-            out[layer.name] = np.ones(layer.score.shape, dtype=bool) if layer.pre is None \
-                else np.asarray(layer.pre, dtype=bool).copy()
-            continue
-        if layer.prepared is None:                            # no local units (no rows, or an empty weight)
-            out[layer.name] = np.ones(layer.score.shape, dtype=bool)
-            continue
-        units_shape = layer.prepared[1].shape
-        out[layer.name] = pattern.finish_units(layer.score, layer.prepared, keeps[layer.name].reshape(units_shape))
-    return out
+
+
+def _layer_mask(pattern: Pattern, layer: ShardedLayer, keeps: Mapping[str, np.ndarray]) -> np.ndarray:
+    """This rank's rows of ``layer``'s mask from its kept units (dense when skipped or without local units)."""
+    if layer.skip:
+        return np.ones(layer.score.shape, dtype=bool) if layer.pre is None else np.asarray(layer.pre, dtype=bool).copy()
+    if layer.prepared is None:                                # no local units (no rows, or an empty weight)
+        return np.ones(layer.score.shape, dtype=bool)
+    units_shape = layer.prepared[1].shape
+    return pattern.finish_units(layer.score, layer.prepared, keeps[layer.name].reshape(units_shape))
 
 
 def _prepare_all(pattern: Pattern, layers: list[ShardedLayer], glob: bool, key) -> tuple[tuple[int, int], str] | None:

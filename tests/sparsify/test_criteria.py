@@ -4,7 +4,7 @@ import pytest
 import sparsify.criteria as criteria_module
 from sparsify import PruningConfig, PruningEngine
 from sparsify.criteria import (get_criterion, magnitude, needs_gradients, register_criterion, registered_criteria,
-                               snip, snip_momentum, unregister_criterion, wanda)
+                               scored_every_step, snip, snip_momentum, unregister_criterion, wanda)
 
 
 def test_values():
@@ -19,10 +19,10 @@ def test_values():
 def test_errors_and_registry():
     assert registered_criteria()[:4] == ("magnitude", "snip", "snip_momentum", "wanda")
     assert criteria_module.CRITERIA == registered_criteria()
-    assert needs_gradients("snip") and needs_gradients("snip_momentum")
-    assert not needs_gradients("magnitude") and not needs_gradients("wanda")
+    assert scored_every_step("snip") and scored_every_step("snip_momentum")
+    assert not scored_every_step("magnitude") and not scored_every_step("wanda")
     with pytest.raises(ValueError, match="criterion must be one of"):
-        needs_gradients("taylor")
+        scored_every_step("taylor")
     with pytest.raises(ValueError, match="momentum must be in"):
         snip_momentum(None, np.ones(1), np.ones(1), momentum=1.5)
 
@@ -81,3 +81,10 @@ def test_missing_inputs_are_named():
         get_criterion("wanda").scores(weight=np.ones(2))
     with pytest.raises(ValueError, match="needs the input activation statistics of 'w'"):
         PruningEngine({"criterion": "wanda", "end_step": 0}).compute_masks({"w": np.ones((2, 2))}, step=0)
+
+
+def test_needs_gradients_is_a_deprecated_alias_of_scored_every_step():
+    with pytest.warns(DeprecationWarning, match="needs_gradients is deprecated: use scored_every_step"):
+        assert needs_gradients("snip") is True
+    with pytest.warns(DeprecationWarning):
+        assert needs_gradients("wanda") is False

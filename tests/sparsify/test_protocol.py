@@ -101,7 +101,7 @@ def test_release_after_end_keeps_zeros_once_and_stops():
     upd = p.advance(11)                                    # no weights needed for a release
     assert isinstance(upd, MaskUpdate) and upd.released and p.released
     assert all(m.all() for m in upd.masks.values())
-    assert all((upd.zero[n] == last[n]).all() for n in p.names)
+    assert all((upd.keep_values[n] == last[n]).all() for n in p.names)
     assert p.advance(12, W) is None and not p.due(50) and p.next_step() == -1
     assert p.total_sparsity() == 0.0
 
@@ -113,7 +113,7 @@ def test_update_and_release_in_one_jump():
     assert upd.released and all(m.all() for m in upd.masks.values())
     ref = proto(leave_enabled=True)
     run(ref, [0, 6, 40])
-    assert all((upd.zero[n] == ref.masks[n]).all() for n in p.names)
+    assert all((upd.keep_values[n] == ref.masks[n]).all() for n in p.names)
 
 
 def test_an_update_needs_weights_but_reads_them_lazily():
@@ -251,3 +251,4 @@ def test_property_any_step_sequence_ends_like_every_step(freq, begin, length, ju
     # the same update points were passed; only the step an update was applied at may differ
     assert p.released == ref.released
     assert all((p.masks[n] == ref.masks[n]).all() for n in p.names)
+

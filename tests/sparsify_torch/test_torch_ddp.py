@@ -40,7 +40,7 @@ def _run(rank: int, cfg: dict, seed: int) -> dict:
         xb, yb = batch(x, y, step * WORLD + rank, size=32)   # different data on each rank
         opt.zero_grad()
         nn.functional.cross_entropy(ddp(xb), yb).backward()
-        if step == 1 and engine.needs_gradients:
+        if step == 1 and engine.scored_every_step:
             # what this rank alone would choose from its local gradient
             w = orig.detach().numpy()
             local_masks.append(engine.compute_masks({"fc1.weight": w}, cfg["end_step"],
@@ -87,3 +87,102 @@ def test_ddp_ranks_compute_identical_masks(tmp_path):
         np.testing.assert_array_equal(r0[crit]["weight"], r1[crit]["weight"])
     # The ranks' local gradients alone would have given different masks: the score reduction matters.
     assert (r0["snip"]["local"][0] != r1["snip"]["local"][0]).any()
+
+
+# ----------------------------------------------------------------------------------------------
+# one rule: statistics reduced over ranks before scores (docs/distributed.md)
+# ----------------------------------------------------------------------------------------------
+HALF = 4          # rows per rank; rank 1's inputs are 3x rank 0's
+STATS = {"wanda": {"criterion": "wanda", "target_sparsity": 0.5, "start_step": 0, "end_step": 0},
+         "snip": {"criterion": "snip", "target_sparsity": 0.5, "start_step": 0, "end_step": 0}}
+
+
+def stats_mlp() -> nn.Module:
+    """Linear(8, 16)-ReLU-Linear(16, 4), small integer weights: every sum below is exact in float32."""
+    model = nn.Sequential(nn.Linear(8, 16, bias=False), nn.ReLU(), nn.Linear(16, 4, bias=False))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randint(-4, 5, p.shape, generator=g).float())
+    return model
+
+
+def stats_batch() -> torch.Tensor:
+    """Two halves of one batch that differ in scale (rank r gets rows r*HALF:(r+1)*HALF)."""
+    x = torch.randint(-2, 3, (2 * HALF, 8), generator=torch.Generator().manual_seed(4)).float()
+    x[HALF:] *= 3
+    return x
+
+
+def stats_masks(key: str, x: torch.Tensor, wrap=None) -> dict[str, np.ndarray]:
+    """Prune, one forward/backward (loss = sum of squared outputs / rows of the *whole* batch), a step."""
+    model = stats_mlp()
+    pruner = prune(model, STATS[key])
+    net = model if wrap is None else wrap(model)
+    loss = net(x).pow(2).sum() / (2 * HALF) * (1 if wrap is None else 2)   # DDP averages the ranks' gradients
+    loss.backward()
+    pruner.step()
+    return {n: (m.full_tensor() if hasattr(m, "full_tensor") else m).numpy().copy()
+            for n, m in pruner.masks().items()}
+
+
+def stats_run(rank: int, world: int) -> dict:
+    from torch.distributed.fsdp import fully_shard
+    part = stats_batch()[rank * HALF:(rank + 1) * HALF]
+
+    def ddp(model):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return DDP(model, broadcast_buffers=False)
+
+    def fsdp_wanda() -> dict[str, np.ndarray]:
+        model = stats_mlp()
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+        fully_shard(model)
+        pruner = prune(model, STATS["wanda"])
+        with torch.no_grad():
+            model(part)
+        pruner.step()
+        return {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}
+
+    return {"ddp_wanda": stats_masks("wanda", part, ddp), "ddp_snip": stats_masks("snip", part, ddp),
+            "fsdp_wanda": fsdp_wanda()}
+
+
+def old_rule_masks(key: str) -> dict[str, np.ndarray]:
+    """What averaging each rank's *scores* gave (the rule before): per-half norms or gradients, scores averaged."""
+    from sparsify.activation_stats import sum_of_squares
+    x = stats_batch()
+    model = stats_mlp()
+    w = {"0.weight": model[0].weight.detach().numpy(), "2.weight": model[2].weight.detach().numpy()}
+    scores = {n: np.zeros_like(v) for n, v in w.items()}
+    for r in range(WORLD):
+        h = x[r * HALF:(r + 1) * HALF]
+        if key == "wanda":
+            hidden = torch.relu(model[0](h)).detach().numpy()
+            norms = {"0.weight": np.sqrt(sum_of_squares(h.numpy())), "2.weight": np.sqrt(sum_of_squares(hidden))}
+            part = {n: np.abs(w[n]) * norms[n][None, :] for n in w}
+        else:
+            model.zero_grad()
+            (model(h).pow(2).sum() / HALF).backward()
+            part = {"0.weight": np.abs(w["0.weight"] * model[0].weight.grad.numpy()),
+                    "2.weight": np.abs(w["2.weight"] * model[2].weight.grad.numpy())}
+        for n in w:
+            scores[n] += part[n] / WORLD
+    return PruningEngine(STATS[key]).compute_masks(w, step=0, scores=scores)
+
+
+def test_ddp_and_fsdp2_statistics_give_the_masks_of_one_process_on_the_whole_batch(tmp_path):
+    from test_torch_fsdp import spawn
+    ranks = spawn(stats_run, WORLD, tmp_path)
+    for key in ("wanda", "snip"):
+        want = stats_masks(key, stats_batch())
+        # the old rule (mean of the ranks' scores) differs here, so this comparison decides something
+        assert sum(int((old_rule_masks(key)[n] != want[n]).sum()) for n in want) > 0, key
+        for res in ranks:
+            for n, m in want.items():
+                np.testing.assert_array_equal(res[f"ddp_{key}"][n], m, err_msg=f"ddp {key} {n}")
+    for res in ranks:
+        for n, m in stats_masks("wanda", stats_batch()).items():
+            np.testing.assert_array_equal(res["fsdp_wanda"][n], m, err_msg=f"fsdp2 wanda {n}")

@@ -355,14 +355,14 @@ def dense_train_run(rank: int, world: int, key: str, ckpt: str, mode: str) -> di
         m, o = get_state_dict(model, opt)
         return {"model": m, "optim": o, "pruner": pruner.state_dict()}
 
-    first, saved, revived, zero_after_step = 1, None, False, []
+    first, saved, revived, zero_after_step, frozen = 1, None, False, [], []
     if mode != "full":
         sd = state()
         dcp.load(sd, checkpoint_id=ckpt)
         set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
         pruner.load_state_dict(sd["pruner"])
         first = 6
-    loaded = _record(model, pruner)
+    loaded = now = _record(model, pruner)
     if mode == "load":
         return {"loaded": loaded}
     data = _train_data()
@@ -372,7 +372,11 @@ def dense_train_run(rank: int, world: int, key: str, ckpt: str, mode: str) -> di
         opt.zero_grad()
         nn.functional.cross_entropy(model(x[part]), y[part]).backward()
         opt.step()
-        before = _record(model, pruner)["masks"]
+        stepped = _record(model, pruner)
+        # the optimizer step left every pruned dense value as it was (pruned_gradient="none")
+        frozen.append(all(np.array_equal(stepped["dense"][n][~now["masks"][n]], now["dense"][n][~now["masks"][n]])
+                          for n in now["masks"]))
+        before = stepped["masks"]
         pruner.step()
         now = _record(model, pruner)
         revived |= any(bool((~before[n] & now["masks"][n]).any()) for n in before)
@@ -382,7 +386,7 @@ def dense_train_run(rank: int, world: int, key: str, ckpt: str, mode: str) -> di
                 dcp.save(state(), checkpoint_id=ckpt)
             saved = now
     return {"saved": saved, "loaded": loaded, "final": _record(model, pruner), "revived": revived,
-            "zero_after_step": zero_after_step}
+            "zero_after_step": zero_after_step, "frozen": frozen}
 
 
 def failed_step_run(rank: int, world: int) -> dict:
@@ -458,10 +462,12 @@ def single_process_history(cfg: dict) -> list[dict]:
     torch.manual_seed(0)
     model = Net()
     set_weights(model, full_weights(0))
-    pruner = prune(model, cfg)
+    setter = SetWeights(model)
+    pruner = prune(model, cfg, optimizer=setter)
     history = []
     for step in range(1, STEPS + 1):
-        set_weights(model, full_weights(step))      # the stored weights, dense under the masks
+        setter.target = full_weights(step)          # the stored weights, dense under the masks (pruned: frozen)
+        setter.step()
         pruner.step()
         layers = {n: model.get_submodule(n.rsplit(".", 1)[0]) for n in pruner.names}
         history.append({"masks": {n: m.numpy().copy() for n, m in pruner.masks().items()},
@@ -542,6 +548,8 @@ def test_fsdp_optimizer_steps_the_dense_weights_as_the_single_process_pruner(run
         want = dense_train_run(0, 0, key, "", "full")
         got = runs(1)[0]["dense_train"][key]
         assert want["revived"] and got["revived"], key          # regrowth: pruned weights come back too
+        none = DENSE_CFGS[key].get("pruned_gradient", "none") == "none"    # pruned values do not move (rule 8)
+        assert all(want["frozen"]) == all(got["frozen"]) == none and len(got["frozen"]) == 10, key
         assert all(got["zero_after_step"]) and len(got["zero_after_step"]) == 10
         _assert_records_equal(got["saved"], want["saved"], key)
         _assert_records_equal(got["final"], want["final"], key)

@@ -34,7 +34,7 @@ def run_schedule(cfg, world, steps, scores=False):
             local = {n: rows(full[n], shards[n]) for n in proto.names}
             update = proto.advance(step, scores=local) if scores else proto.advance(step, lambda: local)
             history.append((None if update is None else {n: m.copy() for n, m in update.masks.items()},
-                            None if update is None else {n: m.copy() for n, m in update.zero.items()},
+                            None if update is None else {n: m.copy() for n, m in update.keep_values.items()},
                             proto.figures(), proto.done_step, proto.released))
         return history, proto.state_dict()
 
@@ -76,7 +76,7 @@ def test_sharded_protocol_follows_the_single_process_protocol(cfg, world):
             for n in proto.names:
                 shard = RowShard.chunk(SHAPES[n], r, world)
                 assert np.array_equal(masks[n], rows(update.masks[n], shard)), (n, r)
-                assert np.array_equal(zero[n], rows(update.zero[n], shard)), (n, r)
+                assert np.array_equal(zero[n], rows(update.keep_values[n], shard)), (n, r)
         assert state["shards"] == {n: [RowShard.chunk(SHAPES[n], r, world).start,
                                        RowShard.chunk(SHAPES[n], r, world).stop] for n in proto.names}
 
