@@ -39,7 +39,7 @@ import torch
 from ._results import publish
 from .lm_data import calibration_windows, load_corpus, validation_windows
 from .lm_model import CharLM, LMConfig, bits_per_char
-from .lm_oneshot import ARMS, SETTINGS, calibration_batches, prune_arm
+from .lm_oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
 from .lm_report import render
 from .lm_train import train_dense
 
@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     corpus = load_corpus()
     cfg = LMConfig(vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.layers, context=args.context)
     data = _load(args.out_json)
+    command = "python -m bench.bench_lm " + shlex.join(sys.argv[1:] if argv is None else argv)
+    data["commands"] = [c for c in data.get("commands", []) if c != command] + [command]
     data.update(corpus={"source": "pydoc_data/topics.py", "python": corpus.python, "sha256": corpus.sha256,
                         "characters": len(corpus.text), "vocab": corpus.vocab_size},
                 model=cfg.to_dict(), train={"steps": args.steps, "batch_size": args.batch_size},
@@ -141,10 +143,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         windows = calibration_windows(corpus, seed, args.calib, cfg.context)
         if args.oneshot:
             calib = calibration_batches(windows)
-            for arm in args.arms:
-                for setting in args.settings:
-                    model, info = prune_arm(dense, arm, setting, calib)
-                    _record(data, seed, arm, setting, bits_per_char(model, val_x, val_y), info)
+            for setting in args.settings:
+                start = time.perf_counter()
+                base, perm_info = permuted_base(dense, setting, calib)
+                perm_info["permutation_seconds"] = time.perf_counter() - start
+                for arm in args.arms:
+                    model, info = prune_arm(base, arm, setting, calib)
+                    _record(data, seed, arm, setting, bits_per_char(model, val_x, val_y), {**info, **perm_info})
         if args.peer:
             calib_path = str(Path(args.cache) / f"calib_seed{seed}.npy")
             np.save(calib_path, windows)

@@ -15,7 +15,19 @@ import numpy as np
 __all__ = ["render", "paired_line", "ARM_ORDER"]
 
 ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt")
-SETTING_ORDER = ("0", "50", "60", "70", "2:4", "2:4+perm")
+PEER_NOTES = (
+    "The peer runs on the same trained weights exported as a `GPT2LMHeadModel` built from a `GPT2Config` "
+    "(logits equal to ours within 1e-6), with the same calibration windows (batches of 16), "
+    "`SparseGPTModifier(block_size=128, dampening_frac=0.01)` and `WandaPruningModifier`, every linear of the "
+    "blocks, `pipeline=\"sequential\"`. llm-compressor 0.14.0.1 hooks only modules whose class is named "
+    "`Linear`/`Conv1d`/`Conv2d`/`Conv3d`, so GPT-2's `transformers.Conv1D` layers were never pruned (every run "
+    "came back dense); the export therefore swaps each `Conv1D` for the `nn.Linear` computing the same. "
+    "Differences that remain: its sequential pipeline calibrates all layers of a block on the block's dense "
+    "inputs (ours: one layer at a time, each after the earlier ones are pruned), it fuses q/k/v into one "
+    "`c_attn` weight (one count for the three), accumulates the Hessian in float32 (ours float64), and its "
+    "unstructured SparseGPT prunes `int(n*s) + 1` entries per block (50.02-50.1% per layer; ours exactly "
+    "50%).")
+SETTING_ORDER = ("0", "50", "60", "70", "2:4", "2:4+perm", "2:4+aperm")
 
 
 def _values(runs: list[dict], arm: str, setting: str) -> dict[int, float]:
@@ -41,15 +53,21 @@ def _main_table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def paired_line(runs: list[dict], a: str, b: str, setting: str) -> str | None:
-    """``| a - b | setting | mean ± std of the per-seed difference | seeds where a is better/seeds |``."""
-    va, vb = _values(runs, a, setting), _values(runs, b, setting)
+def paired_line(runs: list[dict], a: str, b: str, setting: str, setting_b: str | None = None) -> str | None:
+    """``| a - b | setting | mean ± std of the per-seed difference | seeds where a is better/seeds |``
+    (``b`` at ``setting_b`` when given)."""
+    va, vb = _values(runs, a, setting), _values(runs, b, setting_b or setting)
     seeds = sorted(set(va) & set(vb))
     if not seeds:
         return None
     d = np.array([va[s] - vb[s] for s in seeds])
     std = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
-    return f"| {a} - {b} | {setting} | {d.mean():+.4f} ± {std:.4f} | {int((d < 0).sum())}/{len(d)} |"
+    name = f"{a} - {b}" if setting_b is None else f"{a} {setting} - {b} {setting_b}"
+    return f"| {name} | {setting} | {d.mean():+.4f} ± {std:.4f} | {int((d < 0).sum())}/{len(d)} |"
+
+
+def _variants(setting: str) -> tuple[str, ...]:
+    return (setting, setting + "+perm", setting + "+aperm") if setting == "2:4" else (setting,)
 
 
 def _ppl_table(runs: list[dict]) -> str:
@@ -66,7 +84,7 @@ def _ppl_table(runs: list[dict]) -> str:
         p_ours = float(np.mean([2 ** ours[s] for s in seeds]))
         p_peer = float(np.mean([2 ** peer[s] for s in seeds]))
         cand = [(float(np.mean([2 ** v for v in _values(runs, a, st).values()])), f"{a} {st}")
-                for a in ours_best for st in ((setting, setting + "+perm") if setting == "2:4" else (setting,))
+                for a in ours_best for st in _variants(setting)
                 if _values(runs, a, st)]
         peers = [(float(np.mean([2 ** v for v in _values(runs, a, setting).values()])), a)
                  for a in ("llmc_sparsegpt", "llmc_wanda") if _values(runs, a, setting)]
@@ -94,24 +112,22 @@ def render(data: dict[str, Any]) -> str:
         f"seeds {seeds} (lower is better).",
         _main_table(runs),
     ]
-    pairs = [paired_line(runs, a, b, s) for a, b, s in
+    pairs = [paired_line(runs, *p) for p in
              (("sparsegpt", "wanda", "50"), ("sparsegpt", "wanda", "2:4"), ("sparsegpt", "llmc_sparsegpt", "50"),
               ("sparsegpt", "llmc_sparsegpt", "2:4"), ("wanda", "llmc_wanda", "50"), ("wanda", "llmc_wanda", "2:4"),
-              ("sparsegpt", "sparsegpt", "2:4+perm"))]
-    pairs = [p for p in pairs if p and "sparsegpt - sparsegpt" not in p]
-    perm = paired_line([{**r, "arm": r["arm"] + ("+perm" if r["setting"] == "2:4+perm" else ""),
-                         "setting": "2:4" if r["setting"].startswith("2:4") else r["setting"]} for r in runs],
-                       "sparsegpt+perm", "sparsegpt", "2:4")
-    if perm:
-        pairs.append(perm)
+              ("sparsegpt", "sparsegpt", "2:4+perm", "2:4"), ("sparsegpt", "sparsegpt", "2:4+aperm", "2:4"),
+              ("sparsegpt", "llmc_sparsegpt", "2:4+aperm", "2:4"))]
+    pairs = [p for p in pairs if p]
     if pairs:
         parts.append("Paired differences (bits/char, per seed; negative: the first is better):\n\n"
                      "| pair | setting | mean ± std | first better |\n|---|---|---|---|\n" + "\n".join(pairs))
     if any(r["arm"].startswith("llmc_") for r in runs):
         parts.append(f"Against llm-compressor ({data.get('peer_versions', '')}), per-character perplexity "
-                     f"`2 ** bpc`, mean over seeds:\n\n" + _ppl_table(runs))
+                     f"`2 ** bpc`, mean over seeds:\n\n" + _ppl_table(runs) + "\n\n" + PEER_NOTES)
     if data.get("peer_error"):
         err = data["peer_error"]
         parts.append("llm-compressor could not run:\n\n```text\n" + err["command"] + "\n" + "\n".join(err["error"])
                      + "\n```")
+    if data.get("commands"):
+        parts.append("Commands: " + "; ".join(f"`{c}`" for c in data["commands"]))
     return "\n\n".join(parts)

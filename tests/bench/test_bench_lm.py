@@ -67,7 +67,8 @@ def test_arms_prune_exactly_the_blocks(arm, setting):
     cfg = lm_model.LMConfig(vocab_size=corpus.vocab_size, d_model=32, n_layers=1, n_heads=2, context=16)
     dense = lm_model.build_model(cfg, 0)
     calib = lm_oneshot.calibration_batches(lm_data.calibration_windows(corpus, 0, 16, 16), batch_size=8)
-    model, _ = lm_oneshot.prune_arm(dense, arm, setting, calib)
+    base, _ = lm_oneshot.permuted_base(dense, setting, calib)
+    model, _ = lm_oneshot.prune_arm(base, arm, setting, calib)
     for name, p in model.named_parameters():
         zeros = int((p == 0).sum())
         if name.endswith("weight") and name.startswith("blocks.0.") and ".ln" not in name:
