@@ -13,6 +13,8 @@ Modes:
     ``--oneshot``: magnitude, Wanda and SparseGPT (``bench/lm_oneshot.py``) at 50/60/70 % and
     2:4 (with and without channel permutation) on each trained dense model, the same
     calibration windows (64 training windows from the seed) for every arm.
+    ``--gradual``: prune while training (``bench/lm_gradual.py``): our default, ``erk_wanda`` and
+    torch.ao's WeightNormSparsifier at ``--gradual-targets`` percent, same initial weights and batches.
     ``--peer``: llm-compressor's SparseGPTModifier and WandaPruningModifier on the same weights
     exported as a Hugging Face ``GPT2LMHeadModel`` (``bench/lm_peer.py``, run in a child process
     with ``--peer-path`` on its ``PYTHONPATH``); a failure is recorded with its command and error.
@@ -38,6 +40,7 @@ import torch
 
 from ._results import publish
 from .lm_data import calibration_windows, load_corpus, validation_windows
+from .lm_gradual import GRADUAL_ARMS, gradual_attach
 from .lm_model import CharLM, LMConfig, bits_per_char
 from .lm_oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
 from .lm_report import render
@@ -51,9 +54,13 @@ RESULTS_JSON = HERE / "lm_results.json"
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dense", action="store_true", help="train (or load) the dense models")
+    p.add_argument("--dense", action="store_true", help="train (or load) the dense models; every mode does, "
+                   "and records their figures")
     p.add_argument("--oneshot", action="store_true", help="one-shot arms on the dense models")
     p.add_argument("--peer", action="store_true", help="llm-compressor's one-shot modifiers")
+    p.add_argument("--gradual", action="store_true", help="prune while training (bench/lm_gradual.py)")
+    p.add_argument("--gradual-arms", nargs="+", default=list(GRADUAL_ARMS))
+    p.add_argument("--gradual-targets", nargs="+", default=["90", "80", "50"], help="percent")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=1800)
     p.add_argument("--batch-size", type=int, default=32)
@@ -116,6 +123,21 @@ def _peer(args, cfg: LMConfig, seed: int, weights: str, calib_path: str, data: d
     data["dense"][str(seed)].update(hf_bpc=peer["dense_bpc"], export_max_abs_diff=peer["export_max_abs_diff"])
 
 
+def _gradual(args, cfg: LMConfig, corpus, seed: int, val: tuple[np.ndarray, np.ndarray], data: dict) -> None:
+    """One training run per gradual arm and target, each recorded (and saved) as it ends."""
+    for target in args.gradual_targets:
+        for arm in args.gradual_arms:
+            attach = gradual_attach(arm, int(target) / 100, args.steps)
+            model, info = train_dense(cfg, corpus, seed, args.steps, args.batch_size, attach=attach)
+            _record(data, seed, f"gradual/{arm}", target, bits_per_char(model, *val), {"seconds": info["seconds"]})
+            _save(args.out_json, data)
+
+
+def _save(path: str, data: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1)
+
+
 def _load(path: str) -> dict[str, Any]:
     if os.path.exists(path):
         with open(path, encoding="utf-8") as fh:
@@ -154,8 +176,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             calib_path = str(Path(args.cache) / f"calib_seed{seed}.npy")
             np.save(calib_path, windows)
             _peer(args, cfg, seed, data["dense"][str(seed)]["weights"], calib_path, data)
-        with open(args.out_json, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
+        _save(args.out_json, data)
+        if args.gradual:
+            _gradual(args, cfg, corpus, seed, (val_x, val_y), data)
     publish("bench_lm", render(data), write=not args.no_write)
     return data
 

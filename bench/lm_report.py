@@ -14,10 +14,11 @@ import numpy as np
 
 __all__ = ["render", "paired_line", "ARM_ORDER"]
 
-ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt")
+ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt", "gradual/default",
+             "gradual/erk_wanda", "gradual/torch.ao")
 PEER_NOTES = (
     "The peer runs on the same trained weights exported as a `GPT2LMHeadModel` built from a `GPT2Config` "
-    "(logits equal to ours within 1e-6), with the same calibration windows (batches of 16), "
+    "(largest logit difference from ours {diff:.1e}), with the same calibration windows (batches of 16), "
     "`SparseGPTModifier(block_size=128, dampening_frac=0.01)` and `WandaPruningModifier`, every linear of the "
     "blocks, `pipeline=\"sequential\"`. llm-compressor 0.14.0.1 hooks only modules whose class is named "
     "`Linear`/`Conv1d`/`Conv2d`/`Conv3d`, so GPT-2's `transformers.Conv1D` layers were never pruned (every run "
@@ -27,7 +28,7 @@ PEER_NOTES = (
     "`c_attn` weight (one count for the three), accumulates the Hessian in float32 (ours float64), and its "
     "unstructured SparseGPT prunes `int(n*s) + 1` entries per block (50.02-50.1% per layer; ours exactly "
     "50%).")
-SETTING_ORDER = ("0", "50", "60", "70", "2:4", "2:4+perm", "2:4+aperm")
+SETTING_ORDER = ("0", "50", "60", "70", "80", "90", "2:4", "2:4+perm", "2:4+aperm")
 
 
 def _values(runs: list[dict], arm: str, setting: str) -> dict[int, float]:
@@ -110,20 +111,30 @@ def render(data: dict[str, Any]) -> str:
         f"{data['calibration_windows']} calibration windows of the training text; the blocks' linear weights "
         f"are pruned (not embeddings or the tied head). Validation bits per character, mean ± std over "
         f"seeds {seeds} (lower is better).",
-        _main_table(runs),
+        _main_table([r for r in runs if not r["arm"].startswith("gradual/")]),
     ]
+    gradual = [r for r in runs if r["arm"].startswith("gradual/")]
+    if gradual:
+        parts.append("Gradual pruning while training (same initial weights and batches as the dense run; cubic "
+                     "schedule from 10% to 70% of the steps, an update every 2.5%; unstructured, every layer "
+                     "of the blocks; `default`: local magnitude, `erk_wanda`: ERK scope + Wanda scores, "
+                     "`torch.ao`: WeightNormSparsifier at the same steps and values):\n\n"
+                     + _main_table(gradual + [r for r in runs if r["arm"] == "dense"]))
     pairs = [paired_line(runs, *p) for p in
              (("sparsegpt", "wanda", "50"), ("sparsegpt", "wanda", "2:4"), ("sparsegpt", "llmc_sparsegpt", "50"),
               ("sparsegpt", "llmc_sparsegpt", "2:4"), ("wanda", "llmc_wanda", "50"), ("wanda", "llmc_wanda", "2:4"),
               ("sparsegpt", "sparsegpt", "2:4+perm", "2:4"), ("sparsegpt", "sparsegpt", "2:4+aperm", "2:4"),
               ("sparsegpt", "llmc_sparsegpt", "2:4+aperm", "2:4"))]
+    pairs += [paired_line(runs, f"gradual/{a}", "gradual/torch.ao", t) for t in ("50", "80", "90")
+              for a in ("default", "erk_wanda")]
     pairs = [p for p in pairs if p]
     if pairs:
         parts.append("Paired differences (bits/char, per seed; negative: the first is better):\n\n"
                      "| pair | setting | mean ± std | first better |\n|---|---|---|---|\n" + "\n".join(pairs))
     if any(r["arm"].startswith("llmc_") for r in runs):
         parts.append(f"Against llm-compressor ({data.get('peer_versions', '')}), per-character perplexity "
-                     f"`2 ** bpc`, mean over seeds:\n\n" + _ppl_table(runs) + "\n\n" + PEER_NOTES)
+                     f"`2 ** bpc`, mean over seeds:\n\n" + _ppl_table(runs) + "\n\n"
+                     + PEER_NOTES.format(diff=max(d.get("export_max_abs_diff", 0.0) for d in data["dense"].values())))
     if data.get("peer_error"):
         err = data["peer_error"]
         parts.append("llm-compressor could not run:\n\n```text\n" + err["command"] + "\n" + "\n".join(err["error"])

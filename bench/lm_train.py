@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 from torch.nn import functional as F
@@ -21,7 +22,11 @@ from torch.nn import functional as F
 from .lm_data import Corpus, batch_offsets, windows
 from .lm_model import CharLM, LMConfig, build_model
 
-__all__ = ["TrainSettings", "train_dense", "lr_at"]
+__all__ = ["TrainSettings", "train_dense", "lr_at", "Attach"]
+
+Attach = Callable[[CharLM, torch.optim.Optimizer], tuple[Callable[[int], None], Callable[[], None]]]
+"""``attach(model, optimizer) -> (after_step, finish)``: a pruning method's hooks into a training run;
+``after_step(step)`` runs after each optimizer step (``step`` counts from 1), ``finish()`` once at the end."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +49,10 @@ def lr_at(step: int, steps: int, s: TrainSettings) -> float:
 
 
 def train_dense(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size: int = 32,
-                settings: TrainSettings = TrainSettings()) -> tuple[CharLM, dict]:
+                settings: TrainSettings = TrainSettings(), attach: Optional[Attach] = None) -> tuple[CharLM, dict]:
     """Train a model from :func:`bench.lm_model.init_weights` of ``seed`` on the seed's batch order.
+
+    ``attach`` (see :data:`Attach`) prunes during the run; without it the run is dense.
 
     Returns the model (``eval()`` mode) and ``{"steps", "seconds", "final_loss"}`` (the mean training
     loss in nats over the last 50 steps).
@@ -53,6 +60,7 @@ def train_dense(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size
     torch.manual_seed(seed)
     model = build_model(cfg, seed)
     opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay)
+    after_step, finish = attach(model, opt) if attach is not None else (None, None)
     offsets = batch_offsets(corpus, seed, steps, batch_size, cfg.context)
     losses = []
     start = time.perf_counter()
@@ -67,7 +75,11 @@ def train_dense(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.clip)
         opt.step()
+        if after_step is not None:
+            after_step(step + 1)
         losses.append(loss.item())
+    if finish is not None:
+        finish()
     model.eval()
     tail = losses[-50:]
     return model, {"steps": steps, "seconds": time.perf_counter() - start, "final_loss": sum(tail) / len(tail)}

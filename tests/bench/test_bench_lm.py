@@ -11,14 +11,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bench import bench_lm, lm_data, lm_model, lm_oneshot, lm_peer, lm_report, lm_train  # noqa: E402
+from bench import (bench_lm, lm_data, lm_model, lm_oneshot, lm_peer, lm_permutation, lm_report,  # noqa: E402
+                   lm_train, lm_gradual)
 from sparsify import exact_prune_count  # noqa: E402
 
 TINY = ["--seeds", "0", "--steps", "5", "--d-model", "32", "--layers", "1", "--calib", "16", "--val-limit", "4",
         "--no-write"]
 
 
-@pytest.mark.parametrize("module", [lm_data, lm_model, lm_train, lm_oneshot, lm_report, lm_peer],
+@pytest.mark.parametrize("module", [lm_data, lm_model, lm_train, lm_oneshot, lm_report, lm_peer, lm_permutation,
+                                    lm_gradual],
                          ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
@@ -40,6 +42,15 @@ def test_short_run_records_every_arm_and_reports(tmp_path):
     assert "| sparsegpt |" in table and "2:4+perm" in table
     again = bench_lm.main(args)                # the dense model comes from the cache: same figures
     assert [r["bpc"] for r in again["runs"]] == [r["bpc"] for r in data["runs"]]
+
+
+def test_gradual_arms_reach_their_target(tmp_path):
+    args = TINY + ["--gradual", "--gradual-targets", "50", "--out-json", str(tmp_path / "lm.json"),
+                   "--cache", str(tmp_path / "cache")]
+    data = bench_lm.main(args)
+    assert sorted(r["arm"] for r in data["runs"]) == ["dense", "gradual/default", "gradual/erk_wanda",
+                                                      "gradual/torch.ao"]
+    assert "| gradual/erk_wanda |" in lm_report.render(data)
 
 
 def test_corpus_is_the_joined_topics():
