@@ -75,6 +75,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peer-path", default="/tmp/llmc", help="PYTHONPATH holding llm-compressor and transformers")
     p.add_argument("--out-json", default=str(RESULTS_JSON))
     p.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
+    p.add_argument("--report", action="store_true", help="only render --out-json into bench/RESULTS.md")
     return p.parse_args(argv)
 
 
@@ -148,6 +149,10 @@ def _load(path: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the modes asked for and return the results (also written to ``--out-json``)."""
     args = _parse(argv)
+    if args.report:
+        data = _load(args.out_json)
+        publish("bench_lm", render(data), write=not args.no_write)
+        return data
     torch.set_num_threads(1)
     corpus = load_corpus()
     cfg = LMConfig(vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.layers, context=args.context)
@@ -161,7 +166,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     val_x, val_y = validation_windows(corpus, cfg.context, args.val_limit)
     for seed in args.seeds:
         dense = _dense(cfg, corpus, args, seed, data)
-        _record(data, seed, "dense", "0", bits_per_char(dense, val_x, val_y), {"seconds": data["dense"][str(seed)]["seconds"]})
+        _record(data, seed, "dense", "0", bits_per_char(dense, val_x, val_y),
+                {"seconds": data["dense"][str(seed)]["seconds"]})
         windows = calibration_windows(corpus, seed, args.calib, cfg.context)
         if args.oneshot:
             calib = calibration_batches(windows)

@@ -14,8 +14,9 @@ swapped for equivalent ``nn.Linear`` (llm-compressor 0.14.0.1 does not hook ``Co
 largest difference of its logits from ours on validation windows is recorded
 (``export_max_abs_diff``) and must stay below 1e-4. Then ``oneshot`` runs
 ``SparseGPTModifier`` and ``WandaPruningModifier`` (sparsity 0.5, ``mask_structure``
-``"0:0"`` or ``"2:4"``, block size 128, dampening 0.01, every ``Linear`` but ``lm_head``) on a copy of the model each, with the calibration windows
-as a DataLoader of batches of 16, and the validation bits per character are measured.
+``"0:0"`` or ``"2:4"``, block size 128, dampening 0.01, every ``Linear`` but ``lm_head``)
+on a copy of the model each, with the calibration windows as a DataLoader of batches of 16,
+and the validation bits per character are measured.
 
 Example (the mapping needs no transformers):
     >>> from bench.lm_model import build_model
