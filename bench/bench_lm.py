@@ -92,7 +92,7 @@ def _dense(cfg: LMConfig, corpus, args, seed: int, data: dict) -> CharLM:
         model, info = train_dense(cfg, corpus, seed, args.steps, args.batch_size)
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save({"state": model.state_dict(), "info": info}, path)
-    data["dense"][str(seed)] = {**info, "weights": str(path)}
+    data["dense"].setdefault(str(seed), {}).update(info, weights=str(path))
     return model.eval()
 
 
@@ -120,7 +120,8 @@ def _peer(args, cfg: LMConfig, seed: int, weights: str, calib_path: str, data: d
     peer = json.loads(out.read_text())
     data["peer_versions"] = peer["versions"]
     for run in peer["runs"]:
-        _record(data, seed, run["arm"], run["setting"], run["bpc"], {"seconds": run["seconds"]})
+        _record(data, seed, run["arm"], run["setting"], run["bpc"],
+                {"seconds": run["seconds"], "layer_sparsity_range": run["sparsity"]})
     data["dense"][str(seed)].update(hf_bpc=peer["dense_bpc"], export_max_abs_diff=peer["export_max_abs_diff"])
 
 
