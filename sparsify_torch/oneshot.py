@@ -7,6 +7,17 @@ calibration ``batches`` first, in ``eval()`` mode and without gradients;
 criteria that need gradients are refused (no backward pass runs). The masks
 are baked in: the model comes back with plain parameters holding zeros.
 
+``method="sparsegpt"`` prunes every selected ``nn.Linear`` with SparseGPT
+(:mod:`sparsify.sparsegpt`: the core's reconstruction from the inverse Hessian of
+the layer's inputs) instead of masking by a criterion: kept weights are updated to
+compensate for the pruned ones. Layers are pruned one at a time in the model's
+definition order, as the paper does: each layer's Hessian is collected by a
+forward hook over all calibration batches run through the model whose earlier
+layers are already pruned (``sequential=True``; one pass over the batches per
+layer). ``sequential=False`` collects every layer's Hessian in one pass of the
+dense model. Unstructured patterns (``"1x1"``, ``pruning_scope="local"``: every
+layer exactly ``target_sparsity``) and full N:M (``target_sparsity = N/M``).
+
 Example:
     >>> import torch
     >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
@@ -16,20 +27,30 @@ Example:
     >>> model = prune_oneshot(model, {"target_sparsity": 0.5, "criterion": "wanda", "pruning_scope": "row"}, batches)
     >>> [float((model[i].weight == 0).float().mean()) for i in (0, 2)]
     [0.5, 0.5]
+    >>> model = prune_oneshot(torch.nn.Sequential(torch.nn.Linear(8, 8)), {"target_sparsity": 0.5, "pattern": "2:4"},
+    ...                       batches, method="sparsegpt", block_size=4)
+    >>> model[0].weight.reshape(8, 2, 4).ne(0).sum(-1).unique().tolist()
+    [2]
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
-from sparsify import PruningConfig
+from sparsify import PruningConfig, select_names
 from sparsify.criteria import get_criterion
+from sparsify.patterns import PatternNInM
+from sparsify.sparsegpt import HessianAccumulator, sparsegpt_prune
 
 from .entry import prune
+from .layers import prunable_weights
 
-__all__ = ["prune_oneshot", "default_forward"]
+__all__ = ["prune_oneshot", "default_forward", "ONESHOT_METHODS"]
+
+ONESHOT_METHODS = ("criterion", "sparsegpt")
 
 
 def default_forward(model: nn.Module, batch: Any) -> Any:
@@ -47,46 +68,170 @@ def default_forward(model: nn.Module, batch: Any) -> Any:
 
 def prune_oneshot(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str,
                   batches: Iterable[Any] | None = None, *,
-                  forward: Callable[[nn.Module, Any], Any] | None = None) -> nn.Module:
+                  forward: Callable[[nn.Module, Any], Any] | None = None, method: str = "criterion",
+                  dampening: Optional[float] = None, block_size: Optional[int] = None,
+                  sequential: Optional[bool] = None) -> nn.Module:
     """Prune ``model`` in place to ``config.target_sparsity`` at once and return it (masks baked in).
 
     Args:
         model: the trained model.
         config: a ``PruningConfig``, a dict or a YAML path; its target is taken as given.
-        batches: calibration batches (needed by criteria that read activations, e.g. ``"wanda"``).
+        batches: calibration batches (needed by criteria that read activations, e.g. ``"wanda"``,
+            and by ``method="sparsegpt"``, which runs them once per layer: pass a list, not a generator).
         forward: ``forward(model, batch)`` running one batch (default :func:`default_forward`).
+        method: ``"criterion"`` (mask by the config's criterion, weights unchanged) or ``"sparsegpt"``.
+        dampening: ``method="sparsegpt"`` only: fraction of the Hessian's mean diagonal added (default 0.01).
+        block_size: ``method="sparsegpt"`` only: columns per lazy-update block (default 128).
+        sequential: ``method="sparsegpt"`` only: collect each layer's inputs after the earlier layers are
+            pruned (default True) or all from the dense model in one pass (False).
 
     Raises:
-        ValueError: a criterion that needs gradients, or an activation criterion with no batches.
+        ValueError: an unknown method or an option it does not take, a criterion that needs gradients,
+            an activation criterion or SparseGPT with no batches, or a config SparseGPT cannot follow.
     """
+    if method not in ONESHOT_METHODS:
+        raise ValueError(f"method must be one of {list(ONESHOT_METHODS)}, got {method!r}")
+    if forward is not None and not callable(forward):
+        raise TypeError(f"forward must be callable as forward(model, batch), got {type(forward).__name__}")
     cfg = PruningConfig.coerce(config).oneshot()
+    run = forward or default_forward
+    if method == "sparsegpt":
+        options = _sparsegpt_options(dampening, block_size, sequential)
+        return _sparsegpt_oneshot(model, cfg, batches, run, **options)
+    for key, value in (("dampening", dampening), ("block_size", block_size), ("sequential", sequential)):
+        if value is not None:
+            raise ValueError(f"{key}={value!r} applies to method='sparsegpt' only, got method={method!r}")
+    return _criterion_oneshot(model, cfg, batches, run)
+
+
+def _run_batches(model: nn.Module, batches: Iterable[Any], run: Callable[[nn.Module, Any], Any]) -> int:
+    """Run every batch through ``model`` in ``eval()`` mode without gradients; returns how many ran."""
+    was_training = model.training
+    model.eval()
+    seen = 0
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                run(model, batch)
+                seen += 1
+    finally:
+        model.train(was_training)
+    return seen
+
+
+def _criterion_oneshot(model: nn.Module, cfg: PruningConfig, batches: Iterable[Any] | None,
+                       run: Callable[[nn.Module, Any], Any]) -> nn.Module:
+    """Masks by the config's criterion (today's behaviour): one Pruner update at step 0, baked in."""
     crit = get_criterion(cfg.criterion)
     if crit.per_step:
         raise ValueError(f"criterion {cfg.criterion!r} needs gradients, but one-shot pruning runs no backward pass; "
                          "use a criterion that needs only weights or activations ('magnitude', 'wanda')")
-    if forward is not None and not callable(forward):
-        raise TypeError(f"forward must be callable as forward(model, batch), got {type(forward).__name__}")
     needs_data = "activation" in crit.needs
     if needs_data and batches is None:
         raise ValueError(f"criterion {cfg.criterion!r} reads the layers' inputs: pass calibration batches")
-    run = forward or default_forward
     pruner = prune(model, cfg)
     try:
-        if needs_data:
-            was_training = model.training
-            model.eval()
-            seen = 0
-            try:
-                with torch.no_grad():
-                    for batch in batches:
-                        run(model, batch)
-                        seen += 1
-            finally:
-                model.train(was_training)
-            if not seen:
-                raise ValueError("batches held no calibration batch")
+        if needs_data and not _run_batches(model, batches, run):
+            raise ValueError("batches held no calibration batch")
         pruner.step()                          # the update point at step 0, with the target as given
     except BaseException:
         pruner.remove()
         raise
     return pruner.remove()
+
+
+def _sparsegpt_options(dampening: Optional[float], block_size: Optional[int],
+                       sequential: Optional[bool]) -> dict[str, Any]:
+    """The SparseGPT keyword arguments with their defaults, validated."""
+    damp = 0.01 if dampening is None else dampening
+    if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not damp >= 0 or damp == float("inf"):
+        raise ValueError(f"dampening must be a finite number >= 0 (a fraction of the Hessian's mean diagonal), "
+                         f"got {dampening!r}")
+    size = 128 if block_size is None else block_size
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ValueError(f"block_size must be a positive integer (columns per block), got {block_size!r}")
+    seq = True if sequential is None else sequential
+    if not isinstance(seq, bool):
+        raise ValueError(f"sequential must be True or False, got {sequential!r}")
+    return {"dampening": float(damp), "block_size": size, "sequential": seq}
+
+
+def _sparsegpt_target(cfg: PruningConfig) -> dict[str, Any]:
+    """``sparsity=`` or ``nm=`` for :func:`sparsify.sparsegpt.sparsegpt_prune`, or a ``ValueError``."""
+    if cfg.pruning_scope != "local":
+        raise ValueError(f"method='sparsegpt' prunes every layer to the same ratio: pruning_scope must be 'local', "
+                         f"got {cfg.pruning_scope!r}")
+    if cfg.criterion != "magnitude":
+        raise ValueError(f"method='sparsegpt' scores weights by its own reconstruction error: leave criterion at "
+                         f"'magnitude' (the default), got {cfg.criterion!r}")
+    target = float(cfg.target_sparsity or 0.0)
+    pattern = cfg.pattern_obj()
+    if isinstance(pattern, PatternNInM):
+        if abs(target - pattern.N / pattern.M) > 1e-12:
+            raise ValueError(f"method='sparsegpt' with pattern {cfg.pattern!r} prunes every group: target_sparsity "
+                             f"must be N/M = {pattern.N / pattern.M}, got {cfg.target_sparsity!r}")
+        return {"nm": (pattern.N, pattern.M)}
+    if cfg.pattern != "1x1":
+        raise ValueError(f"method='sparsegpt' supports pattern '1x1' (unstructured) or 'N:M', got {cfg.pattern!r}")
+    return {"sparsity": target}
+
+
+def _sparsegpt_layers(model: nn.Module, cfg: PruningConfig) -> list[tuple[str, nn.Linear]]:
+    """The selected weights, in definition order, as ``(name, Linear)``; anything else is refused."""
+    weights = prunable_weights(model)
+    chosen = set(select_names([w.name for w in weights], cfg.op_names, cfg.excluded_op_names))
+    layers, refused = [], []
+    for w in weights:
+        if w.name not in chosen:
+            continue
+        ok = (isinstance(w.module, nn.Linear) and w.tensor_name == "weight"
+              and not parametrize.is_parametrized(w.module, "weight"))
+        (layers if ok else refused).append((w.name, w.module))
+    if refused:
+        raise ValueError(f"method='sparsegpt' prunes plain nn.Linear weights only; exclude "
+                         f"{[n for n, _ in refused]} with excluded_op_names (or remove their parametrizations)")
+    if not layers:
+        raise ValueError(f"op_names={cfg.op_names} excluded_op_names={cfg.excluded_op_names} select no weight")
+    return layers
+
+
+def _collect_hessians(model: nn.Module, layers: list[tuple[str, nn.Linear]], batches: list[Any],
+                      run: Callable[[nn.Module, Any], Any]) -> list[HessianAccumulator]:
+    """One pass over ``batches`` with a forward pre-hook on each of ``layers`` accumulating its inputs."""
+    accs = [HessianAccumulator(mod.in_features, name=name) for name, mod in layers]
+
+    def hook_for(acc: HessianAccumulator):
+        def hook(_module: nn.Module, args: tuple) -> None:
+            x = args[0].detach()
+            acc.add(x.reshape(-1, x.shape[-1]).to(device="cpu", dtype=torch.float64).numpy())
+        return hook
+
+    handles = [mod.register_forward_pre_hook(hook_for(acc)) for acc, (_, mod) in zip(accs, layers)]
+    try:
+        _run_batches(model, batches, run)
+    finally:
+        for h in handles:
+            h.remove()
+    return accs
+
+
+def _sparsegpt_oneshot(model: nn.Module, cfg: PruningConfig, batches: Iterable[Any] | None,
+                       run: Callable[[nn.Module, Any], Any], *, dampening: float, block_size: int,
+                       sequential: bool) -> nn.Module:
+    """Prune each selected Linear with SparseGPT, in definition order, weights written in place."""
+    target = _sparsegpt_target(cfg)
+    layers = _sparsegpt_layers(model, cfg)
+    if batches is None:
+        raise ValueError("method='sparsegpt' reconstructs each layer from its inputs: pass calibration batches")
+    batches = list(batches)
+    if not batches:
+        raise ValueError("batches held no calibration batch")
+    accs = None if sequential else _collect_hessians(model, layers, batches, run)
+    for i, (name, mod) in enumerate(layers):
+        acc = _collect_hessians(model, [(name, mod)], batches, run)[0] if sequential else accs[i]
+        w = mod.weight.detach()
+        new_w, _ = sparsegpt_prune(w.to(device="cpu", dtype=torch.float64).numpy(), acc.hessian(),
+                                   block_size=block_size, dampening=dampening, name=name, **target)
+        with torch.no_grad():
+            mod.weight.copy_(torch.from_numpy(new_w).to(dtype=w.dtype, device=w.device))
+    return model

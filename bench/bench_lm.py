@@ -1,0 +1,196 @@
+"""Language-model benchmark: a character-level transformer on CPython's ``pydoc_data/topics.py``.
+
+The model (``bench/lm_model.py``): GPT-2 shaped, pre-LayerNorm, learned positions,
+2 layers, d_model 128, 4 heads, context 64, head tied to the embedding; initial
+weights drawn with NumPy from the seed. Text (``bench/lm_data.py``): the topics
+joined in key order, the last 10% held out; its sha256 and the Python version are
+recorded with the results. Metric: validation bits per character over every
+non-overlapping 64-character window of the held-out text (lower is better;
+perplexity per character is ``2 ** bpc``).
+
+Modes:
+    ``--dense``: train one dense model per seed (single thread; cached under ``--cache``).
+    ``--oneshot``: magnitude, Wanda and SparseGPT (``bench/lm_oneshot.py``) at 50/60/70 % and
+    2:4 (with and without channel permutation) on each trained dense model, the same
+    calibration windows (64 training windows from the seed) for every arm.
+    ``--gradual``: prune while training (``bench/lm_gradual.py``): our default, ``erk_wanda`` and
+    torch.ao's WeightNormSparsifier at ``--gradual-targets`` percent, same initial weights and batches.
+    ``--peer``: llm-compressor's SparseGPTModifier and WandaPruningModifier on the same weights
+    exported as a Hugging Face ``GPT2LMHeadModel`` (``bench/lm_peer.py``, run in a child process
+    with ``--peer-path`` on its ``PYTHONPATH``); a failure is recorded with its command and error.
+
+Run: ``python -m bench.bench_lm --dense --oneshot --peer --seeds 0 1 2`` (writes
+``bench/lm_results.json`` and the ``bench_lm`` section of bench/RESULTS.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._results import publish
+from .lm_data import calibration_windows, load_corpus, validation_windows
+from .lm_gradual import GRADUAL_ARMS, gradual_attach
+from .lm_model import CharLM, LMConfig, bits_per_char
+from .lm_oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
+from .lm_report import render
+from .lm_train import train_dense
+
+__all__ = ["main"]
+
+HERE = Path(__file__).resolve().parent
+RESULTS_JSON = HERE / "lm_results.json"
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dense", action="store_true", help="train (or load) the dense models; every mode does, "
+                   "and records their figures")
+    p.add_argument("--oneshot", action="store_true", help="one-shot arms on the dense models")
+    p.add_argument("--peer", action="store_true", help="llm-compressor's one-shot modifiers")
+    p.add_argument("--gradual", action="store_true", help="prune while training (bench/lm_gradual.py)")
+    p.add_argument("--gradual-arms", nargs="+", default=list(GRADUAL_ARMS))
+    p.add_argument("--gradual-targets", nargs="+", default=["90", "80", "50"], help="percent")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=1800)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--context", type=int, default=64)
+    p.add_argument("--calib", type=int, default=64, help="calibration windows")
+    p.add_argument("--val-limit", type=int, default=None, help="cap on validation windows (smoke tests)")
+    p.add_argument("--arms", nargs="+", default=list(ARMS))
+    p.add_argument("--settings", nargs="+", default=list(SETTINGS))
+    p.add_argument("--cache", default="/tmp/sparsify_lm", help="folder of trained dense models")
+    p.add_argument("--peer-path", default="/tmp/llmc", help="PYTHONPATH holding llm-compressor and transformers")
+    p.add_argument("--out-json", default=str(RESULTS_JSON))
+    p.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
+    p.add_argument("--report", action="store_true", help="only render --out-json into bench/RESULTS.md")
+    return p.parse_args(argv)
+
+
+def _dense(cfg: LMConfig, corpus, args, seed: int, data: dict) -> CharLM:
+    """The trained dense model of ``seed`` (from the cache when its settings match), recorded in ``data``."""
+    key = f"d{cfg.d_model}_l{cfg.n_layers}_c{cfg.context}_s{args.steps}_b{args.batch_size}_seed{seed}"
+    path = Path(args.cache) / f"{key}.pt"
+    model = CharLM(cfg)
+    if path.exists():
+        saved = torch.load(path)
+        model.load_state_dict(saved["state"])
+        info = saved["info"]
+    else:
+        model, info = train_dense(cfg, corpus, seed, args.steps, args.batch_size)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"state": model.state_dict(), "info": info}, path)
+    data["dense"].setdefault(str(seed), {}).update(info, weights=str(path))
+    return model.eval()
+
+
+def _record(data: dict, seed: int, arm: str, setting: str, bpc: float, info: dict) -> None:
+    data["runs"] = [r for r in data["runs"] if (r["seed"], r["arm"], r["setting"]) != (seed, arm, setting)]
+    data["runs"].append({"seed": seed, "arm": arm, "setting": setting, "bpc": bpc, **info})
+    print(f"seed {seed} {arm:>22} {setting:>9}: {bpc:.4f} bits/char", flush=True)
+
+
+def _peer(args, cfg: LMConfig, seed: int, weights: str, calib_path: str, data: dict) -> None:
+    """Run ``bench/lm_peer.py`` in a child process; record its runs or its failure."""
+    out = Path(args.cache) / f"peer_seed{seed}.json"
+    cmd = [sys.executable, "-m", "bench.lm_peer", "--weights", weights, "--calib", calib_path, "--out", str(out),
+           "--config", json.dumps(cfg.to_dict()), "--settings", *[s for s in args.settings if s in ("50", "2:4")]]
+    if args.val_limit:
+        cmd += ["--val-limit", str(args.val_limit)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([args.peer_path, str(HERE.parent)])}
+    proc = subprocess.run(cmd, env=env, cwd=HERE.parent, capture_output=True, text=True)
+    if proc.returncode != 0:
+        data["peer_error"] = {"command": f"PYTHONPATH={env['PYTHONPATH']} {shlex.join(cmd)}",
+                              "error": proc.stderr.strip().splitlines()[-20:]}
+        print("llm-compressor failed:\n" + proc.stderr[-3000:], flush=True)
+        return
+    data.pop("peer_error", None)
+    peer = json.loads(out.read_text())
+    data["peer_versions"] = peer["versions"]
+    for run in peer["runs"]:
+        _record(data, seed, run["arm"], run["setting"], run["bpc"],
+                {"seconds": run["seconds"], "layer_sparsity_range": run["sparsity"]})
+    data["dense"][str(seed)].update(hf_bpc=peer["dense_bpc"], export_max_abs_diff=peer["export_max_abs_diff"])
+
+
+def _gradual(args, cfg: LMConfig, corpus, seed: int, val: tuple[np.ndarray, np.ndarray], data: dict) -> None:
+    """One training run per gradual arm and target, each recorded (and saved) as it ends."""
+    for target in args.gradual_targets:
+        for arm in args.gradual_arms:
+            attach = gradual_attach(arm, int(target) / 100, args.steps)
+            model, info = train_dense(cfg, corpus, seed, args.steps, args.batch_size, attach=attach)
+            _record(data, seed, f"gradual/{arm}", target, bits_per_char(model, *val), {"seconds": info["seconds"]})
+            _save(args.out_json, data)
+
+
+def _save(path: str, data: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1)
+
+
+def _load(path: str) -> dict[str, Any]:
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    return {"runs": [], "dense": {}}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the modes asked for and return the results (also written to ``--out-json``)."""
+    args = _parse(argv)
+    if args.report:
+        data = _load(args.out_json)
+        publish("bench_lm", render(data), write=not args.no_write)
+        return data
+    torch.set_num_threads(1)
+    corpus = load_corpus()
+    cfg = LMConfig(vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.layers, context=args.context)
+    data = _load(args.out_json)
+    command = "python -m bench.bench_lm " + shlex.join(sys.argv[1:] if argv is None else argv)
+    data["commands"] = [c for c in data.get("commands", []) if c != command] + [command]
+    data.update(corpus={"source": "pydoc_data/topics.py", "python": corpus.python, "sha256": corpus.sha256,
+                        "characters": len(corpus.text), "vocab": corpus.vocab_size},
+                model=cfg.to_dict(), train={"steps": args.steps, "batch_size": args.batch_size},
+                torch=torch.__version__, machine=platform.machine(), calibration_windows=args.calib)
+    val_x, val_y = validation_windows(corpus, cfg.context, args.val_limit)
+    for seed in args.seeds:
+        dense = _dense(cfg, corpus, args, seed, data)
+        _record(data, seed, "dense", "0", bits_per_char(dense, val_x, val_y),
+                {"seconds": data["dense"][str(seed)]["seconds"]})
+        windows = calibration_windows(corpus, seed, args.calib, cfg.context)
+        if args.oneshot:
+            calib = calibration_batches(windows)
+            for setting in args.settings:
+                start = time.perf_counter()
+                base, perm_info = permuted_base(dense, setting, calib)
+                perm_info["permutation_seconds"] = time.perf_counter() - start
+                for arm in args.arms:
+                    model, info = prune_arm(base, arm, setting, calib)
+                    _record(data, seed, arm, setting, bits_per_char(model, val_x, val_y), {**info, **perm_info})
+        if args.peer:
+            calib_path = str(Path(args.cache) / f"calib_seed{seed}.npy")
+            np.save(calib_path, windows)
+            _peer(args, cfg, seed, data["dense"][str(seed)]["weights"], calib_path, data)
+        _save(args.out_json, data)
+        if args.gradual:
+            _gradual(args, cfg, corpus, seed, (val_x, val_y), data)
+    publish("bench_lm", render(data), write=not args.no_write)
+    return data
+
+
+if __name__ == "__main__":
+    start = time.perf_counter()
+    main()
+    print(f"done in {time.perf_counter() - start:.0f} s")

@@ -1,0 +1,144 @@
+"""The LM benchmark's tables: bits per character per arm and setting, mean ± std over seeds.
+
+Example:
+    >>> runs = [{"seed": s, "arm": a, "setting": "50", "bpc": b} for s, a, b in
+    ...         [(0, "sparsegpt", 2.0), (1, "sparsegpt", 2.1), (0, "llmc_sparsegpt", 2.1), (1, "llmc_sparsegpt", 2.3)]]
+    >>> print(paired_line(runs, "sparsegpt", "llmc_sparsegpt", "50"))
+    | sparsegpt - llmc_sparsegpt | 50 | -0.1500 ± 0.0707 | 2/2 |
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["render", "paired_line", "ARM_ORDER"]
+
+ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt", "gradual/default",
+             "gradual/erk_wanda", "gradual/torch.ao")
+PEER_NOTES = (
+    "The peer runs on the same trained weights exported as a `GPT2LMHeadModel` built from a `GPT2Config` "
+    "(largest logit difference from ours {diff:.1e}), with the same calibration windows (batches of 16), "
+    "`SparseGPTModifier(block_size=128, dampening_frac=0.01)` and `WandaPruningModifier`, every linear of the "
+    "blocks, `pipeline=\"sequential\"`. llm-compressor 0.14.0.1 hooks only modules whose class is named "
+    "`Linear`/`Conv1d`/`Conv2d`/`Conv3d`, so GPT-2's `transformers.Conv1D` layers were never pruned (every run "
+    "came back dense); the export therefore swaps each `Conv1D` for the `nn.Linear` computing the same. "
+    "Differences that remain: its sequential pipeline calibrates all layers of a block on the block's dense "
+    "inputs (ours: one layer at a time, each after the earlier ones are pruned), it fuses q/k/v into one "
+    "`c_attn` weight (one count for the three), accumulates the Hessian in float32 (ours float64), and its "
+    "unstructured SparseGPT prunes `int(n*s) + 1` entries per block (50.02-50.1% per layer; ours exactly "
+    "50%).")
+SETTING_ORDER = ("0", "50", "60", "70", "80", "90", "2:4", "2:4+perm", "2:4+aperm")
+
+
+def _values(runs: list[dict], arm: str, setting: str) -> dict[int, float]:
+    return {r["seed"]: r["bpc"] for r in runs if r["arm"] == arm and r["setting"] == setting}
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return ""
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{np.mean(values):.3f} ± {np.std(values, ddof=1):.3f}"
+
+
+def _main_table(runs: list[dict]) -> str:
+    settings = [s for s in SETTING_ORDER if any(r["setting"] == s for r in runs)]
+    arms = [a for a in ARM_ORDER if any(r["arm"] == a for r in runs)]
+    lines = ["| arm | " + " | ".join("dense" if s == "0" else (s + "%" if s.isdigit() else s) for s in settings) + " |",
+             "|---" * (len(settings) + 1) + "|"]
+    for arm in arms:
+        cells = [_cell(list(_values(runs, arm, s).values())) for s in settings]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paired_line(runs: list[dict], a: str, b: str, setting: str, setting_b: str | None = None) -> str | None:
+    """``| a - b | setting | mean ± std of the per-seed difference | seeds where a is better/seeds |``
+    (``b`` at ``setting_b`` when given)."""
+    va, vb = _values(runs, a, setting), _values(runs, b, setting_b or setting)
+    seeds = sorted(set(va) & set(vb))
+    if not seeds:
+        return None
+    d = np.array([va[s] - vb[s] for s in seeds])
+    std = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
+    name = f"{a} - {b}" if setting_b is None else f"{a} {setting} - {b} {setting_b}"
+    return f"| {name} | {setting} | {d.mean():+.4f} ± {std:.4f} | {int((d < 0).sum())}/{len(d)} |"
+
+
+def _variants(setting: str) -> tuple[str, ...]:
+    return (setting, setting + "+perm", setting + "+aperm") if setting == "2:4" else (setting,)
+
+
+def _ppl_table(runs: list[dict]) -> str:
+    """Our SparseGPT against llm-compressor's, as per-character perplexity ``2 ** bpc`` (mean over seeds)."""
+    lines = ["| setting | ours: sparsegpt | llm-compressor: sparsegpt | ratio | ours best | llm-compressor best |",
+             "|---|---|---|---|---|---|"]
+    for setting, ours_best in (("50", ("sparsegpt", "wanda", "magnitude")),
+                               ("2:4", ("sparsegpt", "wanda", "magnitude"))):
+        peer = _values(runs, "llmc_sparsegpt", setting)
+        if not peer:
+            continue
+        ours = _values(runs, "sparsegpt", setting)
+        seeds = sorted(set(ours) & set(peer))
+        p_ours = float(np.mean([2 ** ours[s] for s in seeds]))
+        p_peer = float(np.mean([2 ** peer[s] for s in seeds]))
+        cand = [(float(np.mean([2 ** v for v in _values(runs, a, st).values()])), f"{a} {st}")
+                for a in ours_best for st in _variants(setting)
+                if _values(runs, a, st)]
+        peers = [(float(np.mean([2 ** v for v in _values(runs, a, setting).values()])), a)
+                 for a in ("llmc_sparsegpt", "llmc_wanda") if _values(runs, a, setting)]
+        best, pbest = min(cand), min(peers)
+        lines.append(f"| {setting} | {p_ours:.4f} | {p_peer:.4f} | {p_ours / p_peer:.4f} | "
+                     f"{best[0]:.4f} ({best[1]}) | {pbest[0]:.4f} ({pbest[1]}) |")
+    return "\n".join(lines)
+
+
+def render(data: dict[str, Any]) -> str:
+    """Markdown for the ``bench_lm`` section of bench/RESULTS.md."""
+    runs = data["runs"]
+    seeds = sorted({r["seed"] for r in runs})
+    corpus, model, train = data["corpus"], data["model"], data["train"]
+    secs = [d["seconds"] for d in data["dense"].values()]
+    parts = [
+        f"Character-level GPT-2-shaped transformer ({model['n_layers']} layers, d_model {model['d_model']}, "
+        f"{model['n_heads']} heads, context {model['context']}, vocab {corpus['vocab']}) on CPython "
+        f"{corpus['python']}'s `pydoc_data/topics.py` ({corpus['characters']:,} characters, sha256 "
+        f"`{corpus['sha256'][:16]}…`), last 10% held out. Dense training: {train['steps']} steps of "
+        f"{train['batch_size']} x {model['context']} characters, 1 CPU thread, "
+        f"{np.mean(secs):.0f} s per run (torch {data['torch']}). One-shot on the trained model with "
+        f"{data['calibration_windows']} calibration windows of the training text; the blocks' linear weights "
+        f"are pruned (not embeddings or the tied head). Validation bits per character, mean ± std over "
+        f"seeds {seeds} (lower is better).",
+        _main_table([r for r in runs if not r["arm"].startswith("gradual/")]),
+    ]
+    gradual = [r for r in runs if r["arm"].startswith("gradual/")]
+    if gradual:
+        parts.append("Gradual pruning while training (same initial weights and batches as the dense run; cubic "
+                     "schedule from 10% to 70% of the steps, an update every 2.5%; unstructured, every layer "
+                     "of the blocks; `default`: local magnitude, `erk_wanda`: ERK scope + Wanda scores, "
+                     "`torch.ao`: WeightNormSparsifier at the same steps and values):\n\n"
+                     + _main_table(gradual + [r for r in runs if r["arm"] == "dense"]))
+    pairs = [paired_line(runs, *p) for p in
+             (("sparsegpt", "wanda", "50"), ("sparsegpt", "wanda", "2:4"), ("sparsegpt", "llmc_sparsegpt", "50"),
+              ("sparsegpt", "llmc_sparsegpt", "2:4"), ("wanda", "llmc_wanda", "50"), ("wanda", "llmc_wanda", "2:4"),
+              ("sparsegpt", "sparsegpt", "2:4+perm", "2:4"), ("sparsegpt", "sparsegpt", "2:4+aperm", "2:4"),
+              ("sparsegpt", "llmc_sparsegpt", "2:4+aperm", "2:4"))]
+    pairs += [paired_line(runs, f"gradual/{a}", "gradual/torch.ao", t) for t in ("50", "80", "90")
+              for a in ("default", "erk_wanda")]
+    pairs = [p for p in pairs if p]
+    if pairs:
+        parts.append("Paired differences (bits/char, per seed; negative: the first is better):\n\n"
+                     "| pair | setting | mean ± std | first better |\n|---|---|---|---|\n" + "\n".join(pairs))
+    if any(r["arm"].startswith("llmc_") for r in runs):
+        parts.append(f"Against llm-compressor ({data.get('peer_versions', '')}), per-character perplexity "
+                     f"`2 ** bpc`, mean over seeds:\n\n" + _ppl_table(runs) + "\n\n"
+                     + PEER_NOTES.format(diff=max(d.get("export_max_abs_diff", 0.0) for d in data["dense"].values())))
+    if data.get("peer_error"):
+        err = data["peer_error"]
+        parts.append("llm-compressor could not run:\n\n```text\n" + err["command"] + "\n" + "\n".join(err["error"])
+                     + "\n```")
+    if data.get("commands"):
+        parts.append("Commands: " + "; ".join(f"`{c}`" for c in data["commands"]))
+    return "\n\n".join(parts)

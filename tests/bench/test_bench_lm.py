@@ -1,0 +1,104 @@
+"""bench/bench_lm.py end to end on a tiny configuration (a few training steps), and its building blocks."""
+from __future__ import annotations
+
+import doctest
+import json
+import math
+import platform
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from bench import (bench_lm, lm_data, lm_model, lm_oneshot, lm_peer, lm_permutation, lm_report,  # noqa: E402
+                   lm_train, lm_gradual)
+from sparsify import exact_prune_count  # noqa: E402
+
+TINY = ["--seeds", "0", "--steps", "5", "--d-model", "32", "--layers", "1", "--calib", "16", "--val-limit", "4",
+        "--no-write"]
+
+
+@pytest.mark.parametrize("module", [lm_data, lm_model, lm_train, lm_oneshot, lm_report, lm_peer, lm_permutation,
+                                    lm_gradual],
+                         ids=lambda m: m.__name__)
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_short_run_records_every_arm_and_reports(tmp_path):
+    out = tmp_path / "lm.json"
+    args = TINY + ["--dense", "--oneshot", "--settings", "50", "2:4+perm", "--out-json", str(out),
+                   "--cache", str(tmp_path / "cache")]
+    data = bench_lm.main(args)
+    assert json.loads(out.read_text())["runs"] == data["runs"]
+    assert sorted((r["arm"], r["setting"]) for r in data["runs"]) == sorted(
+        [("dense", "0")] + [(a, s) for a in ("magnitude", "wanda", "sparsegpt") for s in ("50", "2:4+perm")])
+    assert all(math.isfinite(r["bpc"]) and r["bpc"] > 0 for r in data["runs"])
+    assert data["corpus"]["sha256"] == lm_data.load_corpus().sha256
+    assert data["corpus"]["python"] == platform.python_version()
+    table = lm_report.render(data)
+    assert "| sparsegpt |" in table and "2:4+perm" in table
+    again = bench_lm.main(args)                # the dense model comes from the cache: same figures
+    assert [r["bpc"] for r in again["runs"]] == [r["bpc"] for r in data["runs"]]
+
+
+def test_gradual_arms_reach_their_target(tmp_path):
+    args = TINY + ["--gradual", "--gradual-targets", "50", "--out-json", str(tmp_path / "lm.json"),
+                   "--cache", str(tmp_path / "cache")]
+    data = bench_lm.main(args)
+    assert sorted(r["arm"] for r in data["runs"]) == ["dense", "gradual/default", "gradual/erk_wanda",
+                                                      "gradual/torch.ao"]
+    assert "| gradual/erk_wanda |" in lm_report.render(data)
+
+
+def test_corpus_is_the_joined_topics():
+    corpus = lm_data.load_corpus()
+    if platform.python_version() == "3.11.7":
+        assert len(corpus.text) == 464_970
+    assert corpus.valid.size == len(corpus.text) // 10
+    assert "".join(corpus.chars[i] for i in corpus.valid[:50]) == corpus.text[-corpus.valid.size:][:50]
+
+
+def test_initial_weights_come_from_the_seed():
+    cfg = lm_model.LMConfig(vocab_size=7, d_model=8, n_layers=2, n_heads=2, context=4)
+    a, b = lm_model.init_weights(cfg, 3), lm_model.init_weights(cfg, 4)
+    assert all(np.array_equal(a[k], lm_model.init_weights(cfg, 3)[k]) for k in a)
+    assert not np.array_equal(a["blocks.0.q.weight"], b["blocks.0.q.weight"])
+    assert np.std(a["blocks.1.fc2.weight"]) < np.std(a["blocks.1.fc1.weight"])  # residual projections scaled
+    model = lm_model.build_model(cfg, 3)
+    assert all(np.array_equal(p.detach().numpy(), a[n]) for n, p in model.named_parameters())
+
+
+@pytest.mark.parametrize("arm", sorted(lm_oneshot.ARMS))
+@pytest.mark.parametrize("setting", ["60", "2:4"])
+def test_arms_prune_exactly_the_blocks(arm, setting):
+    corpus = lm_data.load_corpus()
+    cfg = lm_model.LMConfig(vocab_size=corpus.vocab_size, d_model=32, n_layers=1, n_heads=2, context=16)
+    dense = lm_model.build_model(cfg, 0)
+    calib = lm_oneshot.calibration_batches(lm_data.calibration_windows(corpus, 0, 16, 16), batch_size=8)
+    base, _ = lm_oneshot.permuted_base(dense, setting, calib)
+    model, _ = lm_oneshot.prune_arm(base, arm, setting, calib)
+    for name, p in model.named_parameters():
+        zeros = int((p == 0).sum())
+        if name.endswith("weight") and name.startswith("blocks.0.") and ".ln" not in name:
+            if setting == "2:4":
+                assert (p.reshape(p.shape[0], -1, 4).ne(0).sum(-1) == 2).all(), name
+            elif arm == "wanda":                   # compared within output rows, as in the paper
+                assert (p.eq(0).sum(1) == exact_prune_count(0.6, p.shape[1])).all(), name
+            else:
+                assert zeros == exact_prune_count(0.6, p.numel()), name
+        elif name in ("wte.weight", "wpe.weight"):
+            assert zeros == 0
+
+
+def test_gpt2_export_computes_the_same_logits(tmp_path):
+    pytest.importorskip("transformers")
+    corpus = lm_data.load_corpus()
+    model = lm_model.build_model(lm_model.LMConfig(vocab_size=corpus.vocab_size, d_model=32, n_layers=2,
+                                                   n_heads=4, context=16), 0)
+    hf = lm_peer.build_gpt2(model, str(tmp_path))
+    x = torch.from_numpy(lm_data.calibration_windows(corpus, 0, 4, 16))
+    with torch.no_grad():
+        assert float((hf(input_ids=x).logits - model(x)).abs().max()) < 1e-5
