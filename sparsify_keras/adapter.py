@@ -90,7 +90,7 @@ class KerasAdapter:
         """The update into the kernels, stored values, masks and optimizer slots; a new statistics window."""
         optimizer = getattr(self.model, "optimizer", None)
         for pw, mask, stored in zip(self.state.pweights, self.state.masks, self.state.stored):
-            values = update.zero[pw.path]
+            values = update.keep_values[pw.path]
             if pw.path in update.grown:
                 values = values & ~update.grown[pw.path]
             write_update(pw.variable, mask, pw.from_canonical(update.masks[pw.path]), pw.from_canonical(values),

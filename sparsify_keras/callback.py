@@ -38,7 +38,7 @@ import numpy as np
 
 from sparsify import PruningConfig
 from sparsify.adapter import collect_reads
-from sparsify.criteria import needs_gradients
+from sparsify.criteria import scored_every_step
 from sparsify.protocol import PruningProtocol, config_fingerprint
 
 from .adapter import KerasAdapter
@@ -86,7 +86,7 @@ class PruningCallback(keras.callbacks.Callback):
                  log_dir: str | os.PathLike | None = None, log_per_layer: bool = True, verbose: int = 0) -> None:
         super().__init__()
         cfg = PruningConfig.coerce(config)
-        if needs_gradients(cfg.criterion):
+        if scored_every_step(cfg.criterion):
             raise ValueError(f"criterion {cfg.criterion!r} needs gradients at every step, which PruningCallback does "
                              "not score (snip and snip_momentum: PyTorch only); use a weight or activation criterion "
                              "such as 'magnitude' or 'wanda', or register your own")

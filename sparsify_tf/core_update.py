@@ -97,7 +97,7 @@ def core_update_fn(protocol: PruningProtocol, ks_group: str, errors: dict, *,
                 new, zero = list(ms), [np.ones_like(m) for m in ms]
             else:
                 new = [np.asarray(update.masks[k], bool) for k in names]
-                zero = [np.asarray(update.zero[k], bool) for k in names]
+                zero = [np.asarray(update.keep_values[k], bool) for k in names]
                 zero = [z & ~update.grown[k] if k in update.grown else z for z, k in zip(zero, names)]
             last["done"], last["masks"] = protocol.done_step, [np.array(m) for m in new]
         back = [m.astype(r.dtype) for m, r in zip(new, raw)] + [m.astype(r.dtype) for m, r in zip(zero, raw)]

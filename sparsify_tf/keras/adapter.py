@@ -86,8 +86,8 @@ class KerasAdapter:
         """The update into the kernels, stored values, masks and optimizer slots; a new statistics window."""
         pws = self.state.pweights
         # zeros: the new masks (the last ones at a release: the weights keep their zeros), and grown entries
-        zero = [pw.from_canonical(update.zero[pw.path] & ~update.grown[pw.path] if pw.path in update.grown
-                                  else update.zero[pw.path]) for pw in pws]
+        zero = [pw.from_canonical(update.keep_values[pw.path] & ~update.grown[pw.path] if pw.path in update.grown
+                                  else update.keep_values[pw.path]) for pw in pws]
         keep = [pw.from_canonical(update.masks[pw.path]) for pw in pws]
         self.apply_function(tf.constant(np.concatenate([k.ravel() for k in keep])),
                     tf.constant(np.concatenate([z.ravel() for z in zero])), tf.constant(update.step, tf.int64))

@@ -151,7 +151,7 @@ def test_skipped_steps_resume_and_release_through_prune_graph_and_hook(tmp_path)
                 np.testing.assert_array_equal(got[n], core.masks[n], err_msg=f"{n} at {step}")
                 if update is not None:
                     zero = tf_to_canonical(after[n], pr.kinds[n]) == 0
-                    assert np.all(zero[~update.zero[n]]), (n, step)
+                    assert np.all(zero[~update.keep_values[n]]), (n, step)
             assert sess.run(pr.last_update_step) == core.done_step
         assert core.done_step == 100 and core.released
         assert sess.run(pr.total_sparsity) == 0.0
