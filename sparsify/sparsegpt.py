@@ -55,7 +55,8 @@ import numpy as np
 
 from .lowest_k import exact_prune_count
 
-__all__ = ["HessianAccumulator", "sparsegpt_prune", "reconstruction_error", "block_prune_counts"]
+__all__ = ["HessianAccumulator", "sparsegpt_prune", "reconstruction_error", "block_prune_counts",
+           "sparsegpt_options", "sparsegpt_target"]
 
 _RETRIES = 3
 
@@ -287,3 +288,54 @@ def sparsegpt_prune(weight: np.ndarray, hessian: np.ndarray, sparsity: Optional[
         pruned[:, i1:i2] = flags
         w[:, i2:] -= err @ u[i1:i2, i2:]
     return w, ~pruned
+
+
+def sparsegpt_options(dampening: Optional[float] = None, block_size: Optional[int] = None,
+                      sequential: Optional[bool] = None) -> dict:
+    """The one-shot entry points' SparseGPT keyword arguments with their defaults, validated (every adapter).
+
+    Example:
+        >>> sparsegpt_options(block_size=4)
+        {'dampening': 0.01, 'block_size': 4, 'sequential': True}
+    """
+    damp = 0.01 if dampening is None else dampening
+    if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not damp >= 0 or damp == float("inf"):
+        raise ValueError(f"dampening must be a finite number >= 0 (a fraction of the Hessian's mean diagonal), "
+                         f"got {dampening!r}")
+    size = 128 if block_size is None else block_size
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ValueError(f"block_size must be a positive integer (columns per block), got {block_size!r}")
+    seq = True if sequential is None else sequential
+    if not isinstance(seq, bool):
+        raise ValueError(f"sequential must be True or False, got {sequential!r}")
+    return {"dampening": float(damp), "block_size": size, "sequential": seq}
+
+
+def sparsegpt_target(config: object) -> dict:
+    """``sparsity=`` or ``nm=`` for :func:`sparsegpt_prune` from a :class:`sparsify.PruningConfig`, or a
+    ``ValueError`` for what SparseGPT does not do (every adapter).
+
+    Example:
+        >>> from sparsify import PruningConfig
+        >>> sparsegpt_target(PruningConfig(target_sparsity=0.5, pattern="2:4")), sparsegpt_target(PruningConfig(target_sparsity=0.6))
+        ({'nm': (2, 4)}, {'sparsity': 0.6})
+    """
+    from .patterns import PatternNInM
+
+    cfg = config
+    if cfg.pruning_scope != "local":
+        raise ValueError(f"method='sparsegpt' prunes every layer to the same ratio: pruning_scope must be 'local', "
+                         f"got {cfg.pruning_scope!r}")
+    if cfg.criterion != "magnitude":
+        raise ValueError(f"method='sparsegpt' scores weights by its own reconstruction error: leave criterion at "
+                         f"'magnitude' (the default), got {cfg.criterion!r}")
+    target = float(cfg.target_sparsity or 0.0)
+    pattern = cfg.pattern_obj()
+    if isinstance(pattern, PatternNInM):
+        if abs(target - pattern.N / pattern.M) > 1e-12:
+            raise ValueError(f"method='sparsegpt' with pattern {cfg.pattern!r} prunes every group: target_sparsity "
+                             f"must be N/M = {pattern.N / pattern.M}, got {cfg.target_sparsity!r}")
+        return {"nm": (pattern.N, pattern.M)}
+    if cfg.pattern != "1x1":
+        raise ValueError(f"method='sparsegpt' supports pattern '1x1' (unstructured) or 'N:M', got {cfg.pattern!r}")
+    return {"sparsity": target}

@@ -9,6 +9,12 @@ adapter uses), read through a sub-model whose outputs are those inputs (Sequenti
 models). Criteria that need gradients are refused (no backward pass runs). Works for Keras 3 on every
 backend and for tf-keras.
 
+``method="sparsegpt"`` prunes every selected Dense kernel with SparseGPT (:mod:`sparsify.sparsegpt`, the
+core's reconstruction, as :func:`sparsify_torch.prune_oneshot` does): layers one at a time in definition
+order, each layer's inputs read over all calibration batches from the model whose earlier layers are
+already pruned (``sequential=True``), the kept weights updated to compensate. The same weights and
+calibration inputs give torch's masks (weights within float32 rounding).
+
 Example:
     >>> import numpy as np, keras
     >>> keras.utils.set_random_seed(0)
@@ -29,13 +35,16 @@ import numpy as np
 from sparsify import PruningConfig, PruningProtocol
 from sparsify.activation_stats import ActivationWindow, sum_of_squares
 from sparsify.criteria import get_criterion
+from sparsify.sparsegpt import HessianAccumulator, sparsegpt_options, sparsegpt_prune, sparsegpt_target
 
 from .compat import keras_flavor, keras_module
 from .layers import KerasPrunableWeight, find_prunable_weights, in_model_order
 from .state import model_state
 from .statistics import check_activation_layers
 
-__all__ = ["prune_oneshot", "input_channel_norms"]
+__all__ = ["prune_oneshot", "input_channel_norms", "ONESHOT_METHODS"]
+
+ONESHOT_METHODS = ("criterion", "sparsegpt")
 
 
 def _batches(data: Any) -> Iterable[Any]:
@@ -47,6 +56,24 @@ def _batches(data: Any) -> Iterable[Any]:
                         f"tuples), got {type(data).__name__}")
     for batch in data:
         yield batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+
+
+def _layer_inputs(model: Any, layers: list[Any]) -> Any:
+    """A sub-model whose outputs are the inputs of ``layers`` (Sequential and Functional models)."""
+    K = keras_module(keras_flavor(model))
+    try:
+        inputs = getattr(model, "inputs", None)
+        if not inputs:
+            raise AttributeError("the model has no symbolic inputs")
+        return K.Model(inputs[0] if len(inputs) == 1 else inputs, [layer.input for layer in layers])
+    except (AttributeError, ValueError, TypeError, RuntimeError) as e:
+        raise ValueError(f"model {model.name!r}: the inputs of the pruned layers cannot be read ({e}); activation "
+                         "criteria and SparseGPT need a Sequential or Functional model whose pruned layers are each "
+                         "called once") from None
+
+
+def _to_numpy(K: Any, x: Any) -> np.ndarray:
+    return np.asarray(K.ops.convert_to_numpy(x) if hasattr(K, "ops") else x)
 
 
 def input_channel_norms(model: Any, weights: list[KerasPrunableWeight], data: Any,
@@ -66,22 +93,13 @@ def input_channel_norms(model: Any, weights: list[KerasPrunableWeight], data: An
     check_activation_layers(weights, criterion)
     K = keras_module(keras_flavor(model))
     layers = list(dict.fromkeys(pw.layer for pw in weights))
-    try:
-        inputs = getattr(model, "inputs", None)
-        if not inputs:
-            raise AttributeError("the model has no symbolic inputs")
-        probe = K.Model(inputs[0] if len(inputs) == 1 else inputs, [layer.input for layer in layers])
-    except (AttributeError, ValueError, TypeError, RuntimeError) as e:
-        raise ValueError(f"model {model.name!r}: the inputs of the pruned layers cannot be read ({e}); activation "
-                         "criteria need a Sequential or Functional model whose pruned layers are each called once"
-                         ) from None
+    probe = _layer_inputs(model, layers)
     window = ActivationWindow({pw.path: pw.canonical_shape for pw in weights}, criterion=criterion)
     seen = 0
     for x in _batches(data):
         outs = probe(x, training=False)
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        sums = {id(layer): sum_of_squares(np.asarray(K.ops.convert_to_numpy(out) if hasattr(K, "ops") else out))
-                for layer, out in zip(layers, outs)}
+        sums = {id(layer): sum_of_squares(_to_numpy(K, out)) for layer, out in zip(layers, outs)}
         for pw in weights:
             window.add(pw.path, sums[id(pw.layer)])
         seen += 1
@@ -90,20 +108,67 @@ def input_channel_norms(model: Any, weights: list[KerasPrunableWeight], data: An
     return window.read()
 
 
-def prune_oneshot(model: Any, config: PruningConfig | Mapping[str, Any] | str, data: Any = None) -> Any:
+def _sparsegpt(model: Any, cfg: PruningConfig, chosen: list[KerasPrunableWeight], data: Any, *, dampening: float,
+               block_size: int, sequential: bool) -> Any:
+    """Prune each chosen Dense kernel with SparseGPT, in definition order, kernels written in place."""
+    target = sparsegpt_target(cfg)
+    refused = [pw.path for pw in chosen if pw.kind != "dense" or not pw.path.endswith("/kernel")]
+    if refused:
+        raise ValueError(f"method='sparsegpt' prunes Dense kernels only; exclude {refused} with excluded_op_names")
+    if data is None:
+        raise ValueError("method='sparsegpt' reconstructs each layer from its inputs: pass calibration data")
+    batches = list(_batches(data))
+    if not batches:
+        raise ValueError("data held no batch: SparseGPT needs at least one batch of inputs")
+    K = keras_module(keras_flavor(model))
+
+    def hessians(pws: list[KerasPrunableWeight]) -> list[HessianAccumulator]:
+        probe = _layer_inputs(model, [pw.layer for pw in pws])
+        accs = [HessianAccumulator(pw.canonical_shape[1], name=pw.path) for pw in pws]
+        for x in batches:
+            outs = probe(x, training=False)
+            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            for acc, out in zip(accs, outs):
+                a = _to_numpy(K, out).astype(np.float64)
+                acc.add(a.reshape(-1, a.shape[-1]))
+        return accs
+
+    accs = None if sequential else hessians(chosen)
+    for i, pw in enumerate(chosen):
+        acc = hessians([pw])[0] if sequential else accs[i]
+        kernel = np.asarray(pw.variable.numpy())
+        new_w, _ = sparsegpt_prune(pw.to_canonical(kernel).astype(np.float64), acc.hessian(), block_size=block_size,
+                                   dampening=dampening, name=pw.path, **target)
+        pw.variable.assign(pw.from_canonical(new_w).astype(kernel.dtype))
+    return model
+
+
+def prune_oneshot(model: Any, config: PruningConfig | Mapping[str, Any] | str, data: Any = None, *,
+                  method: str = "criterion", dampening: float | None = None, block_size: int | None = None,
+                  sequential: bool | None = None) -> Any:
     """Prune the built ``model`` in place to ``config.target_sparsity`` at once and return it (masks baked in).
 
     Args:
         model: a built Keras 3 (any backend) or tf-keras model (trained).
         config: a ``PruningConfig``, a dict or a YAML path; its target is taken as given.
-        data: calibration inputs for criteria that read activations (``"wanda"``): an array (one
-            batch), a ``tf.data.Dataset`` or an iterable of batches, each inputs or ``(inputs, targets)``.
+        data: calibration inputs for criteria that read activations (``"wanda"``) and SparseGPT: an array
+            (one batch), a ``tf.data.Dataset`` or an iterable of batches, each inputs or ``(inputs, targets)``.
+        method: ``"criterion"`` (masks by the config's criterion, kept weights unchanged) or ``"sparsegpt"``.
+        dampening, block_size, sequential: ``method="sparsegpt"`` only (:func:`sparsify.sparsegpt.sparsegpt_options`).
 
     Raises:
-        ValueError: a criterion that needs gradients, an activation criterion without data, a model that
-            is not built or is being pruned by a ``PruningCallback`` (strip it first).
+        ValueError: an unknown method or an option it does not take, a criterion that needs gradients, an
+            activation criterion or SparseGPT without data, a model that is not built or is being pruned by
+            a ``PruningCallback`` (strip it first), a config SparseGPT cannot follow.
     """
     keras_flavor(model)
+    if method not in ONESHOT_METHODS:
+        raise ValueError(f"method must be one of {list(ONESHOT_METHODS)}, got {method!r}")
+    options = sparsegpt_options(dampening, block_size, sequential) if method == "sparsegpt" else None
+    if options is None:
+        for key, value in (("dampening", dampening), ("block_size", block_size), ("sequential", sequential)):
+            if value is not None:
+                raise ValueError(f"{key}={value!r} applies to method='sparsegpt' only, got method={method!r}")
     cfg = PruningConfig.coerce(config).oneshot()
     crit = get_criterion(cfg.criterion)
     if crit.per_step:
@@ -114,13 +179,15 @@ def prune_oneshot(model: Any, config: PruningConfig | Mapping[str, Any] | str, d
         raise ValueError(f"criterion {cfg.criterion!r} reads the layers' inputs: pass calibration data")
     if not getattr(model, "built", False):
         raise ValueError(f"model {model.name!r} is not built: build it (or call it on a batch) before pruning")
-    if model.__dict__.get("_sparsify_pruning_state") is not None or model_state(model) is not None:
+    if model_state(model) is not None:
         raise ValueError(f"model {model.name!r} is being pruned by a PruningCallback: call strip_pruning(model) "
                          "before prune_oneshot")
     candidates = in_model_order(model, find_prunable_weights(model))
     protocol = PruningProtocol(cfg, {pw.path: pw.canonical_shape for pw in candidates})
     by_path = {pw.path: pw for pw in candidates}
     chosen = [by_path[n] for n in protocol.names]
+    if options is not None:
+        return _sparsegpt(model, cfg, chosen, data, **options)
     acts = input_channel_norms(model, chosen, data, cfg.criterion) if needs_data else None
     weights = {pw.path: pw.to_canonical(np.asarray(pw.variable.numpy())) for pw in chosen}
     update = protocol.advance(0, weights, activations=acts)

@@ -68,12 +68,15 @@ class PruningState(keras.layers.Layer):
         fingerprint: the config's fingerprint (:func:`sparsify.protocol.config_fingerprint`).
         keep_grads: keep the dense gradient of the last step (RigL).
         keep_activations: keep input statistics (criteria that read activations).
+        straight_through: ``pruned_gradient="straight_through"`` (the train step moves what the optimizer
+            puts into pruned kernel entries into the stored values, :mod:`.train_step`).
     """
 
     def __init__(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
-                 keep_activations: bool = False) -> None:
+                 keep_activations: bool = False, straight_through: bool = False) -> None:
         super().__init__(name="sparsify_pruning_state", trainable=False)
         object.__setattr__(self, "pweights", list(pweights))      # not tracked: the model owns the layers
+        object.__setattr__(self, "straight_through", bool(straight_through))
         dt = [str(pw.variable.dtype) for pw in self.pweights]
         shapes = [pw.tf_shape for pw in self.pweights]
         per_weight = list(enumerate(zip(shapes, dt)))

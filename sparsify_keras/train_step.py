@@ -10,6 +10,10 @@
   gradient is kept first (the core grows the pruned weights with the largest ones).
 * **Per-step masking**: every other pruned weight (another optimizer, a weight constraint that could move
   a zero, a weight the optimizer did not see) and its slots are multiplied by the mask after each step.
+* **Straight-through** (``pruned_gradient="straight_through"``): gradients are not masked, so the optimizer
+  steps pruned entries like any weight (the forward pass still sees zeros); after each step what the
+  optimizer moved into a pruned entry of the kernel is added to its stored value and the kernel entry
+  zeroed again, so the dense weight (kernel + stored) is the one the optimizer stepped.
 * **Input statistics** (criteria that read activations, :mod:`.statistics`) are recorded while the step runs.
 
 Both run inside the compiled step of each backend (JAX's stateless step included): the host only
@@ -72,6 +76,9 @@ def _masked_gradients(state: PruningState, grads: list, variables: list, values:
         if state.grads:
             values.write(state.grads[i], g)
             values.write(state.grads_seen, keras.ops.ones((), "int32"))
+        if state.straight_through:          # the optimizer steps the dense weight (see the module)
+            out.append(g)
+            continue
         out.append(keras.ops.multiply(g, keras.ops.cast(values.read(state.masks[i]), g.dtype)))
         masked.add(id(v))
     return out, masked
@@ -114,11 +121,18 @@ def _uninstall_grad_hook(model: Any) -> None:
 
 
 def _mask_after_step(model: Any, state: PruningState, skip: set, values: StepValues) -> None:
-    """Multiply the pruned weights not in ``skip`` (ids) and their optimizer slots by their masks."""
-    for pw, mask in zip(state.pweights, state.masks):
+    """Multiply the pruned weights not in ``skip`` (ids) and their optimizer slots by their masks
+    (straight-through: move the kernel's pruned entries into the stored values instead)."""
+    for pw, mask, stored in zip(state.pweights, state.masks, state.stored):
         if id(pw.variable) in skip:
             continue
         m = values.read(mask)
+        if state.straight_through:
+            w = values.read(pw.variable)
+            m = keras.ops.cast(m, w.dtype)
+            values.write(stored, keras.ops.add(values.read(stored), keras.ops.multiply(w, 1 - m)))
+            values.write(pw.variable, keras.ops.multiply(w, m))
+            continue
         for v in [pw.variable, *optimizer_slots(model.optimizer, pw.variable)]:
             x = values.read(v)
             values.write(v, keras.ops.multiply(x, keras.ops.cast(m, x.dtype)))
@@ -139,7 +153,8 @@ def install_train_step(model: Any, state: PruningState) -> None:
             return
         skip = {id(pw.variable) for pw in st.pweights
                 if id(pw.variable) in masked and getattr(pw.variable, "constraint", None) is None}
-        st.record_per_step_paths([pw.path for pw in st.pweights if id(pw.variable) not in skip])
+        st.record_per_step_paths([] if st.straight_through else
+                                 [pw.path for pw in st.pweights if id(pw.variable) not in skip])
         _mask_after_step(model, st, skip, values)
         after_step.masked.clear()
 
@@ -149,7 +164,7 @@ def install_train_step(model: Any, state: PruningState) -> None:
         st = state_ref()
         if st is None or model_state(model) is not st:
             return inner(*args)
-        if grad_masking_supported(model.optimizer) or st.grads:
+        if grad_masking_supported(model.optimizer) or st.grads or st.straight_through:
             _install_grad_hook(model, st, after_step.masked)
         with recording_activations(st):
             return inner(*args)

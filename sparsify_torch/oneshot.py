@@ -42,8 +42,7 @@ from torch.nn.utils import parametrize
 
 from sparsify import PruningConfig, select_names
 from sparsify.criteria import get_criterion
-from sparsify.patterns import PatternNInM
-from sparsify.sparsegpt import HessianAccumulator, sparsegpt_prune
+from sparsify.sparsegpt import HessianAccumulator, sparsegpt_options, sparsegpt_prune, sparsegpt_target
 
 from .entry import prune
 from .layers import prunable_weights
@@ -96,7 +95,7 @@ def prune_oneshot(model: nn.Module, config: PruningConfig | Mapping[str, Any] | 
     cfg = PruningConfig.coerce(config).oneshot()
     run = forward or default_forward
     if method == "sparsegpt":
-        options = _sparsegpt_options(dampening, block_size, sequential)
+        options = sparsegpt_options(dampening, block_size, sequential)
         return _sparsegpt_oneshot(model, cfg, batches, run, **options)
     for key, value in (("dampening", dampening), ("block_size", block_size), ("sequential", sequential)):
         if value is not None:
@@ -138,42 +137,6 @@ def _criterion_oneshot(model: nn.Module, cfg: PruningConfig, batches: Iterable[A
         pruner.remove()
         raise
     return pruner.remove()
-
-
-def _sparsegpt_options(dampening: Optional[float], block_size: Optional[int],
-                       sequential: Optional[bool]) -> dict[str, Any]:
-    """The SparseGPT keyword arguments with their defaults, validated."""
-    damp = 0.01 if dampening is None else dampening
-    if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not damp >= 0 or damp == float("inf"):
-        raise ValueError(f"dampening must be a finite number >= 0 (a fraction of the Hessian's mean diagonal), "
-                         f"got {dampening!r}")
-    size = 128 if block_size is None else block_size
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-        raise ValueError(f"block_size must be a positive integer (columns per block), got {block_size!r}")
-    seq = True if sequential is None else sequential
-    if not isinstance(seq, bool):
-        raise ValueError(f"sequential must be True or False, got {sequential!r}")
-    return {"dampening": float(damp), "block_size": size, "sequential": seq}
-
-
-def _sparsegpt_target(cfg: PruningConfig) -> dict[str, Any]:
-    """``sparsity=`` or ``nm=`` for :func:`sparsify.sparsegpt.sparsegpt_prune`, or a ``ValueError``."""
-    if cfg.pruning_scope != "local":
-        raise ValueError(f"method='sparsegpt' prunes every layer to the same ratio: pruning_scope must be 'local', "
-                         f"got {cfg.pruning_scope!r}")
-    if cfg.criterion != "magnitude":
-        raise ValueError(f"method='sparsegpt' scores weights by its own reconstruction error: leave criterion at "
-                         f"'magnitude' (the default), got {cfg.criterion!r}")
-    target = float(cfg.target_sparsity or 0.0)
-    pattern = cfg.pattern_obj()
-    if isinstance(pattern, PatternNInM):
-        if abs(target - pattern.N / pattern.M) > 1e-12:
-            raise ValueError(f"method='sparsegpt' with pattern {cfg.pattern!r} prunes every group: target_sparsity "
-                             f"must be N/M = {pattern.N / pattern.M}, got {cfg.target_sparsity!r}")
-        return {"nm": (pattern.N, pattern.M)}
-    if cfg.pattern != "1x1":
-        raise ValueError(f"method='sparsegpt' supports pattern '1x1' (unstructured) or 'N:M', got {cfg.pattern!r}")
-    return {"sparsity": target}
 
 
 def _sparsegpt_layers(model: nn.Module, cfg: PruningConfig) -> list[tuple[str, nn.Linear]]:
@@ -219,7 +182,7 @@ def _sparsegpt_oneshot(model: nn.Module, cfg: PruningConfig, batches: Iterable[A
                        run: Callable[[nn.Module, Any], Any], *, dampening: float, block_size: int,
                        sequential: bool) -> nn.Module:
     """Prune each selected Linear with SparseGPT, in definition order, weights written in place."""
-    target = _sparsegpt_target(cfg)
+    target = sparsegpt_target(cfg)
     layers = _sparsegpt_layers(model, cfg)
     if batches is None:
         raise ValueError("method='sparsegpt' reconstructs each layer from its inputs: pass calibration batches")

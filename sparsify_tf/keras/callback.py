@@ -115,6 +115,10 @@ class PruningCallback(KerasPruningCallback):
     # ----- the tf-keras side of the update loop's hooks --------------------------------------
     def _check_flavor(self, model: Any) -> str:
         flavor = keras_flavor(model)
+        if flavor == "tf_keras" and self.config.pruned_gradient != "none":
+            raise ValueError(f"pruned_gradient={self.config.pruned_gradient!r} is not supported for tf-keras models "
+                             "yet (pruned weights get no gradient there); use Keras 3 (sparsify_keras, any backend) "
+                             "or PyTorch, or leave pruned_gradient='none'")
         if flavor == "keras3" and self.update_in_graph:
             raise ValueError("update_in_graph=True applies to tf-keras models; Keras 3 models update their masks "
                              "on the host at batch starts on every backend (leave update_in_graph unset)")

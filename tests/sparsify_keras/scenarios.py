@@ -138,6 +138,34 @@ def training():
 
 
 @scenario
+def pruned_values():
+    """One update at step 0, then 6 steps of SGD (momentum 0.9, weight decay 0.05) or AdamW: the stored values of
+    pruned weights per step, with pruned_gradient "none" (they must not move) and "straight_through"."""
+    out = {}
+    for opt in ("sgd", "adamw"):
+        for mode in ("none", "straight_through"):
+            model, x, y = model_and_data()
+            o = (keras.optimizers.SGD(0.05, momentum=0.9, weight_decay=0.05) if opt == "sgd"
+                 else keras.optimizers.AdamW(0.01, weight_decay=0.05))
+            model.compile(o, keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            cb = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 0, "pruned_gradient": mode})
+            stored, zeros = [], []
+
+            class Record(keras.callbacks.Callback):
+                def on_train_batch_end(self, batch, logs=None):
+                    masks = cb.masks
+                    stored.append({pw.path: np.asarray(s.numpy()).tolist()
+                                   for pw, s in zip(cb._state.pweights, cb._state.stored)})
+                    zeros.append(all(bool(np.all(pw.variable.numpy()[~masks[pw.path]] == 0))
+                                     for pw in cb._state.pweights))
+
+            model.fit((x[0][:48], x[1][:48]), y[:48], batch_size=8, epochs=1, shuffle=False, verbose=0,
+                      callbacks=[cb, Record()])
+            out[f"{opt}/{mode}"] = {"stored": stored, "zeros_held": zeros}
+    return out
+
+
+@scenario
 def resume():
     """An interrupted fit (checkpoint after 2 of 4 epochs, a fresh model, attach, load_weights) against an
     uninterrupted one: same masks and weights."""

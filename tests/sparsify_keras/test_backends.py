@@ -15,7 +15,7 @@ from backend_runs import BACKENDS, run_python, scenarios
 from sparsify import PruningConfig, PruningProtocol
 from sparsify.activation_stats import ActivationWindow, sum_of_squares
 
-ALL = "masks_lr0,training,resume,strip_and_save,traces,tensorboard,oneshot"
+ALL = "masks_lr0,training,pruned_values,resume,strip_and_save,traces,tensorboard,oneshot"
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -110,6 +110,17 @@ def test_training_holds_zeros_and_exact_counts(results, name):
     if name in ("rigl", "set"):
         assert not subsets                    # regrowth grew weights back
     assert run["per_step_paths"] == ([] if name != "adagrad" else sorted(final, key=list(final).index))
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+def test_pruned_values_stay_put_unless_straight_through(results, opt):
+    """docs/design.md rule 8: with pruned_gradient="none" a pruned weight's stored value does not change under
+    momentum and weight decay; with "straight_through" the optimizer steps it (the kernel stays zero there)."""
+    frozen, stepped = results["pruned_values"][f"{opt}/none"], results["pruned_values"][f"{opt}/straight_through"]
+    assert len(frozen["stored"]) == 6 and all(frozen["zeros_held"]) and all(stepped["zeros_held"])
+    assert all(s == frozen["stored"][0] for s in frozen["stored"])           # bit for bit, every step
+    first, last = stepped["stored"][0], stepped["stored"][-1]
+    assert any(not np.array_equal(first[p], last[p]) for p in first)
 
 
 def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(results):
