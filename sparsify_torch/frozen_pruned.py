@@ -108,10 +108,11 @@ class FrozenPruned:
         key = id(entry.param)
         held = self._buffers.get(key)
         if held is None or held[0].shape != entry.local.shape or held[0].device != entry.local.device:
-            held = [torch.empty_like(entry.local), None, -1]
+            held = [torch.empty_like(entry.local), None, None]
             self._buffers[key] = held
-        if held[2] != entry.keep._version or held[1] is None:
-            held[1], held[2] = 1 - entry.keep.to(entry.local.dtype), entry.keep._version
+        stamp = (id(entry.keep), entry.keep.data_ptr(), entry.keep._version)    # this mask, unchanged since
+        if held[2] != stamp or held[1] is None:
+            held[1], held[2] = 1 - entry.keep.to(entry.local.dtype), stamp
         return held[0].copy_(entry.local), held[1]
 
     @torch.no_grad()

@@ -44,10 +44,10 @@ class TorchCollective:
         self.device = torch.device(device)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        """A tensor that owns its memory (a copy). Never a view of NumPy memory: gloo's worker thread may drop
+        """A tensor that owns its memory (a copy), never a view of NumPy memory: gloo's worker thread may drop
         the last reference to a collective's input after the call returned, and freeing a NumPy-backed tensor
-        takes the GIL, which aborts the process ("terminate called without an active exception") once the
-        interpreter is finalizing, e.g. right after ``destroy_process_group()`` at the end of a script."""
+        takes the GIL, which a thread must not do while the interpreter finalizes (a precaution; see
+        docs/distributed.md, "Teardown")."""
         return torch.from_numpy(np.ascontiguousarray(array)).to(self.device, copy=True)
 
     def allgather(self, array: np.ndarray) -> list[np.ndarray]:

@@ -8,8 +8,8 @@ from sparsify_torch.torch_collective import TorchCollective
 
 
 def test_collective_inputs_never_view_numpy_memory():
-    """Freeing a NumPy-backed tensor takes the GIL; gloo's worker thread may free a collective's input late
-    (after destroy_process_group, at interpreter exit), which aborted a two-rank FSDP2 script (SIGABRT)."""
+    """Freeing a NumPy-backed tensor takes the GIL; gloo's worker thread may free a collective's input late,
+    which must not happen during interpreter finalization (a precaution, docs/distributed.md "Teardown")."""
     a = np.array([1.0, 2.0], dtype=np.float32)
     t = TorchCollective._tensor(SimpleNamespace(device=torch.device("cpu")), a)
     a[0] = 9.0

@@ -1,6 +1,7 @@
 """DistributedDataParallel (gloo, 2 processes on localhost): every rank computes the same masks."""
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import time
@@ -62,6 +63,8 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
                   "magnitude": _run(rank, MAGNITUDE, seed=rank)}   # even from different initial weights
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
+        result = None
+        gc.collect()          # free what holds the group before teardown (docs/distributed.md, "Teardown")
         dist.destroy_process_group()
 
 

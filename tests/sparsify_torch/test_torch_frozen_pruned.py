@@ -106,3 +106,20 @@ def test_frozen_pruned_hooks_only_optimizers_holding_the_parameter():
     opt = torch.optim.SGD([p], lr=0.5, weight_decay=1.0)
     opt.step()
     assert p.tolist() == [0.25, 1.0]
+
+
+def test_a_mask_changed_or_replaced_between_steps_is_read_afresh():
+    p = nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
+    entry = {"keep": torch.tensor([1.0, 0.0, 1.0])}
+    opt = torch.optim.SGD([p], lr=0.5, weight_decay=1.0)
+    freeze = FrozenPruned(lambda: [PrunedParam(p, p, entry["keep"])], opt)
+    p.grad = torch.zeros(3)
+    opt.step()
+    assert p.tolist() == [0.5, 2.0, 1.5]
+    entry["keep"].copy_(torch.tensor([0.0, 1.0, 1.0]))             # changed in place (an update)
+    opt.step()
+    assert p.tolist() == [0.5, 1.0, 0.75]
+    entry["keep"] = torch.tensor([1.0, 1.0, 0.0])                    # replaced (a load)
+    opt.step()
+    assert p.tolist() == [0.25, 0.5, 0.75]
+    freeze.remove()

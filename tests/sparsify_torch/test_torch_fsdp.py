@@ -126,12 +126,15 @@ def _entry(rank: int, world: int, port: int, module: str, name: str, out_dir: st
     try:
         result = getattr(importlib.import_module(module), name)(rank, world, *args)
         torch.save(result, os.path.join(out_dir, f"{name}-{world}-rank{rank}.pt"))
-        # every rank's collectives are done before any tears gloo down: a rank that destroyed its group
-        # while a peer's async work was still in flight died with SIGABRT ("terminate called without an
-        # active exception") once under a loaded machine
         dist.barrier()
     finally:
+        # gloo aborts ("terminate called without an active exception") when a process group outlives
+        # destroy_process_group() into interpreter exit, as FSDP2's device mesh makes it: free the models,
+        # optimizers and pruners (reference cycles) first (docs/distributed.md, "Teardown")
+        result = None
+        gc.collect()
         dist.destroy_process_group()
+        gc.collect()
 
 
 def spawn(fn, world: int, tmp_path, *args, timeout: float = 240) -> list:
