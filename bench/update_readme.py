@@ -34,7 +34,7 @@ CONFIG_PAGE = ROOT / "docs" / "config.md"
 BENCH_PAGE = ROOT / "docs" / "benchmarks.md"
 API_DIR = ROOT / "docs" / "api"
 MKDOCS = ROOT / "mkdocs.yml"
-PACKAGES = ("sparsify", "sparsify_tf", "sparsify_torch")
+PACKAGES = ("sparsify", "sparsify_keras", "sparsify_tf", "sparsify_torch")
 # The guides in reading order, with their titles in the site's navigation.
 GUIDES = (("The core and its masks", "core.md"), ("Config reference", "config.md"), ("PyTorch", "torch.md"),
           ("Structured channel pruning", "channels.md"), ("Keras", "keras.md"), ("TensorFlow graphs", "tf_graph.md"),

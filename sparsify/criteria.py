@@ -39,7 +39,8 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["Criterion", "NEEDS", "register_criterion", "unregister_criterion", "get_criterion",
-           "registered_criteria", "magnitude", "snip", "snip_momentum", "wanda", "scored_every_step",
+           "registered_criteria", "oneshot_needs_data",
+           "magnitude", "snip", "snip_momentum", "wanda", "scored_every_step",
            "needs_gradients", "CRITERIA", "GRADIENT_CRITERIA"]
 
 #: What a criterion may ask the adapters for.
@@ -145,6 +146,24 @@ def scored_every_step(criterion: str) -> bool:
         (True, False)
     """
     return get_criterion(criterion).per_step
+
+
+def oneshot_needs_data(criterion: str, has_data: bool, what: str = "data") -> bool:
+    """Whether one-shot pruning by ``criterion`` reads calibration inputs (every adapter's rule): criteria
+    scored from gradients are refused (no backward pass runs), activation criteria without data too.
+
+    Example:
+        >>> oneshot_needs_data("wanda", True), oneshot_needs_data("magnitude", False)
+        (True, False)
+    """
+    crit = get_criterion(criterion)
+    if crit.per_step:
+        raise ValueError(f"criterion {criterion!r} needs gradients, but one-shot pruning runs no backward pass; "
+                         "use a criterion that needs only weights or activations ('magnitude', 'wanda')")
+    needs = "activation" in crit.needs
+    if needs and not has_data:
+        raise ValueError(f"criterion {criterion!r} reads the layers' inputs: pass calibration {what}")
+    return needs
 
 
 def needs_gradients(criterion: str) -> bool:

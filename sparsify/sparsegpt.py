@@ -56,7 +56,10 @@ import numpy as np
 from .lowest_k import exact_prune_count
 
 __all__ = ["HessianAccumulator", "sparsegpt_prune", "reconstruction_error", "block_prune_counts",
-           "sparsegpt_options", "sparsegpt_target"]
+           "sparsegpt_options", "sparsegpt_target", "ONESHOT_METHODS", "oneshot_method_options"]
+
+#: The one-shot methods of every adapter's ``prune_oneshot``.
+ONESHOT_METHODS = ("criterion", "sparsegpt")
 
 _RETRIES = 3
 
@@ -317,8 +320,10 @@ def sparsegpt_target(config: object) -> dict:
 
     Example:
         >>> from sparsify import PruningConfig
-        >>> sparsegpt_target(PruningConfig(target_sparsity=0.5, pattern="2:4")), sparsegpt_target(PruningConfig(target_sparsity=0.6))
-        ({'nm': (2, 4)}, {'sparsity': 0.6})
+        >>> sparsegpt_target(PruningConfig(target_sparsity=0.5, pattern="2:4"))
+        {'nm': (2, 4)}
+        >>> sparsegpt_target(PruningConfig(target_sparsity=0.6))
+        {'sparsity': 0.6}
     """
     from .patterns import PatternNInM
 
@@ -339,3 +344,22 @@ def sparsegpt_target(config: object) -> dict:
     if cfg.pattern != "1x1":
         raise ValueError(f"method='sparsegpt' supports pattern '1x1' (unstructured) or 'N:M', got {cfg.pattern!r}")
     return {"sparsity": target}
+
+
+def oneshot_method_options(method: str, dampening: Optional[float] = None, block_size: Optional[int] = None,
+                           sequential: Optional[bool] = None) -> Optional[dict]:
+    """``prune_oneshot``'s ``method`` and its options, validated: :func:`sparsegpt_options` for
+    ``"sparsegpt"``, None for ``"criterion"`` (which takes none of them).
+
+    Example:
+        >>> oneshot_method_options("criterion") is None, oneshot_method_options("sparsegpt")["block_size"]
+        (True, 128)
+    """
+    if method not in ONESHOT_METHODS:
+        raise ValueError(f"method must be one of {list(ONESHOT_METHODS)}, got {method!r}")
+    if method == "sparsegpt":
+        return sparsegpt_options(dampening, block_size, sequential)
+    for key, value in (("dampening", dampening), ("block_size", block_size), ("sequential", sequential)):
+        if value is not None:
+            raise ValueError(f"{key}={value!r} applies to method='sparsegpt' only, got method={method!r}")
+    return None

@@ -26,7 +26,8 @@ import keras
 import numpy as np
 
 __all__ = ["backend_name", "StepValues", "StatefulValues", "JaxStateValues", "current_step_values",
-           "wrap_train_step", "sync_to_variables", "to_numpy", "dense_gradient", "state_scope", "tf_strategy"]
+           "wrap_train_step", "sync_to_variables", "to_numpy", "dense_gradient", "state_scope", "tf_strategy",
+           "add_to"]
 
 _TLS = threading.local()
 
@@ -181,3 +182,15 @@ def state_scope(model: Any) -> Any:
     sums aggregated over replicas), else nothing."""
     strategy = tf_strategy(model)
     return strategy.scope() if strategy is not None else contextlib.nullcontext()
+
+
+def add_to(variable: Any, value: Any) -> None:
+    """``variable += value`` inside a train step. On TensorFlow through the backend variable's own
+    ``assign_add``: Keras's ``assign_add`` assigns ``variable + value``, which a ``tf.distribute`` strategy
+    sums over replicas for a sum-aggregated variable (doubling the old value on two replicas)."""
+    if backend_name() == "tensorflow":
+        inner = variable.value
+        if hasattr(inner, "assign_add"):
+            inner.assign_add(keras.ops.cast(value, inner.dtype), read_value=False)
+            return
+    variable.assign_add(value)

@@ -116,7 +116,8 @@ class PruningCallback(keras.callbacks.Callback):
     def _check_flavor(self, model: Any) -> str:
         flavor = keras_flavor(model)
         if flavor != "keras3":
-            raise TypeError(f"model {model.name!r} is a tf-keras (Keras 2) model: use sparsify_tf.keras.PruningCallback")
+            raise TypeError(f"model {model.name!r} is a tf-keras (Keras 2) model: use "
+                            "sparsify_tf.keras.PruningCallback")
         return flavor
 
     def _create_state(self, model: Any, chosen: list, keep_activations: bool) -> Any:

@@ -34,8 +34,9 @@ import numpy as np
 
 from sparsify import PruningConfig, PruningProtocol
 from sparsify.activation_stats import ActivationWindow, sum_of_squares
-from sparsify.criteria import get_criterion
-from sparsify.sparsegpt import HessianAccumulator, sparsegpt_options, sparsegpt_prune, sparsegpt_target
+from sparsify.criteria import oneshot_needs_data
+from sparsify.sparsegpt import (ONESHOT_METHODS, HessianAccumulator, oneshot_method_options, sparsegpt_prune,
+                                sparsegpt_target)
 
 from .compat import keras_flavor, keras_module
 from .layers import KerasPrunableWeight, find_prunable_weights, in_model_order
@@ -43,8 +44,6 @@ from .state import model_state
 from .statistics import check_activation_layers
 
 __all__ = ["prune_oneshot", "input_channel_norms", "ONESHOT_METHODS"]
-
-ONESHOT_METHODS = ("criterion", "sparsegpt")
 
 
 def _batches(data: Any) -> Iterable[Any]:
@@ -162,21 +161,9 @@ def prune_oneshot(model: Any, config: PruningConfig | Mapping[str, Any] | str, d
             a ``PruningCallback`` (strip it first), a config SparseGPT cannot follow.
     """
     keras_flavor(model)
-    if method not in ONESHOT_METHODS:
-        raise ValueError(f"method must be one of {list(ONESHOT_METHODS)}, got {method!r}")
-    options = sparsegpt_options(dampening, block_size, sequential) if method == "sparsegpt" else None
-    if options is None:
-        for key, value in (("dampening", dampening), ("block_size", block_size), ("sequential", sequential)):
-            if value is not None:
-                raise ValueError(f"{key}={value!r} applies to method='sparsegpt' only, got method={method!r}")
+    options = oneshot_method_options(method, dampening, block_size, sequential)
     cfg = PruningConfig.coerce(config).oneshot()
-    crit = get_criterion(cfg.criterion)
-    if crit.per_step:
-        raise ValueError(f"criterion {cfg.criterion!r} needs gradients, but one-shot pruning runs no backward pass; "
-                         "use a criterion that needs only weights or activations ('magnitude', 'wanda')")
-    needs_data = "activation" in crit.needs
-    if needs_data and data is None:
-        raise ValueError(f"criterion {cfg.criterion!r} reads the layers' inputs: pass calibration data")
+    needs_data = oneshot_needs_data(cfg.criterion, data is not None)
     if not getattr(model, "built", False):
         raise ValueError(f"model {model.name!r} is not built: build it (or call it on a batch) before pruning")
     if model_state(model) is not None:

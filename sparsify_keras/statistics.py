@@ -30,7 +30,7 @@ import numpy as np
 from sparsify.activation_stats import ActivationWindow
 from sparsify.criteria import get_criterion
 
-from .backend import to_numpy
+from .backend import add_to, to_numpy
 from .layers import KerasPrunableWeight
 
 __all__ = ["reads_input_channels", "check_activation_layers", "install_recorders", "uninstall_recorders",
@@ -76,8 +76,8 @@ def _sum_of_squares(x: Any) -> Any:
 
 def _add_call(state: Any, index: int, x: Any) -> None:
     """Add one call's input statistics to the state (``Variable.assign_add``, every backend)."""
-    state.activation_sums[index].assign_add(_sum_of_squares(x))
-    state.activation_calls[index].assign_add(keras.ops.ones((), "int32"))
+    add_to(state.activation_sums[index], _sum_of_squares(x))
+    add_to(state.activation_calls[index], keras.ops.ones((), "int32"))
 
 
 def install_recorders(state: Any, add: Any = _add_call) -> None:

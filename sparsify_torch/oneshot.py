@@ -41,15 +41,15 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from sparsify import PruningConfig, select_names
-from sparsify.criteria import get_criterion
-from sparsify.sparsegpt import HessianAccumulator, sparsegpt_options, sparsegpt_prune, sparsegpt_target
+from sparsify.criteria import oneshot_needs_data
+from sparsify.sparsegpt import (ONESHOT_METHODS, HessianAccumulator, oneshot_method_options, sparsegpt_prune,
+                                sparsegpt_target)
 
 from .entry import prune
 from .layers import prunable_weights
 
 __all__ = ["prune_oneshot", "default_forward", "ONESHOT_METHODS"]
 
-ONESHOT_METHODS = ("criterion", "sparsegpt")
 
 
 def default_forward(model: nn.Module, batch: Any) -> Any:
@@ -88,18 +88,13 @@ def prune_oneshot(model: nn.Module, config: PruningConfig | Mapping[str, Any] | 
         ValueError: an unknown method or an option it does not take, a criterion that needs gradients,
             an activation criterion or SparseGPT with no batches, or a config SparseGPT cannot follow.
     """
-    if method not in ONESHOT_METHODS:
-        raise ValueError(f"method must be one of {list(ONESHOT_METHODS)}, got {method!r}")
+    options = oneshot_method_options(method, dampening, block_size, sequential)
     if forward is not None and not callable(forward):
         raise TypeError(f"forward must be callable as forward(model, batch), got {type(forward).__name__}")
     cfg = PruningConfig.coerce(config).oneshot()
     run = forward or default_forward
-    if method == "sparsegpt":
-        options = sparsegpt_options(dampening, block_size, sequential)
+    if options is not None:
         return _sparsegpt_oneshot(model, cfg, batches, run, **options)
-    for key, value in (("dampening", dampening), ("block_size", block_size), ("sequential", sequential)):
-        if value is not None:
-            raise ValueError(f"{key}={value!r} applies to method='sparsegpt' only, got method={method!r}")
     return _criterion_oneshot(model, cfg, batches, run)
 
 
@@ -121,13 +116,7 @@ def _run_batches(model: nn.Module, batches: Iterable[Any], run: Callable[[nn.Mod
 def _criterion_oneshot(model: nn.Module, cfg: PruningConfig, batches: Iterable[Any] | None,
                        run: Callable[[nn.Module, Any], Any]) -> nn.Module:
     """Masks by the config's criterion (today's behaviour): one Pruner update at step 0, baked in."""
-    crit = get_criterion(cfg.criterion)
-    if crit.per_step:
-        raise ValueError(f"criterion {cfg.criterion!r} needs gradients, but one-shot pruning runs no backward pass; "
-                         "use a criterion that needs only weights or activations ('magnitude', 'wanda')")
-    needs_data = "activation" in crit.needs
-    if needs_data and batches is None:
-        raise ValueError(f"criterion {cfg.criterion!r} reads the layers' inputs: pass calibration batches")
+    needs_data = oneshot_needs_data(cfg.criterion, batches is not None, "batches")
     pruner = prune(model, cfg)
     try:
         if needs_data and not _run_batches(model, batches, run):

@@ -1,4 +1,5 @@
-"""The Keras side of the adapter contract (:mod:`sparsify.adapter`, docs/design.md) for the host update.
+"""The tf-keras side of the adapter contract (:mod:`sparsify.adapter`, docs/design.md) for the host update
+(Keras 3 models: :mod:`sparsify_keras.adapter`).
 
 :class:`KerasAdapter` reads what the core needs from a model's pruning state, in the
 canonical layout and the model's weight order (``names``), and writes the core's
@@ -17,12 +18,12 @@ The in-graph update (:mod:`.graph_update`) hands the same arrays to the core ins
 the train step and writes with the same writer.
 
 Example:
-    >>> import keras, numpy as np
+    >>> import tf_keras, numpy as np
     >>> from sparsify.adapter import MaskWriter, WeightReader, collect_reads
     >>> from sparsify_tf.keras import PruningCallback
     >>> from sparsify_tf.keras.mask_apply import MaskApplier
     >>> from sparsify_tf.keras.state import model_state
-    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="d")])
+    >>> m = tf_keras.Sequential([tf_keras.layers.InputLayer((4,)), tf_keras.layers.Dense(2, name="d")])
     >>> m.compile("sgd", "mse")
     >>> cb = PruningCallback({"target_sparsity": 0.5, "end_step": 0})
     >>> cb.attach(m)

@@ -23,7 +23,8 @@ model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=Tru
 cb = PruningCallback({{"target_sparsity": 0.5, "end_step": 4, "pruning_frequency": 2, "criterion": "wanda"}})
 model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[cb])
 strip_pruning(model)
-other = prune_oneshot(keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, name="d")]), {{"target_sparsity": 0.75}})
+small = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, name="d")])
+other = prune_oneshot(small, {{"target_sparsity": 0.75}})
 print(json.dumps({{"backend": keras.backend.backend(), "sparsity": cb.sparsity["total"],
                   "zeros": float((model.get_layer("fc").kernel.numpy() == 0).mean()),
                   "oneshot": float((other.get_layer("d").kernel.numpy() == 0).mean()),
