@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import keras
 import numpy as np
 
 from sparsify.protocol import MaskUpdate
@@ -39,19 +40,20 @@ __all__ = ["KerasAdapter", "write_update"]
 
 def write_update(weight: Any, mask: Any, keep: np.ndarray, keep_values: np.ndarray | None = None, *,
                  stored: Any, slots: Sequence[Any] = ()) -> None:
-    """Write one weight's mask update (see the module); ``keep_values`` defaults to ``keep``."""
-    keep = np.asarray(keep, bool)
-    keep_values = keep if keep_values is None else np.asarray(keep_values, bool)
-    dense = to_numpy(weight) + to_numpy(stored)
-    old = to_numpy(mask) != 0
-    nothing = np.zeros((), dense.dtype)
-    weight.assign(np.where(keep_values, dense, nothing))
-    stored.assign(np.where(keep, nothing, dense))
-    steady = keep_values & old
+    """Write one weight's mask update (see the module); ``keep_values`` defaults to ``keep``. The arithmetic
+    runs on the device (``keras.ops``): only the two bool masks travel from the host."""
+    ops = keras.ops
+    keep_t = ops.convert_to_tensor(np.asarray(keep, bool))
+    values_t = keep_t if keep_values is None else ops.convert_to_tensor(np.asarray(keep_values, bool))
+    dense = ops.add(weight.value, stored.value)
+    nothing = ops.zeros_like(dense)
+    steady = ops.logical_and(values_t, ops.not_equal(mask.value, ops.zeros((), mask.dtype)))
     for slot in slots:
-        value = to_numpy(slot)
-        slot.assign(np.where(steady, value, np.zeros((), value.dtype)))
-    mask.assign(keep.astype(dense.dtype))
+        value = slot.value
+        slot.assign(ops.where(steady, value, ops.zeros_like(value)))
+    weight.assign(ops.where(values_t, dense, nothing))
+    stored.assign(ops.where(keep_t, nothing, dense))
+    mask.assign(ops.cast(keep_t, mask.dtype))
 
 
 class KerasAdapter:
@@ -74,8 +76,8 @@ class KerasAdapter:
         return bool(self.state.grads) and int(to_numpy(self.state.grads_seen)) == 0
 
     def read_weights(self) -> dict[str, np.ndarray]:
-        """The canonical kernels, dense under the mask."""
-        return {pw.path: pw.to_canonical(to_numpy(pw.variable) + to_numpy(s))
+        """The canonical kernels, dense under the mask (added on the device: one transfer per weight)."""
+        return {pw.path: pw.to_canonical(to_numpy(keras.ops.add(pw.variable.value, s.value)))
                 for pw, s in zip(self.state.pweights, self.state.stored)}
 
     def read_grads(self) -> dict[str, np.ndarray]:
