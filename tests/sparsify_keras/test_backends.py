@@ -23,6 +23,17 @@ def results(request):
     return scenarios(request.param, ALL)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def user_criterion():
+    """The scenarios' user criterion, registered here for the core's expected masks and forgotten after."""
+    import scenarios as sc
+    from sparsify.criteria import unregister_criterion
+
+    sc.register_user_criterion()
+    yield
+    unregister_criterion("scenario_square")
+
+
 def _reference_inputs():
     """The scenario's model weights (canonical) and inputs, rebuilt here from the same NumPy draws."""
     import scenarios as sc
