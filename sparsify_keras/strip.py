@@ -29,12 +29,14 @@ def strip_pruning(model: Any) -> Any:
 
     The masks are applied one last time (pruned weights are exactly zero); the wrapped ``train_step``,
     the optimizer hook, the input recorders and the state variables are removed, so the model saves and
-    loads (``.keras``, weights) without sparsify. tf-keras models: :func:`sparsify_tf.keras.strip_pruning`.
+    loads (``.keras``, weights) without sparsify. tf-keras models: :func:`sparsify_tf.keras.strip_pruning`
+    (which also takes Keras 3 models).
+
+    Raises:
+        TypeError: ``model`` is not a Keras 3 model.
     """
     if keras_flavor(model) != "keras3":
-        from sparsify_tf.keras import strip_pruning as strip_tf_keras
-
-        return strip_tf_keras(model)
+        raise TypeError(f"model {model.name!r} is a tf-keras (Keras 2) model: use sparsify_tf.keras.strip_pruning")
     state = model_state(model)
     if state is not None:
         sync_to_variables(model)
