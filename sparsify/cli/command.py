@@ -259,6 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", metavar="{demo,report,export,schedule}", parser_class=_Parser)
 
+    _add_demo(sub, set_help)
+    max_help = f"refuse files declaring more tensor bytes than this (default {DEFAULT_MAX_BYTES}, 1 GiB)"
+    _add_report(sub, max_help)
+    _add_export(sub, max_help)
+    _add_schedule(sub, set_help)
+    return p
+
+
+def _add_demo(sub: Any, set_help: str) -> None:
+    """The ``demo`` subcommand's parser."""
     d = sub.add_parser("demo", help="train a small model on scikit-learn's digits, dense and pruned",
                        description="Train a small MLP on scikit-learn's bundled digits dense, then with gradual "
                                    "pruning, and print per-layer target vs achieved sparsity and accuracy. The "
@@ -286,7 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_demo)
 
-    max_help = f"refuse files declaring more tensor bytes than this (default {DEFAULT_MAX_BYTES}, 1 GiB)"
+
+def _add_report(sub: Any, max_help: str) -> None:
+    """The ``report`` subcommand's parser."""
     r = sub.add_parser("report", help="sparsity of a checkpoint, SavedModel, .keras or torch state_dict",
                        description="Read weights without executing code from the file and print per-tensor and "
                                    "total sparsity, and (with --pattern) whether each 2-D view satisfies a pattern.")
@@ -300,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-bytes", type=_max_bytes, default=DEFAULT_MAX_BYTES, metavar="N", help=max_help)
     r.set_defaults(func=_cmd_report)
 
+
+def _add_export(sub: Any, max_help: str) -> None:
+    """The ``export`` subcommand's parser."""
     e = sub.add_parser("export", help="write a smaller artifact of a pruned model: TFLite or a compressed state_dict",
                        description="From any file 'report' reads, write a TFLite flatbuffer with TensorFlow's "
                                    "sparsity optimisation (a .keras model or a SavedModel; its outputs are checked "
@@ -321,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="machine-readable output")
     e.set_defaults(func=_cmd_export)
 
+
+def _add_schedule(sub: Any, set_help: str) -> None:
+    """The ``schedule`` subcommand's parser."""
     s = sub.add_parser("schedule", help="print or plot the sparsity-vs-step curve of a config",
                        description="Print the sparsity at each mask update point of a config (or plot it): "
                                    "from start_step to end_step, a mask update every pruning_frequency steps. "
@@ -336,7 +354,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--output", "-o", metavar="FILE", help="write the table or JSON to FILE (atomically)")
     s.set_defaults(func=_cmd_schedule, subparser=s)
-    return p
 
 
 def _one_line(e: BaseException) -> str:
