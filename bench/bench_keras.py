@@ -9,7 +9,11 @@ Two models on scikit-learn digits (1408 train / 389 test images, 8x8):
 
 Cubic (gradual) schedule, every prunable kernel pruned, ``pruning_frequency``
 1, 10 and 100. Cases: dense training, ``sparsify_tf.keras.PruningCallback``
-under tf-keras and Keras 3, and TF Model Optimization's
+under tf-keras, ``sparsify_keras.PruningCallback`` under Keras 3 on each
+backend (TensorFlow in this process; JAX and PyTorch in one process each,
+``--backends``, from the same initial weights and batches; also counted:
+how often the train step runs as Python, i.e. JAX compilations and TF traces
+per run), and TF Model Optimization's
 ``prune_low_magnitude`` under tf-keras, with ``begin_step = start_step + 1``
 and ``end_step = end_step + 1`` (tfmot adds one to its step before it
 updates). With that alignment, the same initial weights and the same data
@@ -33,7 +37,7 @@ over the seeds (a different seed, i.e. initial weights and batch order, per
 repeat).
 
 Usage:
-    python bench/bench_keras.py [--seeds 5] [--models dense,cnn] [--no-write]
+    python bench/bench_keras.py [--seeds 5] [--models dense,cnn] [--backends jax,torch] [--no-write]
 """
 from __future__ import annotations
 
@@ -143,7 +147,10 @@ def make_case(kind: str, freq: int | None, K, arch: str, weights, target: float)
     model.set_weights(weights)
     callbacks = []
     if kind == "ours":
-        from sparsify_tf.keras import PruningCallback
+        if K.__name__ == "tf_keras":
+            from sparsify_tf.keras import PruningCallback
+        else:
+            from sparsify_keras import PruningCallback
 
         callbacks.append(PruningCallback({"target_sparsity": target, "start_step": START, "end_step": END,
                                           "pruning_frequency": freq, "sparsity_decay_type": "gradual",
@@ -157,15 +164,35 @@ def make_case(kind: str, freq: int | None, K, arch: str, weights, target: float)
         model = tfmot.sparsity.keras.prune_low_magnitude(model, pruning_schedule=sched)
         callbacks.append(tfmot.sparsity.keras.UpdatePruningStep())
     compile_(model, K)
+    if K.__name__ != "tf_keras":
+        count_traces(model)
     times: list = []
     callbacks.append(Timer.make(K, times))
     return model, callbacks, times
 
 
+def count_traces(model) -> None:
+    """Count how often Keras 3 runs ``model.train_step`` as Python (``model.trace_count``): the compilations of
+    the step on JAX, its traces on TensorFlow, every step on PyTorch (eager)."""
+    inner = model.__dict__.get("train_step") or model.train_step
+    model.trace_count = 0
+
+    def counting(*args):
+        model.trace_count += 1
+        return inner(*args)
+
+    object.__setattr__(model, "train_step", counting)
+    model.train_function = None
+
+
 def finish(kind: str, K, model, arch: str, test):
     """Strip, evaluate; (test accuracy, sparsity of the kernels, kernels)."""
+    traces = getattr(model, "trace_count", None)
     if kind == "ours":
-        from sparsify_tf.keras import strip_pruning
+        if K.__name__ == "tf_keras":
+            from sparsify_tf.keras import strip_pruning
+        else:
+            from sparsify_keras import strip_pruning
 
         strip_pruning(model)
     elif kind == "tfmot":
@@ -177,7 +204,7 @@ def finish(kind: str, K, model, arch: str, test):
     _, acc = model.evaluate(Xt.reshape(len(Xt), -1) if arch == "dense" else Xt, yt, verbose=0)
     ks = [np.array(model.get_layer(n).get_weights()[0]) for n in kernel_names(arch)]
     sp = float(sum((k == 0).sum() for k in ks) / sum(k.size for k in ks))
-    return float(acc), sp, ks
+    return float(acc), sp, ks, traces
 
 
 def count_differences(arch: str, freq: int, target: float) -> list[str]:
@@ -210,9 +237,19 @@ def count_differences(arch: str, freq: int, target: float) -> list[str]:
     return out
 
 
-def run_seed(arch: str, seed: int, cases, train, test, tfmot_note: str):
+def init_weights(arch: str, seed: int) -> list:
+    """The initial weights of a seed, the same in every Keras and backend (NumPy arrays drawn by tf-keras when it
+    is there; Keras 3 on another backend reads them from the file the parent process wrote)."""
+    path = os.environ.get("SPARSIFY_BENCH_INIT")
+    if path:
+        with np.load(os.path.join(path, f"{arch}-{seed}.npz")) as z:
+            return [z[f"w{i}"] for i in range(len(z.files))]
     import tf_keras
 
+    return build(arch, tf_keras, seed).get_weights()
+
+
+def run_seed(arch: str, seed: int, cases, train, test, tfmot_note: str):
     spec = MODELS[arch]
     X, y = train
     if arch == "dense":
@@ -220,7 +257,7 @@ def run_seed(arch: str, seed: int, cases, train, test, tfmot_note: str):
     batch, epochs = spec["batch"], spec["epochs"]
     steps = len(X) // batch
     perms = [np.random.RandomState(1000 * seed + e).permutation(len(X)) for e in range(epochs)]
-    init = build(arch, tf_keras, seed).get_weights()     # the same initial weights for every case
+    init = init_weights(arch, seed)     # the same initial weights for every case
     live = {}
     for key in cases:
         kind, freq, label, K = key
@@ -242,8 +279,56 @@ def run_seed(arch: str, seed: int, cases, train, test, tfmot_note: str):
         model.fit(X[rest], y[rest], batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=callbacks[:-1])
         wall = float(np.median([(t[2] - t[0]) / steps for t in times[WARMUP:]]))
         cpu = float(np.median([(t[3] - t[1]) / steps for t in times[WARMUP:]]))
-        acc, sp, ks = finish(key[0], key[3], model, arch, test)
-        out[key] = {"wall": wall, "cpu": cpu, "acc": acc, "sparsity": sp, "kernels": ks}
+        acc, sp, ks, traces = finish(key[0], key[3], model, arch, test)
+        out[key] = {"wall": wall, "cpu": cpu, "acc": acc, "sparsity": sp, "kernels": ks, "traces": traces,
+                    "steps": WARMUP * steps + TIMED * steps + len(rest) // batch}
+    return out
+
+
+def backend_worker(backend: str, seeds: int, models: list[str], out: str) -> None:
+    """Runs in a process started with ``KERAS_BACKEND=backend``: dense and sparsify on Keras 3, results to ``out``."""
+    import json
+
+    import keras
+
+    label = f"Keras 3 ({keras.backend.backend()})"
+    cases = [("dense", None, label, keras)] + [("ours", f, label, keras) for f in FREQS]
+    train, test = data()
+    dump: dict = {}
+    for arch in models:
+        for seed in range(seeds):
+            res = run_seed(arch, seed, cases, train, test, "")
+            for (kind, freq, _, _), r in res.items():
+                r = {k: v for k, v in r.items() if k != "kernels"}
+                dump.setdefault(arch, {}).setdefault(f"{kind}|{freq}", []).append(r)
+            print(f"{backend} {arch} seed {seed}: " + ", ".join(
+                f"{k[0]}/{k[1]} {1e3 * r['wall']:.2f}ms traces {r['traces']}" for k, r in res.items()), flush=True)
+    with open(out, "w") as f:
+        json.dump({"label": label, "results": dump}, f)
+
+
+def run_backends(backends: list[str], seeds: int, models: list[str]) -> dict:
+    """``{arch: {(kind, freq, label, None): [result per seed]}}`` of Keras 3 on other backends, each in its own
+    process, from the initial weights this process draws."""
+    import json
+
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as d:
+        for arch in models:
+            for seed in range(seeds):
+                np.savez(os.path.join(d, f"{arch}-{seed}.npz"),
+                         **{f"w{i}": w for i, w in enumerate(init_weights(arch, seed))})
+        for backend in backends:
+            path = os.path.join(d, f"{backend}.json")
+            env = {**os.environ, "KERAS_BACKEND": backend, "SPARSIFY_BENCH_INIT": d, "TF_CPP_MIN_LOG_LEVEL": "2"}
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--backend-worker", backend, "--out", path,
+                            "--seeds", str(seeds), "--models", ",".join(models)], env=env, check=True)
+            with open(path) as f:
+                got = json.load(f)
+            for arch, cases in got["results"].items():
+                for key, rs in cases.items():
+                    kind, freq = key.split("|")
+                    out.setdefault(arch, {})[(kind, None if freq == "None" else int(freq), got["label"], None)] = rs
     return out
 
 
@@ -251,26 +336,39 @@ def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5, help="repeats, one seed each (>= 5 for the accuracy figures)")
     ap.add_argument("--models", default="dense,cnn", help="comma-separated subset of dense,cnn")
+    ap.add_argument("--backends", default="jax,torch",
+                    help="Keras 3 backends besides tensorflow, each run in its own process ('' for none)")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--backend-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     for m in models:
         if m not in MODELS:
             raise SystemExit(f"--models: unknown model {m!r}; choose from {sorted(MODELS)}")
+    backends = [b for b in args.backends.split(",") if b]
+    for b in backends:
+        if b not in ("jax", "torch"):
+            raise SystemExit(f"--backends: unknown backend {b!r}; choose from jax, torch (tensorflow always runs)")
+    if args.backend_worker:
+        backend_worker(args.backend_worker, args.seeds, models, args.out)
+        return ""
 
     tfmot_note = ensure_tfmot()
     import keras
     import tensorflow as tf
     import tf_keras
 
+    k3 = "Keras 3 (tensorflow)"
     cases = [("dense", None, "tf-keras", tf_keras)]
     cases += [("ours", f, "tf-keras", tf_keras) for f in FREQS]
     cases += [("tfmot", f, "tf-keras", tf_keras) for f in FREQS]
-    cases += [("dense", None, "Keras 3", keras)] + [("ours", f, "Keras 3", keras) for f in FREQS]
+    cases += [("dense", None, k3, keras)] + [("ours", f, k3, keras) for f in FREQS]
     train, test = data()
     sections, loads, t0 = [], [], time.perf_counter()
+    others = run_backends(backends, args.seeds, models) if backends else {}
     for arch in models:
-        results: dict = {}
+        results: dict = dict(others.get(arch, {}))
         for seed in range(args.seeds):
             try:
                 res = run_seed(arch, seed, cases, train, test, tfmot_note)
@@ -289,7 +387,9 @@ def main(argv=None) -> str:
             print(f"{arch} seed {seed}: " + ", ".join(
                 f"{k[0]}/{k[1]}/{k[2]} {1e3 * r['wall']:.2f}ms acc {r['acc']:.3f}" for k, r in res.items()),
                 flush=True)
-        sections.append(table(arch, results, cases, args.seeds))
+        all_cases = cases + sorted({k for k in results if k[3] is None}, key=lambda k: (k[2], k[0] != "dense",
+                                                                                         k[1] or 0))
+        sections.append(table(arch, results, all_cases, args.seeds))
         if not tfmot_note:
             for f in FREQS:
                 diffs = count_differences(arch, f, MODELS[arch]["target"])
@@ -305,13 +405,17 @@ def main(argv=None) -> str:
              "power=3, frequency=f)` (tfmot adds one to its step before it updates). Per seed: the same initial "
              f"weights and batch order for every case; {WARMUP} warm-up epoch, {TIMED} timed epochs advanced one "
              "epoch at a time across all cases in rotating order, then training on until the schedule has "
-             "ended (dense model 12 epochs, CNN 7 in all). Step time: median over the timed epochs of epoch "
+             "ended (dense model 12 epochs, CNN 7 in all). Keras 3 on JAX and PyTorch runs in one process per backend "
+             "(a backend is fixed at import), from the same initial weights and batches, its cases rotated the same "
+             "way; machine load may differ between those processes, so compare ratios within a backend. "
+             "Step time: median over the timed epochs of epoch "
              "wall time / steps; ratio per seed against dense training in the same Keras, median over seeds "
              "(spread: min-max); CPU ratio likewise on process CPU time. Accuracy: test accuracy after "
              f"stripping, mean +- std over {args.seeds} seeds. TF {tf.__version__}, tf-keras {tf_keras.__version__}, "
              f"Keras {keras.__version__}; {os.cpu_count()} cores, load average during the run "
              f"{min(loads):.1f}-{max(loads):.1f}; run took {elapsed / 60:.1f} min. "
-             f"Command: `python bench/bench_keras.py --seeds {args.seeds} --models {','.join(models)}`.")
+             f"Command: `python bench/bench_keras.py --seeds {args.seeds} --models {','.join(models)} "
+             f"--backends {','.join(backends)}` (torch's `set_flush_denormal` not used).")
     if tfmot_note:
         body += f"\n\n{tfmot_note}"
     from bench._results import publish
@@ -324,13 +428,13 @@ def table(arch: str, results: dict, cases, seeds: int) -> str:
     spec = MODELS[arch]
     rows = [f"**{spec['title']}** (batch {spec['batch']}, target {spec['target']:.0%})", "",
             "| Keras | method | pruning_frequency | step (ms) | vs dense (spread) | CPU vs dense | test accuracy "
-            "| final sparsity | kernels == tfmot |", "|---|---|---|---|---|---|---|---|---|"]
+            "| final sparsity | kernels == tfmot | step traces / steps per run |", "|---|---|---|---|---|---|---|---|---|---|"]
     names = {"dense": "dense", "ours": "sparsify PruningCallback", "tfmot": "tfmot prune_low_magnitude"}
     for key in cases:
         kind, freq, label, _ = key
         rs = results.get(key)
         if not rs:
-            rows.append(f"| {label} | {names[kind]} | {freq or '-'} | n/a | n/a | n/a | n/a | n/a | n/a |")
+            rows.append(f"| {label} | {names[kind]} | {freq or '-'} | n/a | n/a | n/a | n/a | n/a | n/a | n/a |")
             continue
         dense = results[("dense", None, label, key[3])]
         rw = np.array([r["wall"] for r in rs]) / np.array([d["wall"] for d in dense])
@@ -338,9 +442,12 @@ def table(arch: str, results: dict, cases, seeds: int) -> str:
         acc = np.array([r["acc"] for r in rs])
         same = [r["same_as_tfmot"] for r in rs if "same_as_tfmot" in r]
         same_txt = (f"{sum(same)}/{len(same)} seeds" if same else "-")
+        traces = [r.get("traces") for r in rs if r.get("traces") is not None]
+        trace_txt = f"{max(traces)} / {rs[0]['steps']}" if traces else "-"
         rows.append(f"| {label} | {names[kind]} | {freq or '-'} | {1e3 * np.median([r['wall'] for r in rs]):.3f} | "
                     f"{np.median(rw):.3f}x ({rw.min():.2f}-{rw.max():.2f}) | {np.median(rc):.3f}x | "
-                    f"{acc.mean():.4f} +- {acc.std():.4f} | {np.mean([r['sparsity'] for r in rs]):.4f} | {same_txt} |")
+                    f"{acc.mean():.4f} +- {acc.std():.4f} | {np.mean([r['sparsity'] for r in rs]):.4f} | {same_txt} | "
+                    f"{trace_txt} |")
     rows += ["", verdicts(results, cases)]
     return "\n".join(rows)
 

@@ -86,10 +86,6 @@ class PruningCallback(keras.callbacks.Callback):
                  log_dir: str | os.PathLike | None = None, log_per_layer: bool = True, verbose: int = 0) -> None:
         super().__init__()
         cfg = PruningConfig.coerce(config)
-        if scored_every_step(cfg.criterion):
-            raise ValueError(f"criterion {cfg.criterion!r} needs gradients at every step, which PruningCallback does "
-                             "not score (snip and snip_momentum: PyTorch only); use a weight or activation criterion "
-                             "such as 'magnitude' or 'wanda', or register your own")
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a directory path or None, got {log_dir!r}")
         if not isinstance(log_per_layer, bool):
@@ -110,6 +106,7 @@ class PruningCallback(keras.callbacks.Callback):
         self._seen_state: tuple[int, list[np.ndarray]] | None = None   # the state as last read or written
         self._seen_fingerprint: np.ndarray | None = None
         self._writer: Any = None
+        self._keras_adapter: KerasAdapter | None = None
         self._pending_logs: list[tuple[int, dict[str, float]]] = []
 
     # ----- what differs between Kerases (sparsify_tf.keras overrides these for tf-keras) ---------------
@@ -123,6 +120,7 @@ class PruningCallback(keras.callbacks.Callback):
     def _create_state(self, model: Any, chosen: list, keep_activations: bool) -> Any:
         state = PruningState(chosen, config_fingerprint(self.config), keep_grads=self.config.regrowth == "rigl",
                              keep_activations=keep_activations,
+                             step_scores=self.config if scored_every_step(self.config.criterion) else None,
                              straight_through=self.config.pruned_gradient == "straight_through")
         attach_state(model, state)
         install_recorders(state)
@@ -137,7 +135,9 @@ class PruningCallback(keras.callbacks.Callback):
     def _adapter(self, model: Any) -> Any:
         if not optimizer_built(model.optimizer):          # slots exist before the first update zeroes them
             unwrap_optimizer(model.optimizer).build(model.trainable_variables)
-        return KerasAdapter(model, self._state, self.config.criterion)
+        if self._keras_adapter is None or self._keras_adapter.state is not self._state:
+            self._keras_adapter = KerasAdapter(model, self._state, self.config.criterion)
+        return self._keras_adapter
 
     def _sync(self) -> None:
         sync_to_variables(self.model)
@@ -153,6 +153,11 @@ class PruningCallback(keras.callbacks.Callback):
         if self.config.regrowth == "rigl" and tf_strategy(model) is not None:
             raise ValueError("regrowth='rigl' is not supported under a tf.distribute strategy yet (the dense "
                              "gradients are kept per replica); use regrowth='set' or train without a strategy")
+        if scored_every_step(self.config.criterion) and tf_strategy(model) is not None:
+            raise ValueError(f"criterion {self.config.criterion!r} (scored from the gradients of every step) is not "
+                             "supported under a tf.distribute strategy yet (the gradients are per replica there); "
+                             "use 'magnitude' or 'wanda', or train without a strategy (JAX's keras.distribution "
+                             "is supported)")
 
     # ----- public read-only views ----------------------------------------------------------
     @property
@@ -293,6 +298,9 @@ class PruningCallback(keras.callbacks.Callback):
         if diff:
             self._check_saved_config(f"the pruning state of model {self.model.name!r} was")
         seen = self._seen_state
+        if seen is not None and seen[1] is None:
+            masks = self.protocol.masks
+            seen = (seen[0], [pw.from_canonical(masks[pw.path]) for pw in self._state.pweights])
         if seen is None or seen[0] != done or not all(np.array_equal(a, b) for a, b in zip(keep, seen[1])):
             self.protocol.restore(done, {pw.path: pw.to_canonical(k) for pw, k in zip(self._state.pweights, keep)})
             self._seen_state = (done, keep)
@@ -352,11 +360,14 @@ class PruningCallback(keras.callbacks.Callback):
             adapter = self._adapter(self.model)
             if adapter.waiting():
                 return                   # no step ran yet: the update waits for the first one
-            update = self.protocol.advance(step, **collect_reads(self.protocol, adapter))
+            reads = collect_reads(self.protocol, adapter)
+            if self.protocol.engine.scored_every_step:
+                reads["scores"] = adapter.read_scores
+            update = self.protocol.advance(step, **reads)
             if update is None:
                 return
             adapter.write_update(update)
-            self._seen_state = (update.step, [pw.from_canonical(update.masks[pw.path]) for pw in self._state.pweights])
+            self._seen_state = (update.step, None)     # None: the protocol's masks (converted when compared)
         self._set_next()
         self._log_update(step, update.released)
         self._flush_logs()

@@ -16,6 +16,8 @@ import collections.abc
 import sys
 from typing import Any, Iterator
 
+import keras
+
 __all__ = ["FLAVORS", "keras_flavor", "keras_module", "child_layers", "own_variables", "short_name",
            "iter_tree", "unwrap_optimizer", "optimizer_class", "optimizer_slots", "optimizer_built",
            "steps_per_execution", "add_model_variables", "remove_model_variables", "same_variable"]
@@ -34,7 +36,16 @@ def keras_flavor(model: Any) -> str:
         return "tf_keras"
     k3 = sys.modules.get("keras")
     if k3 is not None and hasattr(k3, "Model") and isinstance(model, k3.Model):
+        if k3 is not keras:
+            raise TypeError(f"the Keras backend was switched to {k3.backend.backend()!r} (keras.config.set_backend) "
+                            f"after sparsify_keras was imported under {keras.backend.backend()!r}; sparsify_keras "
+                            "works with the Keras it was imported with: switch before importing it, or run each "
+                            "backend in its own process")
         return "keras3"
+    if k3 is not None and any(c.__module__.startswith("keras.") and c.__name__ == "Model" for c in type(model).__mro__):
+        raise TypeError(f"model {getattr(model, 'name', '?')!r} was made before the Keras backend was switched to "
+                        f"{k3.backend.backend()!r} (keras.config.set_backend): its layers and variables belong to "
+                        "the backend it was made with; build the model again after switching")
     raise TypeError(f"model must be a tf_keras.Model or a keras.Model (Keras 3, any backend), "
                     f"got {type(model).__module__}.{type(model).__name__}")
 

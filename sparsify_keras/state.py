@@ -67,15 +67,19 @@ class PruningState(keras.layers.Layer):
         pweights: the pruned weights, in the protocol's order.
         fingerprint: the config's fingerprint (:func:`sparsify.protocol.config_fingerprint`).
         keep_grads: keep the dense gradient of the last step (RigL).
+        step_scores: the config of a criterion scored at every step (``snip``, ``snip_momentum``, a registered
+            one that needs gradients): the train step keeps its latest scores in ``scores`` (None: no such
+            criterion).
         keep_activations: keep input statistics (criteria that read activations).
         straight_through: ``pruned_gradient="straight_through"`` (the train step moves what the optimizer
             puts into pruned kernel entries into the stored values, :mod:`.train_step`).
     """
 
     def __init__(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
-                 keep_activations: bool = False, straight_through: bool = False) -> None:
+                 keep_activations: bool = False, straight_through: bool = False, step_scores: Any = None) -> None:
         super().__init__(name="sparsify_pruning_state", trainable=False)
         object.__setattr__(self, "pweights", list(pweights))      # not tracked: the model owns the layers
+        object.__setattr__(self, "step_scores", step_scores)
         object.__setattr__(self, "straight_through", bool(straight_through))
         dt = [str(pw.variable.dtype) for pw in self.pweights]
         shapes = [pw.tf_shape for pw in self.pweights]
@@ -86,6 +90,10 @@ class PruningState(keras.layers.Layer):
         put("grads", [self._variable(np.zeros(s), d, f"sparsify_dense_grad_{i}") for i, (s, d) in per_weight]
             if keep_grads else [])
         put("grads_seen", self._variable(0, "int32", "sparsify_dense_grad_seen") if keep_grads else None)
+        keep_scores = step_scores is not None
+        put("scores", [self._variable(np.zeros(s), d, f"sparsify_step_scores_{i}") for i, (s, d) in per_weight]
+            if keep_scores else [])
+        put("scores_seen", self._variable(0, "int32", "sparsify_step_scores_seen") if keep_scores else None)
         # under a TensorFlow strategy each replica adds its share of the global batch (aggregation "sum")
         put("activation_sums", [self._variable(np.zeros(pw.canonical_shape[1]), "float32",
                                                f"sparsify_activation_sum_{i}", "sum")
@@ -109,7 +117,8 @@ class PruningState(keras.layers.Layer):
     def state_variables(self) -> list[keras.Variable]:
         """Every variable of the state, in the order they were made."""
         out = [*self.masks, *self.stored, *self.grads, *([self.grads_seen] if self.grads_seen is not None else []),
-               *self.activation_sums, *self.activation_calls, self.last_step, self.fingerprint]
+               *self.activation_sums, *self.activation_calls, self.last_step, self.fingerprint,
+               *self.scores, *([self.scores_seen] if self.scores_seen is not None else [])]
         return out
 
     def record_per_step_paths(self, paths: list[str]) -> None:

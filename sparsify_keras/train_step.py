@@ -14,6 +14,10 @@
   steps pruned entries like any weight (the forward pass still sees zeros); after each step what the
   optimizer moved into a pruned entry of the kernel is added to its stored value and the kernel entry
   zeroed again, so the dense weight (kernel + stored) is the one the optimizer stepped.
+* **Per-step criteria** (``snip``, ``snip_momentum``, a registered criterion that needs gradients): after the
+  gradient of a pruned weight is formed (masked, or dense with straight-through) its scores are computed
+  from the dense weight and kept in the state (a running state folded in), as torch's pruner does after
+  each backward pass; the host reads them at an update.
 * **Input statistics** (criteria that read activations, :mod:`.statistics`) are recorded while the step runs.
 
 Both run inside the compiled step of each backend (JAX's stateless step included): the host only
@@ -31,12 +35,15 @@ from typing import Any
 
 import keras
 
+from sparsify.criteria import get_criterion
+
 from .backend import StepValues, current_step_values, dense_gradient, wrap_train_step
 from .compat import optimizer_class, optimizer_slots, unwrap_optimizer
 from .state import PruningState, model_state
 from .statistics import recording_activations
 
-__all__ = ["GRAD_MASKING_OPTIMIZERS", "grad_masking_supported", "install_train_step", "uninstall_train_step"]
+__all__ = ["GRAD_MASKING_OPTIMIZERS", "grad_masking_supported", "install_train_step", "uninstall_train_step",
+           "step_scores"]
 
 #: Optimizer classes that keep a zero weight with zero slots at zero under a zero gradient: moments
 #: start at and stay 0, the update is a multiple of them (divided by ``sqrt(v) + epsilon``, hence
@@ -63,8 +70,31 @@ def grad_masking_supported(optimizer: Any) -> bool:
     return True
 
 
+def step_scores(config: Any, previous: Any, weight: Any, grad: Any, seen: Any) -> Any:
+    """A per-step criterion's scores after a backward pass, on the backend's tensors: e.g. ``snip`` of this
+    step, or ``snip_momentum``'s running average from ``previous`` (ignored while ``seen`` is False: the
+    average starts with this step). ``weight`` is the dense weight, ``grad`` the gradient the optimizer
+    gets (zero at pruned entries unless straight-through), as in every adapter."""
+    crit = get_criterion(config.criterion)
+    inputs = {"weight": weight, "grad": grad}
+    if "state" not in crit.needs:
+        return crit.scores(config=config, **{k: v for k, v in inputs.items() if k in crit.needs})
+    first = crit.scores(config=config, state=None, **inputs)[1]
+    later = crit.scores(config=config, state=previous, **inputs)[1]
+    return keras.ops.where(seen, later, first)
+
+
+def _record_scores(state: PruningState, i: int, grad: Any, values: StepValues) -> None:
+    """Fold this step's gradient of weight ``i`` into its per-step criterion scores."""
+    dense = keras.ops.add(values.read(state.pweights[i].variable), values.read(state.stored[i]))
+    seen = keras.ops.greater(values.read(state.scores_seen), 0)
+    new = step_scores(state.step_scores, values.read(state.scores[i]), dense, grad, seen)
+    values.write(state.scores[i], new)
+
+
 def _masked_gradients(state: PruningState, grads: list, variables: list, values: StepValues) -> tuple[list, set]:
-    """The gradients with pruned entries masked (and RigL's dense gradients kept); ids of masked variables."""
+    """The gradients with pruned entries masked (RigL's dense gradients and per-step criterion scores kept);
+    ids of masked variables."""
     index = {id(pw.variable): i for i, pw in enumerate(state.pweights)}
     out, masked = [], set()
     for g, v in zip(grads, variables):
@@ -76,11 +106,14 @@ def _masked_gradients(state: PruningState, grads: list, variables: list, values:
         if state.grads:
             values.write(state.grads[i], g)
             values.write(state.grads_seen, keras.ops.ones((), "int32"))
-        if state.straight_through:          # the optimizer steps the dense weight (see the module)
-            out.append(g)
-            continue
-        out.append(keras.ops.multiply(g, keras.ops.cast(values.read(state.masks[i]), g.dtype)))
-        masked.add(id(v))
+        if not state.straight_through:      # straight-through: the optimizer steps the dense weight
+            g = keras.ops.multiply(g, keras.ops.cast(values.read(state.masks[i]), g.dtype))
+            masked.add(id(v))
+        if state.scores:
+            _record_scores(state, i, g, values)
+        out.append(g)
+    if state.scores and any(i is not None for i in map(index.get, map(id, variables))):
+        values.write(state.scores_seen, keras.ops.ones((), "int32"))
     return out, masked
 
 
@@ -164,7 +197,7 @@ def install_train_step(model: Any, state: PruningState) -> None:
         st = state_ref()
         if st is None or model_state(model) is not st:
             return inner(*args)
-        if grad_masking_supported(model.optimizer) or st.grads or st.straight_through:
+        if grad_masking_supported(model.optimizer) or st.grads or st.straight_through or st.scores:
             _install_grad_hook(model, st, after_step.masked)
         with recording_activations(st):
             return inner(*args)

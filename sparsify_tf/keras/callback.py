@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from sparsify import PruningConfig
+from sparsify.criteria import scored_every_step
 from sparsify.protocol import config_fingerprint, fingerprint_differences
 from sparsify_keras.callback import PruningCallback as KerasPruningCallback
 from sparsify_keras.compat import keras_flavor
@@ -119,6 +120,10 @@ class PruningCallback(KerasPruningCallback):
             raise ValueError(f"pruned_gradient={self.config.pruned_gradient!r} is not supported for tf-keras models "
                              "yet (pruned weights get no gradient there); use Keras 3 (sparsify_keras, any backend) "
                              "or PyTorch, or leave pruned_gradient='none'")
+        if flavor == "tf_keras" and scored_every_step(self.config.criterion):
+            raise ValueError(f"criterion {self.config.criterion!r} is scored from the gradients of every step, which "
+                             "the tf-keras (Keras 2) callback does not do; use Keras 3 (sparsify_keras, any backend) "
+                             "or PyTorch, or a weight or activation criterion such as 'magnitude' or 'wanda'")
         if flavor == "keras3" and self.update_in_graph:
             raise ValueError("update_in_graph=True applies to tf-keras models; Keras 3 models update their masks "
                              "on the host at batch starts on every backend (leave update_in_graph unset)")
@@ -168,6 +173,7 @@ class PruningCallback(KerasPruningCallback):
 
     def _check_fit(self, model: Any) -> None:
         if not self._tf():
+            super()._check_fit(model)
             return
         if self.config.regrowth == "rigl" and "strategy" in (in_graph_unsupported(model) or ""):
             raise ValueError("regrowth='rigl' is not supported under a distribution strategy yet (the dense "

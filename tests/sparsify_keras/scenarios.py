@@ -169,6 +169,148 @@ def pruned_values():
     return out
 
 
+def kernel_gradients(model, x, y):
+    """The gradients of the batch loss for the model's kernels, computed here with the backend's own autodiff
+    (the reference the train step's per-step criterion scores are checked against)."""
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    kernels = [pw.variable for pw in find_prunable_weights(model)]
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        return [np.asarray(g) for g in tape.gradient(loss, [k.value for k in kernels])]
+    if BACKEND == "torch":
+        for k in kernels:
+            k.value.grad = None
+        loss_fn(y, model(x, training=True)).backward()
+        out = [k.value.grad.detach().cpu().numpy().copy() for k in kernels]
+        for k in kernels:
+            k.value.grad = None
+        return out
+    import jax
+
+    trainable = [v.value for v in model.trainable_variables]
+    where = [next(i for i, v in enumerate(model.trainable_variables) if v is k) for k in kernels]
+
+    def loss_of(tv):
+        out, _ = model.stateless_call(tv, [v.value for v in model.non_trainable_variables], x, training=True)
+        return loss_fn(y, out)
+
+    grads = jax.grad(loss_of)(trainable)
+    return [np.asarray(grads[i]) for i in where]
+
+
+@scenario
+def step_scores():
+    """snip and snip_momentum at learning rate 0: at the start of every step, the masks and the per-step scores the
+    train step kept, and the reference gradient of the batch that step saw (the backend's own autodiff)."""
+    out = {}
+    for name, cfg in [("snip_local", {**GRADUAL, "criterion": "snip"}),
+                      ("snip_momentum_global", {**GRADUAL, "criterion": "snip_momentum", "pruning_scope": "global",
+                                                "criterion_momentum": 0.5})]:
+        model, x, y = model_and_data()
+        compile_(model, lr=0.0)
+        cb = PruningCallback(cfg)
+        record = {"masks": [], "scores": [], "grads": []}
+
+        class Record(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                masks = cb.masks
+                pws = cb._state.pweights
+                record["masks"].append({p: m.astype(int).tolist() for p, m in masks.items()})
+                record["scores"].append({pw.path: np.asarray(keras.ops.convert_to_numpy(sc.value)).tolist()
+                                         for pw, sc in zip(pws, cb._state.scores)})
+                lo = (batch * 16) % len(y)
+                grads = kernel_gradients(model, (x[0][lo:lo + 16], x[1][lo:lo + 16]), y[lo:lo + 16])
+                record["grads"].append({pw.path: g.tolist() for pw, g in zip(find_prunable_weights(model), grads)})
+
+        model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[cb, Record()])
+        out[name] = {**record, "sparsity": cb.sparsity, "last": cb.last_update_step}
+    return out
+
+
+def _error_of(fn):
+    try:
+        fn()
+    except (TypeError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+@scenario
+def bad_input():
+    """A model not built, a selection that matches no prunable weight, mixed-precision policies: the errors (with
+    nothing attached) or the masks."""
+    from sparsify import PruningProtocol
+    from sparsify_keras import STATE_ATTR
+
+    out = {}
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.fc = keras.layers.Dense(4)
+
+        def call(self, x):
+            return self.fc(x)
+
+    net = Net()
+    net.compile("sgd", "mse")
+    cb = PruningCallback({"target_sparsity": 0.5, "end_step": 0})
+    out["unbuilt"] = {"attach_error": _error_of(lambda: cb.attach(net)), "attached": STATE_ATTR in net.__dict__,
+                      "step_wrapped": "train_step" in net.__dict__}
+    net.fit(np.ones((8, 3), "float32"), np.ones((8, 4), "float32"), verbose=0, callbacks=[cb])   # fit builds it first
+    out["unbuilt"]["sparsity_after_fit"] = cb.sparsity["total"]
+    model, x, y = model_and_data()
+    compile_(model)
+    bn = keras.Sequential([keras.Input((12,)), keras.layers.BatchNormalization(name="bn"), keras.layers.Dense(4, name="fc")])
+    bn.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    out["no_match"] = {"error": _error_of(lambda: bn.fit(x[0], y, verbose=0, callbacks=[
+        PruningCallback({"op_names": ["^bn"]})])), "attached": STATE_ATTR in bn.__dict__}
+    for policy in ("mixed_float16", "mixed_bfloat16"):
+        keras.mixed_precision.set_global_policy(policy)
+        try:
+            cfg = {**GRADUAL, "pruning_scope": "global"}
+            model, x, y = model_and_data()
+            shapes = {pw.path: pw.canonical_shape for pw in find_prunable_weights(model)}
+            weights = {pw.path: pw.to_canonical(np.asarray(pw.variable.numpy())) for pw in find_prunable_weights(model)}
+            protocol = PruningProtocol(cfg, shapes)
+            protocol.advance(6, weights)
+            compile_(model, lr=0.0)
+            cb = PruningCallback(cfg)
+            model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[cb])
+            same = all(np.array_equal(pw.to_canonical(cb.masks[pw.path]), protocol.masks[pw.path])
+                       for pw in cb._state.pweights)
+            model, x, y = model_and_data()
+            model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            cb = PruningCallback({**cfg, "target_sparsity": 0.75})
+            model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[cb])
+            masks = cb.masks
+            held = all(bool(np.all(np.asarray(pw.variable.numpy())[~masks[pw.path]] == 0)) for pw in cb._state.pweights)
+            out[policy] = {"masks_equal_core": same, "zeros_held": held, "sparsity": cb.sparsity["total"],
+                           "optimizer": type(model.optimizer).__name__}
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+    return out
+
+
+@scenario
+def switch_backend():
+    """keras.config.set_backend after sparsify_keras was imported (run alone: it changes the process's Keras)."""
+    old, _, _ = model_and_data()
+    other = "torch" if BACKEND != "torch" else "jax"
+    keras.config.set_backend(other)
+    import keras as switched
+
+    new = switched.Sequential([switched.Input((12,)), switched.layers.Dense(4, name="fc")])
+    new.compile("sgd", "mse")
+    data = (np.ones((8, 12), "float32"), np.ones((8, 4), "float32"))
+    return {"old_model": _error_of(lambda: PruningCallback({"end_step": 0}).attach(old)),
+            "new_model": _error_of(lambda: new.fit(*data, verbose=0, callbacks=[PruningCallback({"end_step": 0})])),
+            "new_model_weights_untouched": bool(np.all(np.asarray(new.get_weights()[0]) != 0)), "to": other}
+
+
 @scenario
 def resume():
     """An interrupted fit (checkpoint after 2 of 4 epochs, a fresh model, attach, load_weights) against an

@@ -15,7 +15,7 @@ from backend_runs import BACKENDS, run_python, scenarios
 from sparsify import PruningConfig, PruningProtocol
 from sparsify.activation_stats import ActivationWindow, sum_of_squares
 
-ALL = "masks_lr0,training,pruned_values,resume,strip_and_save,traces,tensorboard,oneshot"
+ALL = "masks_lr0,training,pruned_values,resume,strip_and_save,traces,tensorboard,oneshot,step_scores,bad_input"
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -99,6 +99,47 @@ def test_every_backend_gives_the_same_masks_and_weights():
     for name in ("magnitude_global", "wanda_row"):
         for other in runs[1:]:
             assert other["oneshot"][name] == runs[0]["oneshot"][name], name
+
+
+STEP_SCORE_CASES = {"snip_local": {"criterion": "snip"},
+                    "snip_momentum_global": {"criterion": "snip_momentum", "pruning_scope": "global",
+                                             "criterion_momentum": 0.5}}
+
+
+@pytest.mark.parametrize("name", sorted(STEP_SCORE_CASES))
+def test_per_step_criteria_score_each_step_s_gradient_and_give_the_core_s_masks(results, name):
+    """snip / snip_momentum: the scores the train step keeps are the criterion of the dense weight and the
+    masked gradient of the step (as torch's pruner scores them), and the masks are the core's from them."""
+    import scenarios as sc
+    from sparsify_keras.layers import find_prunable_weights
+
+    run = results["step_scores"][name]
+    config = PruningConfig.coerce({**sc.GRADUAL, **STEP_SCORE_CASES[name]})
+    model, _, _ = sc.model_and_data()
+    pws = {pw.path: pw for pw in find_prunable_weights(model)}
+    w0 = {p: np.asarray(pw.variable.numpy()) for p, pw in pws.items()}
+    protocol = PruningProtocol(config, {p: pw.canonical_shape for p, pw in pws.items()})
+    steps = len(run["masks"])
+    assert steps == 8 and run["last"] == 6 and run["sparsity"]["total"] == 0.5
+    previous = None
+    for t in range(steps):
+        scores = {p: np.asarray(v, np.float32) for p, v in run["scores"][t].items()}
+        if t > 0:       # the scores of step t - 1: its masked gradient, the dense (here fixed) weight
+            fresh = {p: np.abs(w0[p] * (np.asarray(run["grads"][t - 1][p], np.float32)
+                                        * np.asarray(run["masks"][t - 1][p], np.float32))) for p in pws}
+            if config.criterion == "snip_momentum":
+                m = config.criterion_momentum
+                fresh = {p: f * np.float32(1 - m) + (0 if previous is None else previous[p] * np.float32(m))
+                         for p, f in fresh.items()}
+            for p in pws:
+                np.testing.assert_allclose(scores[p], fresh[p], rtol=1e-4, atol=1e-6, err_msg=f"{name} step {t} {p}")
+            previous = scores
+            if protocol.due(t):
+                protocol.advance(t, {p: pws[p].to_canonical(w0[p]) for p in pws},
+                                 scores={p: pws[p].to_canonical(scores[p]) for p in pws})
+        for p in pws:       # step 0 waits for the first step's gradients
+            np.testing.assert_array_equal(pws[p].to_canonical(np.asarray(run["masks"][t][p], bool)),
+                                          protocol.masks[p], err_msg=f"{results['backend']} {name} step {t} {p}")
 
 
 def _exact(s: float, n: int) -> int:
@@ -189,3 +230,24 @@ def test_oneshot_masks_are_the_core_s(results):
     for path, w in got.items():
         np.testing.assert_array_equal(np.asarray(w) != 0, update.masks[path] & (weights[path] != 0), err_msg=path)
     del sc, xa, xb
+
+
+def test_bad_input_is_a_clear_error_with_nothing_attached_or_correct_masks(results):
+    bad = results["bad_input"]
+    assert bad["unbuilt"]["attach_error"].startswith("ValueError: model") and "is not built" in bad["unbuilt"]["attach_error"]
+    assert not bad["unbuilt"]["attached"] and not bad["unbuilt"]["step_wrapped"]
+    assert bad["unbuilt"]["sparsity_after_fit"] == 0.5            # fit builds the model before the callback attaches
+    assert bad["no_match"] == {"error": "ValueError: op_names=['^bn'] excluded_op_names=[] match no prunable weight; "
+                                        "prunable weights are: [fc/kernel]", "attached": False}
+    for policy, optimizer in (("mixed_float16", "LossScaleOptimizer"), ("mixed_bfloat16", "Adam")):
+        assert bad[policy] == {"masks_equal_core": True, "zeros_held": True, "sparsity": 0.75, "optimizer": optimizer}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_backend_switched_after_import_is_a_clear_error(backend):
+    got = scenarios(backend, "switch_backend")["switch_backend"]
+    assert got["old_model"].startswith("TypeError: model 'twobranch' was made before the Keras backend was switched "
+                                       f"to {got['to']!r}")
+    assert got["new_model"].startswith(f"TypeError: the Keras backend was switched to {got['to']!r} "
+                                       "(keras.config.set_backend) after sparsify_keras was imported")
+    assert got["new_model_weights_untouched"]

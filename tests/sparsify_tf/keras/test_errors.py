@@ -15,7 +15,6 @@ def _xy(digits, n=64):
 @pytest.mark.parametrize("kwargs, exc, match", [
     ({"config": {"target_sparsty": 0.5}}, ValueError, "target_sparsty.*did you mean 'target_sparsity'"),
     ({"config": {"target_sparsity": 1.5}}, ValueError, "target_sparsity must be in"),
-    ({"config": {"criterion": "snip"}}, ValueError, "criterion 'snip' needs gradients"),
     ({"config": 3}, TypeError, "config must be"),
     ({"config": {}, "log_dir": 5}, TypeError, "log_dir must be"),
     ({"config": {}, "verbose": 2}, ValueError, "verbose must be 0 or 1, got 2"),
@@ -26,6 +25,21 @@ def test_constructor_rejects_bad_arguments(kwargs, exc, match):
     cfg = kwargs.pop("config")
     with pytest.raises(exc, match=match):
         PruningCallback(cfg, **kwargs)
+
+
+def test_snip_is_refused_for_tf_keras_before_training_and_runs_on_keras3(K, digits):
+    model = compile_(mlp(K), K)
+    before = [w.copy() for w in model.get_weights()]
+    cb = PruningCallback({"criterion": "snip", "target_sparsity": 0.5, "start_step": 0, "end_step": 2})
+    if K.__name__ == "tf_keras":
+        with pytest.raises(ValueError, match="criterion 'snip' is scored from the gradients of every step, which the "
+                                             "tf-keras"):
+            model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[cb])
+        assert STATE_ATTR not in model.__dict__
+        assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+        return
+    model.fit(*_xy(digits), batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    assert cb.sparsity["total"] == 0.5 and cb.last_update_step == 2
 
 
 def test_config_matching_no_weight_names_the_prunable_ones(K, digits):
