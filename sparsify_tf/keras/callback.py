@@ -32,7 +32,7 @@ from sparsify.protocol import config_fingerprint, fingerprint_differences
 from sparsify_keras.callback import PruningCallback as KerasPruningCallback
 from sparsify_keras.compat import keras_flavor
 
-from ..core_errors import reraise_core_errors
+from ..common.core_errors import reraise_core_errors
 from .adapter import KerasAdapter
 from .grad_masking import GRAD_MASKING_OPTIMIZERS, grad_masking_supported
 from .graph_update import NEVER, build_graph_update, host_update_fn, in_graph_unsupported

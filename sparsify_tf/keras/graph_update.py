@@ -5,10 +5,10 @@ When a model trains without a distribution strategy and without XLA
 one guarded update for the step the optimizer has just reached:
 ``optimizer.iterations >= next_due`` (one comparison per step) opens a branch
 that hands the pruned weights and masks to the core through
-``tf.numpy_function`` (:func:`sparsify_tf.core_update.core_update_fn`, the
+``tf.numpy_function`` (:func:`sparsify_tf.common.guarded_update.core_update_fn`, the
 one TF graph mode runs) and writes what it returns with graph ops: the masks,
 zeros in the weights and their optimizer slots, the done step and the next
-due step (:func:`sparsify_tf.mask_write.write_update`: the weights stay dense under the
+due step (:func:`sparsify_tf.common.mask_write.write_update`: the weights stay dense under the
 masks). With ``criterion="wanda"`` the input statistics (:mod:`.statistics`)
 go to the core too and start again from zero after an update. An update at the end of step ``s - 1`` is the update at the start of
 step ``s``: the masks, weights and every later step are those of the host
@@ -36,8 +36,8 @@ import tensorflow as tf
 
 from sparsify.protocol import PruningProtocol
 
-from ..core_update import NEVER, core_update_fn
-from ..mask_write import dense_value, write_update
+from ..common.guarded_update import NEVER, core_update_fn
+from ..common.mask_write import dense_value, write_update
 from .compat import optimizer_slots, tf_variable
 from .statistics import graph_activation_inputs, graph_reset, window_of
 
@@ -63,7 +63,7 @@ def in_graph_unsupported(model: Any) -> str | None:
 
 
 def host_update_fn(model: Any, protocol: PruningProtocol) -> Callable:
-    """The core's side of the update (:func:`sparsify_tf.core_update.core_update_fn`, canonical layout).
+    """The core's side of the update (:func:`sparsify_tf.common.guarded_update.core_update_fn`, canonical layout).
 
     Make it once per protocol and pass it to every :func:`build_graph_update` of that protocol: a train
     step traced again (another batch shape) then shares what the last update left, and does not

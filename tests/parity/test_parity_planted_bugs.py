@@ -48,10 +48,10 @@ def test_core_view_with_input_channels_slowest_is_caught(monkeypatch):
 def test_tf_graph_conv_kh_kw_swap_is_caught(monkeypatch):
     """TF graph mode converts Conv2D kernels with kh and kw swapped (and back, consistently).
 
-    The layout conversions are graph ops (``sparsify_tf.layout_ops``), built into the update branch."""
+    The layout conversions are graph ops (``sparsify_tf.common.layout_ops``), built into the update branch."""
     import tensorflow as tf
 
-    import sparsify_tf.graph_pruning as graph_pruning
+    import sparsify_tf.graph.pruning as graph_pruning
 
     to_canonical, from_canonical = graph_pruning.to_canonical, graph_pruning.from_canonical
     np_to_canonical = graph_pruning.tf_to_canonical           # the shapes handed to the core
