@@ -53,41 +53,31 @@ Example:
 """
 from __future__ import annotations
 
-import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from sparsify.config import PruningConfig
-from sparsify.criteria import get_criterion
-from sparsify.engine import PruningEngine, select_names
-from sparsify.layout import tf_to_canonical
-from sparsify.protocol import PruningProtocol, config_fingerprint
 
-from ..common.guarded_update import NEVER, core_update_fn
-from .handles import GraphPruningHandles, slots_key
-from .statistics import activation_norms, add_collectors, check_input_channels
-from ..common.graph_utils import (
-    check_global_step, check_graph_editable, get_prunable_ops_and_inputs, get_tensor_var, global_step_tensor,
-    in_variable_creation_order, unmaskable_weight_uses, v1_cond,
-)
-from ..common.layout_ops import from_canonical, to_canonical
-from ..common.mask_write import dense_value, write_update
-from ..common.masking import GraphMasks, PruningOpVars, gradient_ops_of, mask_op_gradient, mask_op_input
+from ..common.graph_utils import check_global_step, get_tensor_var, global_step_tensor, v1_cond
+from ..common.guarded_update import GuardedLayer, GuardVariables, build_guarded_update, core_update_fn
 from ..common.optimizer_slots import find_optimizer_slots
-from .hook import PruningHook
 from ..common.pruning_scope import PruningScope, check_ks_group
 from ..common.schedule_ops import schedule_tensors
+from .handles import GraphPruningHandles, slots_key
+from .hook import PruningHook
+from .setup import (
+    MASKING_MODES, Selection, StateVariables, add_masks, add_state_variables, add_stored_values,
+    check_arguments, check_free_to_prune, check_gradients_not_built, collected, select_layers, warn_unmaskable,
+)
+from .statistics import Collectors, activation_norms, add_collectors
 
 __all__ = ["prune_graph", "GraphPruning", "MASKING_MODES"]
 
 tf1 = tf.compat.v1
-
-#: ``masking`` values of :func:`prune_graph`: where the zeros live between mask updates.
-MASKING_MODES = ("weights", "inputs")
 
 _PRUNINGS: "weakref.WeakKeyDictionary[tf.Graph, dict[str, GraphPruning]]" = weakref.WeakKeyDictionary()
 
@@ -100,7 +90,6 @@ class GraphPruning(GraphPruningHandles):
     def hook(self, run_at_start: bool = True) -> PruningHook:
         """A :class:`~sparsify_tf.PruningHook` running the update (zeroing optimizer slots too) after each step."""
         return PruningHook(self, run_at_start=run_at_start)
-
 
 def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph | None = None,
                 global_step: tf.Variable | tf.Tensor | None = None, *, ks_group: str = "sparsify",
@@ -121,7 +110,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             ``excluded_op_names`` select weights by variable name (``re.search``).
             Criteria scored from weights and input activations work (``"magnitude"``,
             ``"wanda"``, registered ones); per-step gradient criteria (``"snip"``,
-            ``"snip_momentum"``) are refused. Activation criteria and ``regrowth="rigl"``
+            ``"snip_momentum"``) are refused, and so is ``pruned_gradient="straight_through"``
+            (pruned weights get no gradient here). Activation criteria and ``regrowth="rigl"``
             read the pruned ops' inputs and dense gradients in their gradients
             (:mod:`sparsify_tf.graph.statistics`): build the optimizer after this call.
         graph: the graph (default: the default graph).
@@ -155,18 +145,7 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             with tf1.train.MonitoredTrainingSession(hooks=[pruning.hook()]) as sess: ...
     """
     cfg = PruningConfig.coerce(config)
-    missing = sorted(set(get_criterion(cfg.criterion).needs) - {"weight", "activation"})
-    if missing:
-        raise ValueError(f"criterion {cfg.criterion!r} needs {missing}, which graph-mode pruning does not collect "
-                         "(criteria scored from each step's gradients or a running state); use a criterion that "
-                         "needs only 'weight' and 'activation' (magnitude, wanda)")
-    needs = PruningEngine(cfg).needs
-    if masking not in MASKING_MODES:
-        raise ValueError(f"masking must be one of {MASKING_MODES}, got {masking!r}")
-    if graph is None:
-        graph = tf1.get_default_graph()
-    if not isinstance(graph, tf.Graph):
-        raise TypeError(f"graph must be a tf.Graph, got {graph!r}")
+    graph = check_arguments(cfg, graph, masking)
     ks_group = check_ks_group(ks_group)
     cached = _PRUNINGS.get(graph, {}).get(ks_group)
     if cached is not None:
@@ -175,184 +154,123 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             raise ValueError(f"ks_group {ks_group!r} of this graph was already pruned with another {what}; "
                              "use a different ks_group")
         return cached
-    check_graph_editable(graph)
-    if global_step is not None:
-        check_global_step(global_step, graph)
-    else:
-        existing = tf1.train.get_global_step(graph)
-        if existing is not None:
-            check_global_step(existing, graph)
-    # ops pruned under another ks_group read their weight through our marked ops: not candidates any more
-    owners = {n: g for (g, n) in GraphMasks.of(graph).masks if g != ks_group}
-    taken = {n: owners[n] for n in select_names(owners, cfg.op_names, cfg.excluded_op_names)}
-    if taken:
-        raise ValueError(f"weights already pruned under another ks_group of this graph: "
-                         f"{', '.join(f'{n!r} ({g!r})' for n, g in sorted(taken.items()))}; a weight can be pruned "
-                         "by one ks_group only: leave them out with excluded_op_names, or use that ks_group")
-    candidates = get_prunable_ops_and_inputs(graph)
-    shapes, kinds = {}, {}
-    for p in candidates:
-        if p.var_name not in shapes:
-            tf_shape = tuple(p.tensor.shape.as_list())
-            if any(d is None for d in tf_shape):
-                continue
-            shapes[p.var_name] = tf_to_canonical(np.zeros(tf_shape, np.float32), p.kind).shape
-            kinds[p.var_name] = p.kind
-    if not shapes:
-        raise ValueError("the graph has no prunable op (MatMul, BatchMatMul, Conv2D, Conv3D, "
-                         "DepthwiseConv2dNative, Conv2DBackpropInput) reading a tf.Variable weight")
-    ordered = in_variable_creation_order(graph, list(shapes))
-    protocol = PruningProtocol(cfg, {n: shapes[n] for n in ordered})
-    names = list(protocol.names)
-    for n in names:
-        get_tensor_var(graph, n)
-    chosen = set(names)
-    pruned = [p for p in candidates if p.var_name in chosen]
-    collect = {"activations": "activation" in needs, "grads": "grad" in needs}
-    if collect["activations"]:
-        check_input_channels(pruned, names, cfg.criterion)
-    if masking == "weights" or any(collect.values()):
-        built = [op for p in pruned for op in gradient_ops_of(p.op, p.tensor)]
-        if built:
-            why = ("masking='weights' masks the gradients of the pruned ops" if masking == "weights" else
-                   f"criterion={cfg.criterion!r} with regrowth={cfg.regrowth!r} reads the pruned ops' inputs or "
-                   "gradients in their gradient")
-            raise ValueError(f"{why}, but gradient ops reading their weights exist already ({built[:3]}): call "
-                             "prune_graph before building the optimizer"
-                             + (" (recommended), or pass masking='inputs'" if masking == "weights" else ""))
-    schedule = protocol.engine.schedule
-    left_dense = unmaskable_weight_uses(graph)
-    left_dense = {n: left_dense[n] for n in select_names(left_dense, cfg.op_names, cfg.excluded_op_names)}
-    if left_dense:
-        warnings.warn("prune_graph leaves these weights matched by op_names dense, because graph mode cannot "
-                      "mask them: " + "; ".join(f"{n!r}: {why}" for n, why in left_dense.items())
-                      + ". Exclude them with excluded_op_names to silence this", stacklevel=2)
-
+    check_free_to_prune(graph, cfg, ks_group, global_step)
+    selection = select_layers(graph, cfg)
+    check_gradients_not_built(selection, cfg, masking)
+    warn_unmaskable(graph, cfg)
     with graph.as_default():
-        gs = global_step if global_step is not None else tf1.train.get_or_create_global_step(graph)
-        check_global_step(gs, graph)
-        with tf1.variable_scope(PruningScope.general(ks_group)):
-            done = tf1.get_variable("nm_last_update_step", [], tf.int64, initializer=tf1.constant_initializer(-1),
-                                    trainable=False, use_resource=True)
-            # protocol.next_step() for that done step (written with it; int64 max: never): the per-step guard
-            first_due = protocol.next_step()
-            next_due = tf1.get_variable("nm_next_update_step", [], tf.int64, trainable=False, use_resource=True,
-                                        initializer=tf1.constant_initializer(NEVER if first_due < 0 else first_due))
-            fp = config_fingerprint(cfg)
-            fingerprint = tf1.get_variable("nm_config_fingerprint", fp.shape, tf.int64, trainable=False,
-                                           use_resource=True, initializer=tf1.constant_initializer(fp))
-        with tf1.name_scope(PruningScope.general(ks_group, PruningScope.OPS_SCHEDULE, trailing_slash=True)):
-            t = schedule_tensors(schedule, global_step_tensor(gs))
-        with tf1.name_scope(PruningScope.general(ks_group, trailing_slash=True)):
-            sparsity = tf.identity(t["target_sparsity"], name=PruningScope.OP_SPARSITY)
-            schedule_sparsity = tf.identity(t["sparsity"], name="nm_schedule_sparsity")
-
-        op_vars: list[PruningOpVars] = []
-        first: dict[str, PruningOpVars] = {}
-        for p in candidates:
-            if p.var_name in chosen:
-                ov = (mask_op_gradient if masking == "weights" else mask_op_input)(p.op, p.tensor, ks_group)
-                first.setdefault(p.var_name, ov)
-                op_vars.append(ov)
-        masks = {n: first[n].mask for n in names}
-        # Wanda's input statistics and RigL's dense gradients, kept by the gradients of the pruned ops
-        collectors = add_collectors(pruned, shapes, ks_group, **collect)
-        n_acts = 2 * len(collectors.sums)           # the sums of squares, then the call counts
-        masked = {n: first[n].masked for n in names}
-        weights = {n: get_tensor_var(graph, n) for n in names}
-        with tf1.variable_scope(PruningScope.general(ks_group)):
-            # the pruned entries' values (0 where kept): the weights stay dense under the masks for the core
-            stored = {n: tf1.get_variable(f"nm_stored/{n}", weights[n].shape, weights[n].dtype.base_dtype,
-                                          initializer=tf1.zeros_initializer(), trainable=False, use_resource=True)
-                      for n in names}
-        layer_kinds = {n: kinds[n] for n in names}
-        core_errors: dict = {}
-        core_fn = core_update_fn(protocol, ks_group, core_errors)
-
-        def np_fn(step, done_step, fp, *arrays):
-            arrays, acts = arrays[:len(arrays) - n_acts], arrays[len(arrays) - n_acts:]
-            extra = {"activations": lambda: _norms(acts[:n_acts // 2], acts[n_acts // 2:])} if n_acts else {}
-            return core_fn(step, done_step, fp, *arrays, **extra)
-
-        def _norms(sums, calls):
-            unseen = [n for n, c in zip(names, calls) if int(c) == 0]
-            if unseen:
-                raise ValueError(f"criterion {cfg.criterion!r} needs the inputs of every pruned weight, but the ops "
-                                 f"of {unseen} computed no gradient since the last update (not trained)")
-            return dict(zip(names, activation_norms(sums, [shapes[n] for n in names],
-                                                    [collectors.groups[n] for n in names])))
-        scope = PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)
-
-        def _build_update(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple[tf.Tensor, tf.Operation]:
-            with tf1.name_scope(scope):
-                step = global_step_tensor(gs)
-                # one comparison per step: the protocol's next due step (update point or release) is kept
-                # in a variable next to the done step; the core re-checks when the branch runs
-                ready = tf.greater_equal(step, next_due.read_value())
-                # the statistics wait for a training step: none since the last update (or no gradient
-                # kept yet for RigL) leaves the update for the next step
-                if collectors.calls:
-                    calls = tf.add_n([c.read_value() for c in collectors.calls.values()])
-                    ready = tf.logical_and(ready, tf.greater(calls, 0))
-                if collectors.grads_seen is not None:
-                    ready = tf.logical_and(ready, tf.greater(collectors.grads_seen.read_value(), 0))
-
-                def _update():
-                    reads = [dense_value(weights[n], stored[n]) for n in names]
-                    canon_w = [to_canonical(r, layer_kinds[n]) for n, r in zip(names, reads)]
-                    # masks travel as 0/1 in their own float dtype: oneDNN logs an error line whenever a
-                    # bool or integer tensor is transposed
-                    canon_m = [to_canonical(masks[n].read_value(), layer_kinds[n]) for n in names]
-                    canon_g = [to_canonical(tf.add_n([g.read_value() for g in collectors.op_grads[n]]),
-                                            layer_kinds[n]) for n in names if n in collectors.op_grads]
-                    stats = [*(collectors.sums[n].read_value() for n in names if n in collectors.sums),
-                             *(collectors.calls[n].read_value() for n in names if n in collectors.calls)]
-                    done_before = done.read_value()
-                    inputs = [step, done_before, fingerprint.read_value(), *canon_w, *canon_m, *canon_g, *stats]
-                    outs = tf.numpy_function(np_fn, inputs,
-                                             [m.dtype for m in canon_m] * 2 + [tf.int64, tf.int64], stateful=False,
-                                             name="nm_core_masks")
-                    k = len(names)
-                    assigns = []
-                    for i, (n, r) in enumerate(zip(names, reads)):
-                        outs[i].set_shape(canon_m[i].shape)
-                        outs[k + i].set_shape(canon_m[i].shape)
-                        # the new mask; the weight keeps its value where kept now (the rest moves to the
-                        # stored values); optimizer state only where kept throughout (sparsify_tf.common.mask_write)
-                        keep = from_canonical(outs[i], layer_kinds[n], r.shape)
-                        keep_now = from_canonical(outs[k + i], layer_kinds[n], r.shape)
-                        assigns.extend(write_update(weights[n], masks[n], keep, keep_now, stored=stored[n],
-                                                    slots=slots.get(n, ()), dense=r))
-                    for out, var in ((outs[-2], done), (outs[-1], next_due)):
-                        out.set_shape([])
-                        assigns.append(tf1.assign(var, out))
-                    updated = tf.not_equal(outs[-2], done_before)           # an update: a new window
-                    for var in [*collectors.sums.values(), *collectors.calls.values()]:
-                        assigns.append(var.assign(tf.where(updated, tf.zeros_like(var), var.read_value()),
-                                                  read_value=False))
-                    return tf.group(*assigns)
-
-                def _noop():
-                    return tf.group(tf.constant(0, name=PruningScope.OP_MASK_UPDATE_NO_OP))
-
-                return ready, v1_cond(ready, _update, _noop, name=PruningScope.OP_COND_UPDATE)
-
-        initial_slots = find_optimizer_slots(graph, masks)
-        update_ready, update_op = _build_update(initial_slots)
-        tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_COND_UPDATE), update_op)
-        tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_UPDATE_READY), update_ready)
-        tf1.add_to_collection(PruningScope.collection_name(ks_group, PruningScope.OP_SPARSITY), sparsity)
-        with tf1.name_scope(PruningScope.general(ks_group, PruningScope.OPS_SPARSITY, trailing_slash=True)):
-            layer_sparsity = {n: tf.math.zero_fraction(m) for n, m in masks.items()}
-            size = sum(int(np.prod(m.shape.as_list())) for m in masks.values())
-            kept = tf.add_n([tf.math.count_nonzero(m, dtype=tf.int64) for m in masks.values()])
-            total = 1.0 - tf.cast(kept, tf.float64) / float(size)
-
-    pruning = GraphPruning(cfg, protocol, graph, ks_group, gs, update_op, update_ready, sparsity, schedule_sparsity,
-                           done, masks, weights, masked, layer_kinds, op_vars, layer_sparsity, total,
-                           slots=initial_slots, masking=masking, next_update_step=next_due,
-                           config_fingerprint=fingerprint, stored=stored, core_errors=core_errors,
-                           update_builder=lambda slots: _build_update(slots)[1],
-                           built_updates={slots_key(initial_slots): update_op}, collectors=collectors)
+        pruning = _build(cfg, graph, global_step, ks_group, masking, selection)
     _PRUNINGS.setdefault(graph, {})[ks_group] = pruning
     return pruning
+
+
+def _build(cfg: PruningConfig, graph: tf.Graph, global_step: Any, ks_group: str, masking: str,
+           selection: Selection) -> GraphPruning:
+    """Add the pruning's variables and ops to the (default) graph; its handles."""
+    names = selection.names
+    gs = global_step if global_step is not None else tf1.train.get_or_create_global_step(graph)
+    check_global_step(gs, graph)
+    state = add_state_variables(ks_group, selection.protocol)
+    sparsity, schedule_sparsity = _schedule_ops(selection, ks_group, gs)
+    op_vars, first = add_masks(selection, masking, ks_group)
+    masks = {n: first[n].mask for n in names}
+    # Wanda's input statistics and RigL's dense gradients, kept by the gradients of the pruned ops
+    collectors = add_collectors(selection.pruned, selection.shapes, ks_group, **collected(cfg))
+    weights = {n: get_tensor_var(graph, n) for n in names}
+    stored = add_stored_values(ks_group, weights)
+    core_errors: dict = {}
+    host = _host_function(selection, collectors, ks_group, core_errors)
+
+    def build_update(slots: Mapping[str, Sequence[tf.Variable]]) -> tuple[tf.Tensor, Any]:
+        layers = [GuardedLayer(weights[n], masks[n], stored[n], slots.get(n, ()), _summed_grad(collectors, n),
+                               selection.kinds[n]) for n in names]
+        return _guarded_update(host, layers, state, _statistics(collectors, names), collectors, gs, ks_group)
+
+    initial_slots = find_optimizer_slots(graph, masks)
+    update_ready, update_op = build_update(initial_slots)
+    for key, value in ((PruningScope.OP_COND_UPDATE, update_op), (PruningScope.OP_UPDATE_READY, update_ready),
+                       (PruningScope.OP_SPARSITY, sparsity)):
+        tf1.add_to_collection(PruningScope.collection_name(ks_group, key), value)
+    layer_sparsity, total = _sparsity_ops(masks, ks_group)
+    return GraphPruning(cfg, selection.protocol, graph, ks_group, gs, update_op, update_ready, sparsity,
+                        schedule_sparsity, state.done, masks, weights, {n: first[n].masked for n in names},
+                        {n: selection.kinds[n] for n in names}, op_vars, layer_sparsity, total,
+                        slots=initial_slots, masking=masking, next_update_step=state.next_due,
+                        config_fingerprint=state.fingerprint, stored=stored, core_errors=core_errors,
+                        update_builder=lambda slots: build_update(slots)[1],
+                        built_updates={slots_key(initial_slots): update_op}, collectors=collectors)
+
+
+def _schedule_ops(selection: Selection, ks_group: str, gs: Any) -> tuple[tf.Tensor, tf.Tensor]:
+    """The target sparsity of the latest update point and the schedule's sparsity, at the global step."""
+    with tf1.name_scope(PruningScope.general(ks_group, PruningScope.OPS_SCHEDULE, trailing_slash=True)):
+        t = schedule_tensors(selection.protocol.engine.schedule, global_step_tensor(gs))
+    with tf1.name_scope(PruningScope.general(ks_group, trailing_slash=True)):
+        return (tf.identity(t["target_sparsity"], name=PruningScope.OP_SPARSITY),
+                tf.identity(t["sparsity"], name="nm_schedule_sparsity"))
+
+
+def _host_function(selection: Selection, collectors: Collectors, ks_group: str, core_errors: dict) -> Callable:
+    """The update's ``numpy_function`` body: the core (canonical arrays in), with the activation norms
+    from the statistics that follow the arrays (the sums of squares, then the call counts)."""
+    names, cfg = selection.names, selection.protocol.config
+    core_fn = core_update_fn(selection.protocol, ks_group, core_errors)
+    n_acts = 2 * len(collectors.sums)
+
+    def norms(sums: Sequence[np.ndarray], calls: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        unseen = [n for n, c in zip(names, calls) if int(c) == 0]
+        if unseen:
+            raise ValueError(f"criterion {cfg.criterion!r} needs the inputs of every pruned weight, but the ops "
+                             f"of {unseen} computed no gradient since the last update (not trained)")
+        return dict(zip(names, activation_norms(sums, [selection.shapes[n] for n in names],
+                                                [collectors.groups[n] for n in names])))
+
+    def host(step, done_step, fp, *arrays):
+        arrays, acts = arrays[:len(arrays) - n_acts], arrays[len(arrays) - n_acts:]
+        extra = {"activations": lambda: norms(acts[:n_acts // 2], acts[n_acts // 2:])} if n_acts else {}
+        return core_fn(step, done_step, fp, *arrays, **extra)
+
+    return host
+
+
+def _summed_grad(collectors: Collectors, name: str) -> Callable[[], tf.Tensor] | None:
+    """The dense gradient RigL reads (the sum over the ops reading the weight), or None."""
+    grads = collectors.op_grads.get(name)
+    return None if grads is None else (lambda: tf.add_n([g.read_value() for g in grads]))
+
+
+def _statistics(collectors: Collectors, names: Sequence[str]) -> list[tf.Variable]:
+    """The statistics the host function reads after the arrays: the sums of squares, then the call counts,
+    each in the core's layer order."""
+    return [*(collectors.sums[n] for n in names if n in collectors.sums),
+            *(collectors.calls[n] for n in names if n in collectors.calls)]
+
+
+def _guarded_update(host: Callable, layers: Sequence[GuardedLayer], state: StateVariables,
+                    statistics: Sequence[tf.Variable], collectors: Collectors, gs: Any,
+                    ks_group: str) -> tuple[tf.Tensor, Any]:
+    """The update op (:func:`~sparsify_tf.common.guarded_update.build_guarded_update`) and its guard.
+
+    One comparison per step: the protocol's next due step (update point or release) is kept in a variable
+    next to the done step; the core re-checks when the branch runs. The statistics wait for a training step:
+    none since the last update (or no gradient kept yet for RigL) leaves the update for the next step.
+    """
+    with tf1.name_scope(PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)):
+        step = global_step_tensor(gs)
+        waits = []
+        if collectors.calls:
+            waits.append(tf.greater(tf.add_n([c.read_value() for c in collectors.calls.values()]), 0))
+        if collectors.grads_seen is not None:
+            waits.append(tf.greater(collectors.grads_seen.read_value(), 0))
+        ready = None if not waits else waits[0] if len(waits) == 1 else tf.logical_and(*waits)
+        guard = GuardVariables(step, state.done, state.next_due, state.fingerprint, statistics)
+        return build_guarded_update(host, layers, guard, ready=ready, cond=v1_cond, name=PruningScope.OP_COND_UPDATE)
+
+
+def _sparsity_ops(masks: Mapping[str, tf.Variable], ks_group: str) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    """Each mask's fraction of zeros, and the fraction over all masks (float64)."""
+    with tf1.name_scope(PruningScope.general(ks_group, PruningScope.OPS_SPARSITY, trailing_slash=True)):
+        layer_sparsity = {n: tf.math.zero_fraction(m) for n, m in masks.items()}
+        size = sum(int(np.prod(m.shape.as_list())) for m in masks.values())
+        kept = tf.add_n([tf.math.count_nonzero(m, dtype=tf.int64) for m in masks.values()])
+        return layer_sparsity, 1.0 - tf.cast(kept, tf.float64) / float(size)

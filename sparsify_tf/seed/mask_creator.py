@@ -49,7 +49,7 @@ from sparsify.engine import PruningEngine
 from sparsify.layout import canonical_to_tf, tf_to_canonical
 from sparsify.patterns import Pattern, get_pattern
 
-__all__ = ["CoreMaskCreator", "MaskCreatorLike", "infer_kind", "seed_pattern", "seed_criterion"]
+__all__ = ["CoreMaskCreator", "MaskCreatorLike", "infer_kind", "seed_pattern", "seed_criterion", "check_pruned_gradient"]
 
 MaskCreatorLike = Any  # "CoreMaskCreator | PruningMaskCreator | Pattern | str | Mapping"
 
@@ -130,6 +130,26 @@ def seed_criterion(criterion: Any = None, config: Any = None) -> str:
     return criterion
 
 
+def check_pruned_gradient(config: Any) -> None:
+    """Refuse a config dict or ``PruningConfig`` asking for ``pruned_gradient`` other than ``"none"``: the seed
+    API writes ``weight * mask`` (pruned weights keep no value and get no gradient).
+
+    Example:
+        >>> check_pruned_gradient({"pattern": "4x1", "pruned_gradient": "none"})
+        >>> check_pruned_gradient({"pattern": "4x1", "pruned_gradient": "straight_through"})
+        Traceback (most recent call last):
+        ...
+        ValueError: pruned_gradient='straight_through' is not supported by the SparseML seed API: it writes weight * mask, so pruned weights keep no value and get no gradient (pruned_gradient='none', the only value allowed here); 'straight_through' is implemented by sparsify_torch
+    """
+    value = config.get("pruned_gradient", "none") if isinstance(config, Mapping) else \
+        getattr(config, "pruned_gradient", "none")
+    if value != "none":
+        raise ValueError(f"pruned_gradient={value!r} is not supported by the SparseML seed API: it writes "
+                         "weight * mask, so pruned weights keep no value and get no gradient "
+                         "(pruned_gradient='none', the only value allowed here); 'straight_through' is "
+                         "implemented by sparsify_torch")
+
+
 class CoreMaskCreator:
     """Computes masks with a core pattern and criterion (an externally scheduled core update).
 
@@ -140,12 +160,16 @@ class CoreMaskCreator:
         max_sparsity_ratio_per_layer: a per-layer cap for a name or dict (default: none).
         criterion: a registered criterion that needs only the weight (default: the config's
             ``criterion``, else ``"magnitude"``); see :func:`seed_criterion`.
+
+    Raises:
+        ValueError: a config asking for ``pruned_gradient="straight_through"`` (:func:`check_pruned_gradient`).
     """
 
     def __init__(self, pattern: Pattern | str | Mapping[str, Any] = "1x1", monotone: bool = True,
                  max_sparsity_ratio_per_layer: float | None = None, criterion: str | None = None) -> None:
         if not isinstance(monotone, bool):
             raise TypeError(f"monotone must be True or False, got {monotone!r}")
+        check_pruned_gradient(pattern)
         self.criterion: str = seed_criterion(criterion, pattern)
         self.seed_rules = isinstance(pattern, (str, Mapping))
         if self.seed_rules:

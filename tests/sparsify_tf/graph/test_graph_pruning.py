@@ -533,3 +533,16 @@ def test_graph_mode_refuses_criteria_scored_every_step(criterion, needs):
         with pytest.raises(ValueError, match=f"criterion '{criterion}' needs \\[{needs}\\], which graph-mode "
                                              "pruning does not collect"):
             sparsify_tf.prune_graph({"criterion": criterion})
+
+
+def test_graph_mode_refuses_straight_through_before_changing_the_graph():
+    g = tf.Graph()
+    with g.as_default():
+        tf.matmul(tf.ones([1, 4]), tf1.get_variable("fc/kernel", [4, 2]))
+        n_ops = len(g.get_operations())
+        with pytest.raises(ValueError, match="pruned_gradient='straight_through' is not supported by TF graph mode"
+                                             ".*pruned_gradient='none', the only value allowed here"):
+            sparsify_tf.prune_graph({"pruned_gradient": "straight_through", "target_sparsity": 0.5})
+        assert len(g.get_operations()) == n_ops and not g.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES)[1:]
+        pruning = sparsify_tf.prune_graph({"pruned_gradient": "none", "target_sparsity": 0.5})   # allowed
+    assert pruning.layer_names == ["fc/kernel"]

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import sparsify
+import sparsify_tf
 from sparsify.criteria import register_criterion, unregister_criterion
 from sparsify_tf.seed.mask_creator import CoreMaskCreator, seed_criterion
 from sparsify_tf.seed.mask_creator_coercion import get_mask_creator
@@ -142,3 +143,21 @@ def test_criterion_is_a_registered_weight_only_criterion():
     finally:
         unregister_criterion("test_seed_creator_negated")
     assert got["w"].ravel().tolist() == [1.0, 0.0, 1.0, 0.0]          # the largest magnitudes go first
+
+
+@pytest.mark.parametrize("config", [{"pattern": "4x1", "pruned_gradient": "straight_through"},
+                                    sparsify.PruningConfig(pattern="4x1", pruned_gradient="straight_through")])
+def test_the_seed_api_refuses_straight_through_before_changing_the_graph(config):
+    with pytest.raises(ValueError, match="pruned_gradient='straight_through' is not supported by the SparseML seed "
+                                         "API.*pruned_gradient='none', the only value allowed here"):
+        CoreMaskCreator(config)
+    g = tf.Graph()
+    with g.as_default():
+        w = tf1.get_variable("fc/kernel", [8, 4])
+        y = tf.matmul(tf.ones([1, 8]), w)
+        sparsity, ready = tf.constant(0.5), tf.constant(True)
+        n_ops = len(g.get_operations())
+        with pytest.raises(ValueError, match="pruned_gradient='straight_through'"):
+            sparsify_tf.create_op_pruning(y.op, None, sparsity, ready, True, None, "seed", config)
+        assert len(g.get_operations()) == n_ops
+    assert CoreMaskCreator({"pattern": "4x1", "pruned_gradient": "none"}).pattern.pattern == "4x1"
