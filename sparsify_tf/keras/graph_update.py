@@ -21,11 +21,14 @@ strategy (every replica would run the core) or XLA (``numpy_function`` does not
 compile): :func:`in_graph_unsupported` says which.
 
 Example:
-    >>> import keras
-    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    >>> import tf_keras
+    >>> m = tf_keras.Sequential([tf_keras.layers.InputLayer((4,)), tf_keras.layers.Dense(2)])
     >>> m.compile("sgd", "mse", jit_compile=False)
     >>> in_graph_unsupported(m) is None
     True
+    >>> m.compile("sgd", "mse", jit_compile=True)
+    >>> in_graph_unsupported(m)
+    'the train step is compiled with XLA (jit_compile=True)'
 """
 from __future__ import annotations
 
@@ -37,24 +40,18 @@ import tensorflow as tf
 from sparsify.protocol import PruningProtocol
 
 from ..common.guarded_update import NEVER, GuardedLayer, GuardVariables, build_guarded_update, core_update_fn
-from .compat import optimizer_slots, tf_variable
+from .compat import jit_compiled, optimizer_slots, tf_variable
 from .statistics import statistics_variables, window_of
 
 __all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVER"]
 
 
 def in_graph_unsupported(model: Any) -> str | None:
-    """Why the mask update cannot run inside this model's train step (None: it can)."""
+    """Why the mask update cannot run inside this tf-keras model's train step (None: it can)."""
     strategy = getattr(model, "distribute_strategy", None)
     if tf.distribute.has_strategy() or (strategy is not None and not type(strategy).__name__.startswith("_Default")):
         return "the model trains under a distribution strategy"
-    jit = getattr(model, "_jit_compile", None)                 # tf-keras
-    if "jit_compile" in dir(type(model)):                      # Keras 3 (a property that resolves "auto")
-        try:
-            jit = model.jit_compile
-        except Exception:   # pragma: no cover - a model without compile state
-            jit = None
-    if jit is True:
+    if jit_compiled(model):
         return "the train step is compiled with XLA (jit_compile=True)"
     if getattr(model, "optimizer", None) is None:
         return "the model has no optimizer"

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..common.mask_write import dense_value, write_update
-from .compat import optimizer_slots, tf_variable, unwrap_optimizer
+from .compat import build_optimizer, optimizer_slots, tf_variable, unwrap_optimizer
 
 __all__ = ["MaskApplier", "build_optimizer_slots"]
 
@@ -94,10 +94,5 @@ def build_optimizer_slots(model: Any, state: Any) -> None:
     a checkpoint restores into them when they are created would move those weights.
     """
     opt = unwrap_optimizer(getattr(model, "optimizer", None))
-    if opt is None:
-        return
-    if hasattr(opt, "_create_all_weights") and not hasattr(opt, "build"):     # tf-keras legacy optimizer
-        if not optimizer_slots(opt, state.pweights[0].variable):
-            opt._create_all_weights(model.trainable_variables)
-    elif hasattr(opt, "build") and not (getattr(opt, "built", False) or getattr(opt, "_built", False)):
-        opt.build(model.trainable_variables)
+    if opt is not None:
+        build_optimizer(opt, model.trainable_variables, state.pweights[0].variable)
