@@ -27,10 +27,10 @@ SHIM = {
     "sparseml/tensorflow_v1/__init__.py":
         "import tensorflow as tf\n\ntf.compat.v1.disable_eager_execution()   # TF 1 semantics: graph mode\n",
     "sparseml/tensorflow_v1/optim/__init__.py":
-        "from sparsify_tf.mask_creator_pruning import *  # noqa: F401,F403\n"
-        "from sparsify_tf.mask_pruning import *  # noqa: F401,F403\n",
+        "from sparsify_tf.seed.mask_creator_pruning import *  # noqa: F401,F403\n"
+        "from sparsify_tf.seed.mask_pruning import *  # noqa: F401,F403\n",
     "sparseml/tensorflow_v1/utils/__init__.py":
-        "import tensorflow as tf\n\nfrom sparsify_tf.seed_utils import *  # noqa: F401,F403\n\n"
+        "import tensorflow as tf\n\nfrom sparsify_tf.seed.utils import *  # noqa: F401,F403\n\n"
         "tf_compat = tf.compat.v1\n",
     "pytest.ini": "[pytest]\nmarkers =\n    flaky: SparseML's marker (no rerun plugin here)\n",
 }

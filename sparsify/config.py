@@ -121,7 +121,8 @@ class PruningConfig:
         pruned_gradient: what a pruned weight's stored value receives in training:
             ``"none"`` (no gradient: it keeps its value, as in torch.ao) or
             ``"straight_through"`` (the dense gradient, as in straight-through /
-            dense-to-sparse training; PyTorch only).
+            dense-to-sparse training; PyTorch and Keras 3: TF graph mode, the seed API
+            and tf-keras refuse it).
 
     Example:
         >>> PruningConfig(pattern="2:4", target_sparsity=0.5).pattern_obj().N

@@ -11,7 +11,7 @@ back with :func:`write_updates`, the one Keras 3 writer:
 * ``write_update(update)``: per weight, the kernel keeps its dense value where ``keep_values`` holds and
   is zero elsewhere (grown entries start at zero), ``stored`` keeps the values the new mask prunes, the
   optimizer slots keep their values only where the weight was kept and stays kept; the mask last.
-  These are :func:`sparsify_tf.mask_write.write_update`'s semantics, so both Kerases and TF graphs
+  These are :func:`sparsify_tf.common.mask_write.write_update`'s semantics, so both Kerases and TF graphs
   write the same values. A new statistics window starts.
 
 Call it between steps, after :func:`sparsify_keras.backend.sync_to_variables`.

@@ -18,6 +18,8 @@ from typing import Any, Iterator
 
 import keras
 
+from sparsify.patching import patch, patch_of, unpatch
+
 __all__ = ["FLAVORS", "keras_flavor", "keras_module", "child_layers", "own_variables", "short_name",
            "iter_tree", "unwrap_optimizer", "optimizer_class", "optimizer_slots", "optimizer_built",
            "steps_per_execution", "add_model_variables", "remove_model_variables", "same_variable"]
@@ -310,8 +312,8 @@ def add_model_variables(model: Any, variables: list[Any]) -> None:
     extra = model.__dict__.setdefault("_sparsify_extra_variables", [])
     extra.extend(v for v in variables if not any(v is e for e in extra))
     for name in ("save_own_variables", "load_own_variables"):
-        if name not in model.__dict__:
-            object.__setattr__(model, name, _without_extra(model, getattr(type(model), name)))
+        if patch_of(model, name) is None:
+            patch(model, name, lambda method: _without_extra(model, method))
 
 
 def _without_extra(model: Any, method: Any) -> Any:
@@ -320,10 +322,9 @@ def _without_extra(model: Any, method: Any) -> Any:
         extra = {id(v) for v in model.__dict__.get("_sparsify_extra_variables", [])}
         model._non_trainable_variables = [v for v in own if id(v) not in extra]
         try:
-            return method(model, store)
+            return method(store)
         finally:
             model._non_trainable_variables = own
-    call._sparsify_wrapper = True
     return call
 
 
@@ -337,5 +338,4 @@ def remove_model_variables(model: Any, variables: list[Any]) -> None:
         return
     model.__dict__.pop("_sparsify_extra_variables", None)
     for name in ("save_own_variables", "load_own_variables"):
-        if getattr(model.__dict__.get(name), "_sparsify_wrapper", False):
-            del model.__dict__[name]
+        unpatch(model, name)

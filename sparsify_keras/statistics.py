@@ -29,6 +29,7 @@ import numpy as np
 
 from sparsify.activation_stats import ActivationWindow
 from sparsify.criteria import get_criterion
+from sparsify.patching import patch, unpatch
 
 from .backend import add_to, to_numpy
 from .layers import KerasPrunableWeight
@@ -40,7 +41,6 @@ _CONV = {"Conv1D", "Conv2D", "Conv3D", "Conv", "BaseConv"}
 _NOT_PLAIN = {"EinsumDense", "SeparableConv1D", "SeparableConv2D", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
               "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "BaseConvTranspose",
               "DepthwiseConv1D", "DepthwiseConv2D", "BaseDepthwiseConv"}
-_WRAP_FLAG = "_sparsify_activation_recorder"
 _active = threading.local()       # the states whose train step is running
 
 
@@ -91,38 +91,24 @@ def install_recorders(state: Any, add: Any = _add_call) -> None:
         return
     state_ref = weakref.ref(state)
     for index, pw in enumerate(state.pweights):
-        layer = pw.layer
-        current = layer.__dict__.get("call")
-        wrapped = current is not None and getattr(current, _WRAP_FLAG, False)
-        inner = current._sparsify_inner if wrapped else layer.call
-        had_instance_call = current._sparsify_had_instance_call if wrapped else current is not None
+        def make(inner: Any, _index: int = index) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                st = state_ref()
+                seen = getattr(_active, "by_state", {}).get(id(st)) if st is not None else None
+                x = args[0] if args else kwargs.get("inputs")
+                if seen is not None and x is not None:
+                    add(st, _index, x)
+                    seen.add(_index)
+                return inner(*args, **kwargs)
+            return functools.wraps(inner)(call)          # the layer's signature, for Keras' call inspection
 
-        def call(*args: Any, _inner: Any = inner, _index: int = index, **kwargs: Any) -> Any:
-            st = state_ref()
-            seen = getattr(_active, "by_state", {}).get(id(st)) if st is not None else None
-            x = args[0] if args else kwargs.get("inputs")
-            if seen is not None and x is not None:
-                add(st, _index, x)
-                seen.add(_index)
-            return _inner(*args, **kwargs)
-
-        call = functools.wraps(inner)(call)          # the layer's signature, for Keras' call inspection
-        setattr(call, _WRAP_FLAG, True)
-        call._sparsify_inner = inner
-        call._sparsify_had_instance_call = had_instance_call
-        object.__setattr__(layer, "call", call)
+        patch(pw.layer, "call", make)
 
 
 def uninstall_recorders(state: Any) -> None:
     """Give the pruned layers of ``state`` their own ``call`` back."""
     for pw in getattr(state, "pweights", []):
-        current = pw.layer.__dict__.get("call")
-        if current is None or not getattr(current, _WRAP_FLAG, False):
-            continue
-        if current._sparsify_had_instance_call:
-            object.__setattr__(pw.layer, "call", current._sparsify_inner)
-        else:
-            del pw.layer.__dict__["call"]
+        unpatch(pw.layer, "call")
 
 
 @contextlib.contextmanager

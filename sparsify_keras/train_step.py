@@ -36,6 +36,7 @@ from typing import Any
 import keras
 
 from sparsify.criteria import get_criterion
+from sparsify.patching import patch, patch_of, unpatch
 
 from .backend import StepValues, current_step_values, dense_gradient, wrap_train_step
 from .compat import optimizer_class, optimizer_slots, unwrap_optimizer
@@ -51,7 +52,6 @@ __all__ = ["GRAD_MASKING_OPTIMIZERS", "grad_masking_supported", "install_train_s
 #: (accumulators start at 0.1), Adadelta, Adafactor (factored statistics), Muon (the orthogonalised
 #: update is dense), and any subclass (it may override the update).
 GRAD_MASKING_OPTIMIZERS = frozenset({"SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Lion", "Lamb"})
-_WRAP_FLAG = "_sparsify_wrapped"
 
 
 def grad_masking_supported(optimizer: Any) -> bool:
@@ -119,38 +119,31 @@ def _masked_gradients(state: PruningState, grads: list, variables: list, values:
 
 def _install_grad_hook(model: Any, state: PruningState, masked: set) -> None:
     optimizer = unwrap_optimizer(model.optimizer)
-    current = optimizer.__dict__.get("apply")
-    if current is not None and getattr(current, _WRAP_FLAG, False):
-        current._sparsify_state[0] = weakref.ref(state)
-        current._sparsify_masked[0] = masked
+    found = patch_of(optimizer, "apply")
+    if found is not None:
+        found.data["state"][0] = weakref.ref(state)
+        found.data["masked"][0] = masked
         return
-    orig = current if current is not None else type(optimizer).apply.__get__(optimizer, type(optimizer))
     state_ref: list = [weakref.ref(state)]
     masked_ref: list = [masked]
 
-    def apply(grads: Any, trainable_variables: Any = None) -> Any:
-        st, values = state_ref[0](), current_step_values()
-        if st is not None and values is not None:
-            tv = trainable_variables if trainable_variables is not None else optimizer._trainable_variables
-            grads, seen = _masked_gradients(st, list(grads), list(tv), values)
-            masked_ref[0].update(seen)
-        return orig(grads, trainable_variables)
+    def make(orig: Any) -> Any:
+        def apply(grads: Any, trainable_variables: Any = None) -> Any:
+            st, values = state_ref[0](), current_step_values()
+            if st is not None and values is not None:
+                tv = trainable_variables if trainable_variables is not None else optimizer._trainable_variables
+                grads, seen = _masked_gradients(st, list(grads), list(tv), values)
+                masked_ref[0].update(seen)
+            return orig(grads, trainable_variables)
+        return apply
 
-    setattr(apply, _WRAP_FLAG, True)
-    apply._sparsify_state, apply._sparsify_masked = state_ref, masked_ref
-    apply._sparsify_inner, apply._sparsify_had_instance_attr = orig, current is not None
-    object.__setattr__(optimizer, "apply", apply)
+    patch(optimizer, "apply", make, state=state_ref, masked=masked_ref)
 
 
 def _uninstall_grad_hook(model: Any) -> None:
     optimizer = unwrap_optimizer(getattr(model, "optimizer", None))
-    current = optimizer.__dict__.get("apply") if optimizer is not None else None
-    if current is None or not getattr(current, _WRAP_FLAG, False):
-        return
-    if current._sparsify_had_instance_attr:
-        object.__setattr__(optimizer, "apply", current._sparsify_inner)
-    else:
-        del optimizer.__dict__["apply"]
+    if optimizer is not None:
+        unpatch(optimizer, "apply")
 
 
 def _mask_after_step(model: Any, state: PruningState, skip: set, values: StepValues) -> None:
@@ -173,11 +166,13 @@ def _mask_after_step(model: Any, state: PruningState, skip: set, values: StepVal
 
 def install_train_step(model: Any, state: PruningState) -> None:
     """Wrap ``model.train_step`` and the optimizer's ``apply`` (see the module); ``fit`` traces them anew."""
-    current = model.__dict__.get("train_step")
-    wrapped = current is not None and getattr(current, _WRAP_FLAG, False)
-    inner = current._sparsify_inner if wrapped else (
-        current if current is not None else type(model).train_step.__get__(model, type(model)))
     state_ref = weakref.ref(state)
+    patch(model, "train_step", lambda inner: _wrapped_step(model, inner, state_ref))
+    model.train_function = None   # fit() makes the train function again, from the wrapped step
+
+
+def _wrapped_step(model: Any, inner: Any, state_ref: Any) -> Any:
+    """The model's step ``inner`` with the gradient hook, the activation recorders and the masking after it."""
 
     def after_step(values: StepValues) -> None:
         st = state_ref()
@@ -202,22 +197,11 @@ def install_train_step(model: Any, state: PruningState) -> None:
         with recording_activations(st):
             return inner(*args)
 
-    step = wrap_train_step(model, run_inner, after_step)
-    setattr(step, _WRAP_FLAG, True)
-    step._sparsify_inner = inner
-    step._sparsify_had_instance_attr = current is not None and not wrapped
-    object.__setattr__(model, "train_step", step)
-    model.train_function = None   # fit() makes the train function again, from the wrapped step
+    return wrap_train_step(model, run_inner, after_step)
 
 
 def uninstall_train_step(model: Any) -> None:
     """Give the model its own ``train_step`` and the optimizer its own ``apply`` back."""
     _uninstall_grad_hook(model)
-    current = model.__dict__.get("train_step")
-    if current is None or not getattr(current, _WRAP_FLAG, False):
-        return
-    if current._sparsify_had_instance_attr:
-        object.__setattr__(model, "train_step", current._sparsify_inner)
-    else:
-        del model.__dict__["train_step"]
-    model.train_function = None
+    if unpatch(model, "train_step"):
+        model.train_function = None

@@ -1,39 +1,44 @@
 """sparsify_tf: the TensorFlow adapter of sparsify.
 
-Graph mode (``tf.compat.v1``): the seed API (:mod:`sparsify_tf.mask_pruning`,
-built on :mod:`sparsify_tf.pruning_scope`, :mod:`sparsify_tf.masking` and
-:mod:`sparsify_tf.schedule_ops`), the high-level :func:`prune_graph` entry point
-(:mod:`sparsify_tf.graph_pruning`, which follows the core's
-``sparsify.PruningProtocol``) with :class:`PruningHook`
-(:mod:`sparsify_tf.pruning_hook`; pruned weights and their optimizer slots
-stay exactly zero through training), and export of clean inference graphs
-(:mod:`sparsify_tf.export`). The Keras callback lives in ``sparsify_tf.keras``
-(imported on demand, not here).
+Its folders say what serves what:
+
+* :mod:`sparsify_tf.graph`: the high-level :func:`prune_graph` entry point (which follows the core's
+  ``sparsify.PruningProtocol``) with :class:`PruningHook` (pruned weights and their optimizer slots stay
+  exactly zero through training);
+* :mod:`sparsify_tf.seed`: the SparseML seed API (``create_op_pruning``, ``get_or_create_ks_scheduled_graph_ops``,
+  SparseML's mask creators...);
+* :mod:`sparsify_tf.common`: what every TF path shares (the guarded in-graph update, the mask writer, layout
+  ops, mask variables, scope names, schedule tensors, optimizer slots, summaries and the export of clean
+  inference graphs);
+* ``sparsify_tf.keras``: tf-keras (Keras 2), imported on demand, not here;
+* ``sparsify_tf.compat``: the tfmot-compatible module ``sparsify_tf.compat.tfmot``.
+
+Every public name is importable from ``sparsify_tf`` itself.
 
 Example:
     >>> import sparsify_tf
     >>> callable(sparsify_tf.prune_graph)
     True
 """
-from .export import export_frozen_graph, export_saved_model
-from .graph_pruning import GraphPruning, prune_graph
-from .graph_utils import get_prunable_ops_and_inputs, is_prunable_op
-from .mask_creator import CoreMaskCreator
-from .mask_creator_coercion import get_mask_creator
-from .mask_creator_pruning import (
+from .common.export import export_frozen_graph, export_saved_model
+from .common.graph_utils import get_prunable_ops_and_inputs, is_prunable_op
+from .common.optimizer_slots import find_optimizer_slots
+from .common.schedule_ops import schedule_tensors
+from .graph.hook import PruningHook
+from .graph.pruning import GraphPruning, prune_graph
+from .seed.mask_creator import CoreMaskCreator
+from .seed.mask_creator_coercion import get_mask_creator
+from .seed.mask_creator_pruning import (
     BlockPruningMaskCreator, DimensionPruningMaskCreator, GroupedPruningMaskCreator, PruningMaskCreator,
     UnstructuredPruningMaskCreator, load_mask_creator,
 )
-from .mask_pruning import (
+from .seed.mask_pruning import (
     PruningOpVars, PruningScope, apply_op_vars_masks, create_constant_op_pruning, create_graph_ops_pruning,
     create_ks_schedule_ops, create_ks_scheduled_constant_graph_ops, create_op_pruning,
     create_op_pruning_no_update, create_summaries_pruning, get_or_create_graph_ops_pruning,
     get_or_create_ks_schedule_ops, get_or_create_ks_scheduled_graph_ops, get_scheduled_update_op,
 )
-from .optimizer_slots import find_optimizer_slots
-from .pruning_hook import PruningHook
-from .schedule_ops import schedule_tensors
-from .seed_utils import VAR_INDEX_FROM_TRAINABLE, eval_tensor_sparsity, get_op_input_var
+from .seed.utils import VAR_INDEX_FROM_TRAINABLE, eval_tensor_sparsity, get_op_input_var
 
 __all__ = [
     "prune_graph", "GraphPruning", "PruningHook", "export_frozen_graph", "export_saved_model",

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 import keras as _keras3
 
-from ..summaries import write_scalar
+from ..common.summaries import write_scalar
 from .tfmot_api import collect_prunable_layers
 from .tfmot_registry import short_name
 

@@ -4,7 +4,7 @@
 :class:`KerasAdapter` reads what the core needs from a model's pruning state, in the
 canonical layout and the model's weight order (``names``), and writes the core's
 :class:`~sparsify.protocol.MaskUpdate` back with the shared TF writer
-(:func:`sparsify_tf.mask_write.write_update`, through the compiled applier of
+(:func:`sparsify_tf.common.mask_write.write_update`, through the compiled applier of
 :mod:`.mask_apply`):
 
 * ``read_weights()``: the kernels dense under the mask (kernel + stored values);

@@ -33,8 +33,9 @@ from sparsify.protocol import config_fingerprint, fingerprint_differences
 from sparsify_keras.callback import PruningCallback as KerasPruningCallback
 from sparsify_keras.compat import keras_flavor
 
-from ..core_errors import reraise_core_errors
+from ..common.core_errors import reraise_core_errors
 from .adapter import KerasAdapter
+from .compat import autotunes_steps_per_execution, declare_callback_protocol
 from .grad_masking import GRAD_MASKING_OPTIMIZERS, grad_masking_supported
 from .graph_update import NEVER, build_graph_update, host_update_fn, in_graph_unsupported
 from .mask_apply import MaskApplier
@@ -74,9 +75,7 @@ class PruningCallback(KerasPruningCallback):
             raise TypeError(f"update_in_graph must be True, False or None, got {update_in_graph!r}")
         super().__init__(config, log_dir=log_dir, log_per_layer=log_per_layer, verbose=verbose)
         self.update_in_graph = update_in_graph
-        # tf-keras CallbackList protocol
-        self._supports_tf_logs = True
-        self._chief_worker_only = None
+        declare_callback_protocol(self)             # tf-keras CallbackList protocol
         self.validation_data = None
         self._flavor: str | None = None
         self._applier = MaskApplier()
@@ -133,9 +132,9 @@ class PruningCallback(KerasPruningCallback):
     def _create_state(self, model: Any, chosen: list, keep_activations: bool) -> Any:
         if not self._tf():
             return super()._create_state(model, chosen, keep_activations)
-        state = state_class("tf_keras")(chosen, config_fingerprint(self.config),
-                                        keep_grads=self.config.regrowth == "rigl", keep_activations=keep_activations)
-        attach_state(model, state, "tf_keras")
+        state = state_class()(chosen, config_fingerprint(self.config),
+                              keep_grads=self.config.regrowth == "rigl", keep_activations=keep_activations)
+        attach_state(model, state)
         return state
 
     def _install(self, model: Any, state: Any) -> None:
@@ -145,7 +144,7 @@ class PruningCallback(KerasPruningCallback):
         if self._next_due is None:
             with tf.init_scope():
                 self._next_due = tf.Variable(0, dtype=tf.int64, trainable=False, name="sparsify_next_due_step")
-        install_train_step(model, state, "tf_keras", extension=self)
+        install_train_step(model, state, extension=self)
 
     def _scope(self, model: Any) -> Any:
         return strategy_of(model).scope() if self._tf() else super()._scope(model)
@@ -178,7 +177,7 @@ class PruningCallback(KerasPruningCallback):
         if self.config.regrowth == "rigl" and "strategy" in (in_graph_unsupported(model) or ""):
             raise ValueError("regrowth='rigl' is not supported under a distribution strategy yet (the dense "
                              "gradients are kept per replica); use regrowth='set' or train without a strategy")
-        self._autotune = bool(getattr(model, "_autotune_steps_per_execution", False))
+        self._autotune = autotunes_steps_per_execution(model)
         # a refused in-graph update (NaN weights) raises the core's one line, not TF's long error
         model.train_function = reraise_core_errors(
             model.train_function, lambda: getattr(self._graph_core and self._graph_core[1], "errors", None))

@@ -3,8 +3,8 @@
 With a zero gradient and zeroed slots (zeroed at every mask update), the
 optimizers in :data:`GRAD_MASKING_OPTIMIZERS` leave a zero weight and its
 slots exactly at zero, so nothing has to be re-masked after each step.
-``model.optimizer.apply`` (Keras 3) / ``apply_gradients`` (tf-keras) is
-wrapped on the optimizer instance, at trace time.
+The tf-keras ``model.optimizer.apply_gradients`` is wrapped on the optimizer
+instance, at trace time (Keras 3 models: :mod:`sparsify_keras.train_step`).
 
 Example:
     >>> import keras
@@ -20,6 +20,8 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
+from sparsify.patching import patch, patch_of, unpatch
+
 from .compat import tf_variable, unwrap_optimizer
 from .state import model_state
 
@@ -33,7 +35,7 @@ __all__ = ["GRAD_MASKING_OPTIMIZERS", "grad_masking_supported", "mask_gradients"
 #: epsilon=0 or l2=0 once zeroed), Adadelta, Adafactor (factored statistics), Muon (the
 #: orthogonalised update is dense), and any subclass (it may override the update).
 GRAD_MASKING_OPTIMIZERS = frozenset({"SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Lion", "Lamb"})
-_HOOK_FLAG = "_sparsify_grad_hook"
+_HOOKED = "apply_gradients"      # the tf-keras optimizer method the hook wraps
 _TLS = threading.local()
 
 
@@ -116,55 +118,36 @@ def mask_gradients(models: list, grads: list, variables: list) -> list:
     return out
 
 
-def install_grad_hook(model: Any, optimizer: Any, flavor: str) -> None:
-    """Wrap ``optimizer.apply`` (Keras 3) / ``apply_gradients`` (tf-keras) on the instance."""
-    name = "apply" if flavor == "keras3" else "apply_gradients"
-    current = optimizer.__dict__.get(name)
-    if current is not None and getattr(current, _HOOK_FLAG, False):
-        refs = current._sparsify_models
+def install_grad_hook(model: Any, optimizer: Any) -> None:
+    """Wrap the tf-keras ``optimizer.apply_gradients`` on the instance (:func:`sparsify.patching.patch`): the
+    gradients of every model hooked on it are masked first (the models are held weakly)."""
+    found = patch_of(optimizer, _HOOKED)
+    if found is not None:
+        refs = found.data["models"]
         refs[:] = [r for r in refs if r() is not None]
         if not any(r() is model for r in refs):
             refs.append(weakref.ref(model))
         return
-    orig = current if current is not None else getattr(type(optimizer), name).__get__(optimizer, type(optimizer))
     refs = [weakref.ref(model)]
-    opt_ref = weakref.ref(optimizer)
 
-    if name == "apply":
-        def hook(grads: Any, trainable_variables: Any = None, *args: Any, **kwargs: Any) -> Any:
-            tv = trainable_variables
-            if tv is None:
-                o = opt_ref()
-                tv = getattr(o, "_trainable_variables", None) if o is not None else None
-            if tv is not None:
-                grads = mask_gradients(refs, list(grads), list(tv))
-            return orig(grads, trainable_variables, *args, **kwargs)
-    else:
+    def make(orig: Any) -> Any:
         def hook(grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
             gv = list(grads_and_vars)
             grads = mask_gradients(refs, [g for g, _ in gv], [v for _, v in gv])
             return orig(list(zip(grads, [v for _, v in gv])), *args, **kwargs)
+        return hook
 
-    setattr(hook, _HOOK_FLAG, True)
-    hook._sparsify_models = refs
-    hook._sparsify_inner = orig
-    hook._sparsify_had_instance_attr = current is not None
-    object.__setattr__(optimizer, name, hook)
+    patch(optimizer, _HOOKED, make, models=refs)
 
 
 def uninstall_grad_hook(model: Any) -> None:
+    """Take ``model`` off its optimizer's hook; give the optimizer its own ``apply_gradients`` back when no
+    other model is hooked on it."""
     opt = getattr(model, "optimizer", None)
-    if opt is None:
+    found = patch_of(opt, _HOOKED) if opt is not None else None
+    if found is None:
         return
-    for name in ("apply", "apply_gradients"):
-        current = opt.__dict__.get(name)
-        if current is None or not getattr(current, _HOOK_FLAG, False):
-            continue
-        refs = current._sparsify_models
-        refs[:] = [r for r in refs if r() is not None and r() is not model]
-        if refs:
-            continue
-        if current._sparsify_had_instance_attr:
-            object.__setattr__(opt, name, current._sparsify_inner)
-        else:
-            del opt.__dict__[name]
+    refs = found.data["models"]
+    refs[:] = [r for r in refs if r() is not None and r() is not model]
+    if not refs:
+        unpatch(opt, _HOOKED)

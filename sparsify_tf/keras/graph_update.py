@@ -5,10 +5,10 @@ When a model trains without a distribution strategy and without XLA
 one guarded update for the step the optimizer has just reached:
 ``optimizer.iterations >= next_due`` (one comparison per step) opens a branch
 that hands the pruned weights and masks to the core through
-``tf.numpy_function`` (:func:`sparsify_tf.core_update.core_update_fn`, the
-one TF graph mode runs) and writes what it returns with graph ops: the masks,
+``tf.numpy_function`` (:func:`sparsify_tf.common.guarded_update.build_guarded_update`, the
+one TF graph mode builds) and writes what it returns with graph ops: the masks,
 zeros in the weights and their optimizer slots, the done step and the next
-due step (:func:`sparsify_tf.mask_write.write_update`: the weights stay dense under the
+due step (:func:`sparsify_tf.common.mask_write.write_update`: the weights stay dense under the
 masks). With ``criterion="wanda"`` the input statistics (:mod:`.statistics`)
 go to the core too and start again from zero after an update. An update at the end of step ``s - 1`` is the update at the start of
 step ``s``: the masks, weights and every later step are those of the host
@@ -21,11 +21,14 @@ strategy (every replica would run the core) or XLA (``numpy_function`` does not
 compile): :func:`in_graph_unsupported` says which.
 
 Example:
-    >>> import keras
-    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    >>> import tf_keras
+    >>> m = tf_keras.Sequential([tf_keras.layers.InputLayer((4,)), tf_keras.layers.Dense(2)])
     >>> m.compile("sgd", "mse", jit_compile=False)
     >>> in_graph_unsupported(m) is None
     True
+    >>> m.compile("sgd", "mse", jit_compile=True)
+    >>> in_graph_unsupported(m)
+    'the train step is compiled with XLA (jit_compile=True)'
 """
 from __future__ import annotations
 
@@ -36,26 +39,19 @@ import tensorflow as tf
 
 from sparsify.protocol import PruningProtocol
 
-from ..core_update import NEVER, core_update_fn
-from ..mask_write import dense_value, write_update
-from .compat import optimizer_slots, tf_variable
-from .statistics import graph_activation_inputs, graph_reset, window_of
+from ..common.guarded_update import NEVER, GuardedLayer, GuardVariables, build_guarded_update, core_update_fn
+from .compat import jit_compiled, optimizer_slots, tf_variable
+from .statistics import statistics_variables, window_of
 
 __all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVER"]
 
 
 def in_graph_unsupported(model: Any) -> str | None:
-    """Why the mask update cannot run inside this model's train step (None: it can)."""
+    """Why the mask update cannot run inside this tf-keras model's train step (None: it can)."""
     strategy = getattr(model, "distribute_strategy", None)
     if tf.distribute.has_strategy() or (strategy is not None and not type(strategy).__name__.startswith("_Default")):
         return "the model trains under a distribution strategy"
-    jit = getattr(model, "_jit_compile", None)                 # tf-keras
-    if "jit_compile" in dir(type(model)):                      # Keras 3 (a property that resolves "auto")
-        try:
-            jit = model.jit_compile
-        except Exception:   # pragma: no cover - a model without compile state
-            jit = None
-    if jit is True:
+    if jit_compiled(model):
         return "the train step is compiled with XLA (jit_compile=True)"
     if getattr(model, "optimizer", None) is None:
         return "the model has no optimizer"
@@ -63,7 +59,7 @@ def in_graph_unsupported(model: Any) -> str | None:
 
 
 def host_update_fn(model: Any, protocol: PruningProtocol) -> Callable:
-    """The core's side of the update (:func:`sparsify_tf.core_update.core_update_fn`, canonical layout).
+    """The core's side of the update (:func:`sparsify_tf.common.guarded_update.core_update_fn`, canonical layout).
 
     Make it once per protocol and pass it to every :func:`build_graph_update` of that protocol: a train
     step traced again (another batch shape) then shares what the last update left, and does not
@@ -78,19 +74,17 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
 
     ``core`` comes from :func:`host_update_fn`. ``on_update(done, masks)`` runs on the host, inside
     the update, when the core has changed the masks (``done``: the step of the update; ``masks``:
-    the new masks in the TF layout, bool).
+    the new masks in the TF layout, bool). The update is TF graph mode's
+    (:func:`sparsify_tf.common.guarded_update.build_guarded_update`); the layout is converted on the host.
     """
     pws = list(state.pweights)
     n = len(pws)
-    weights = [tf_variable(pw.variable) for pw in pws]
-    stored = [tf_variable(s) for s in state.stored]
-    grads = [tf_variable(g) for g in state.grads]
-    masks = [tf_variable(m) for m in state.masks]
-    slots = [[tf_variable(s) for s in optimizer_slots(model.optimizer, pw.variable)] for pw in pws]
-    last = tf_variable(state.last_step)
-    fingerprint = tf_variable(state.fingerprint)
-    iterations = tf_variable(model.optimizer.iterations)
-    n_acts = 2 * n if state.activation_sums else 0     # Wanda: input sums of squares, then call counts
+    layers = [GuardedLayer(tf_variable(pw.variable), tf_variable(m), tf_variable(s),
+                           [tf_variable(v) for v in optimizer_slots(model.optimizer, pw.variable)],
+                           tf_variable(g).read_value if g is not None else None)
+              for pw, m, s, g in zip(pws, state.masks, state.stored, _grads(state, n))]
+    statistics = statistics_variables(state)
+    n_acts = len(statistics)                     # Wanda: input sums of squares, then call counts
 
     def host(step: np.ndarray, done: np.ndarray, fp: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
         arrays, acts = arrays[:len(arrays) - n_acts], arrays[len(arrays) - n_acts:]
@@ -102,24 +96,12 @@ def build_graph_update(model: Any, state: Any, core: Callable, next_due: tf.Vari
             on_update(int(out[-2]), [b != 0 for b in back[:n]])
         return [*back, out[-2], out[-1]]
 
-    def update() -> tf.Tensor:
-        inputs = [step, last.read_value(), fingerprint.read_value(),
-                  *(dense_value(w, s) for w, s in zip(weights, stored)), *(m.read_value() for m in masks),
-                  *(g.read_value() for g in grads), *graph_activation_inputs(state)]
-        outs = tf.numpy_function(host, inputs, [m.dtype for m in masks] * 2 + [tf.int64, tf.int64],
-                                 stateful=True, name="sparsify_core_masks")
-        ops = []
-        for i, (w, s, m, ss) in enumerate(zip(weights, stored, masks, slots)):
-            keep, zero = outs[i], outs[n + i]
-            keep.set_shape(m.shape)
-            zero.set_shape(m.shape)
-            ops.extend(write_update(w, m, tf.not_equal(keep, 0), tf.not_equal(zero, 0), stored=s, slots=ss))
-        for out, var in ((outs[-2], last), (outs[-1], next_due)):
-            out.set_shape([])
-            ops.append(var.assign(out, read_value=False))
-        ops.extend(graph_reset(state, tf.not_equal(outs[-2], inputs[1])))     # an update: a new window
-        with tf.control_dependencies(ops):
-            return tf.constant(True)
+    step = tf.cast(tf_variable(model.optimizer.iterations).read_value(), tf.int64)
+    guard = GuardVariables(step, tf_variable(state.last_step), next_due, tf_variable(state.fingerprint), statistics)
+    return build_guarded_update(host, layers, guard, name="sparsify_mask_update")[1]
 
-    step = tf.cast(iterations.read_value(), tf.int64)
-    return tf.cond(step >= next_due.read_value(), update, lambda: tf.constant(False), name="sparsify_mask_update")
+
+def _grads(state: Any, n: int) -> list[Any]:
+    """The dense-gradient variables of RigL, one per weight (None each without)."""
+    grads = list(state.grads)
+    return grads if grads else [None] * n

@@ -3,7 +3,7 @@
 :class:`MaskApplier` builds, once per set of optimizer variables, ``read`` (the
 pruned weights, dense: kernel + stored values) and ``apply`` (one concrete
 function writing masks, zeros, stored values and optimizer slots through
-:func:`sparsify_tf.mask_write.write_update`). :func:`build_optimizer_slots` creates the
+:func:`sparsify_tf.common.mask_write.write_update`). :func:`build_optimizer_slots` creates the
 optimizer's slots before a run's first step, so an update then can zero them.
 
 Example:
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ..mask_write import dense_value, write_update
-from .compat import optimizer_slots, tf_variable, unwrap_optimizer
+from ..common.mask_write import dense_value, write_update
+from .compat import build_optimizer, optimizer_slots, tf_variable, unwrap_optimizer
 
 __all__ = ["MaskApplier", "build_optimizer_slots"]
 
@@ -36,7 +36,7 @@ class MaskApplier:
         arrays (one compiled call for distributed variables). ``apply`` is one
         compiled function (a concrete function: no retracing, no signature
         matching per call) that writes the masks and the zeros, each one flat bool
-        tensor in the order of the pruned weights (:func:`sparsify_tf.mask_write.write_update`:
+        tensor in the order of the pruned weights (:func:`sparsify_tf.common.mask_write.write_update`:
         weights, stored values, optimizer slots, masks). Rebuilt only when the
         optimizer's variables change (slots created, optimizer replaced).
         """
@@ -94,10 +94,5 @@ def build_optimizer_slots(model: Any, state: Any) -> None:
     a checkpoint restores into them when they are created would move those weights.
     """
     opt = unwrap_optimizer(getattr(model, "optimizer", None))
-    if opt is None:
-        return
-    if hasattr(opt, "_create_all_weights") and not hasattr(opt, "build"):     # tf-keras legacy optimizer
-        if not optimizer_slots(opt, state.pweights[0].variable):
-            opt._create_all_weights(model.trainable_variables)
-    elif hasattr(opt, "build") and not (getattr(opt, "built", False) or getattr(opt, "_built", False)):
-        opt.build(model.trainable_variables)
+    if opt is not None:
+        build_optimizer(opt, model.trainable_variables, state.pweights[0].variable)

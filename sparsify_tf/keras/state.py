@@ -13,14 +13,16 @@ the model as ``model._sparsify_pruning_state``. Keras saves it with the
 model's weights (``save_weights``, ``ModelCheckpoint``, ``BackupAndRestore``),
 so an interrupted run resumes to exactly the same masks and weights.
 
+Keras 3 models keep theirs in :mod:`sparsify_keras.state`.
+
 Example:
-    >>> import keras, numpy as np
+    >>> import tf_keras, numpy as np
     >>> from sparsify_keras.layers import find_prunable_weights
-    >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="fc")])
-    >>> st = state_class("keras3")(find_prunable_weights(m), np.zeros(3, np.int64))
+    >>> m = tf_keras.Sequential([tf_keras.layers.InputLayer((4,)), tf_keras.layers.Dense(3, name="fc")])
+    >>> st = state_class()(find_prunable_weights(m), np.zeros(3, np.int64))
     >>> [tuple(v.shape) for v in st.masks], [tuple(v.shape) for v in st.stored], st.grads, int(st.last_step.numpy())
     ([(4, 3)], [(4, 3)], [], -1)
-    >>> st = state_class("keras3")(find_prunable_weights(m), np.zeros(3, np.int64), keep_activations=True)
+    >>> st = state_class()(find_prunable_weights(m), np.zeros(3, np.int64), keep_activations=True)
     >>> [tuple(v.shape) for v in st.activation_sums], [int(c.numpy()) for c in st.activation_calls]
     ([(4,)], [0])
 """
@@ -30,14 +32,15 @@ from typing import Any
 
 import tensorflow as tf
 
-from .compat import keras_module
 from sparsify_keras.layers import KerasPrunableWeight
+
+from .compat import keras_module, track_dependency, untrack_dependency
 from .statistics import install_recorders, uninstall_recorders
 
 __all__ = ["STATE_ATTR", "state_class", "attach_state", "detach_state", "model_state"]
 
 STATE_ATTR = "_sparsify_pruning_state"
-_STATE_CLASSES: dict[str, type] = {}
+_STATE_CLASS: list[type] = []
 
 
 def model_state(model: Any) -> Any:
@@ -45,11 +48,11 @@ def model_state(model: Any) -> Any:
     return model.__dict__.get(STATE_ATTR)
 
 
-def state_class(flavor: str) -> type:
-    """The state layer class of a Keras flavour (created once per flavour)."""
-    if flavor in _STATE_CLASSES:
-        return _STATE_CLASSES[flavor]
-    K = keras_module(flavor)
+def state_class() -> type:
+    """The tf-keras state layer class (created once, when tf-keras is first needed)."""
+    if _STATE_CLASS:
+        return _STATE_CLASS[0]
+    K = keras_module("tf_keras")
 
     class PruningState(K.layers.Layer):
         """Mask and stored-value variables, the last update step and the config fingerprint, saved with
@@ -59,30 +62,29 @@ def state_class(flavor: str) -> type:
         def __init__(self, pweights: list[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
                      keep_activations: bool = False, **kwargs: Any) -> None:
             super().__init__(name="sparsify_pruning_state", trainable=False, **kwargs)
-            extra = {"autocast": False} if flavor == "keras3" else {}
             masks = []
             for i, pw in enumerate(pweights):
                 masks.append(self.add_weight(name=f"mask_{i}", shape=pw.tf_shape, dtype=pw.variable.dtype,
-                                             initializer="ones", trainable=False, **extra))
+                                             initializer="ones", trainable=False))
             stored = [self.add_weight(name=f"stored_{i}", shape=pw.tf_shape, dtype=pw.variable.dtype,
-                                      initializer="zeros", trainable=False, **extra) for i, pw in enumerate(pweights)]
+                                      initializer="zeros", trainable=False) for i, pw in enumerate(pweights)]
             grads = [self.add_weight(name=f"dense_grad_{i}", shape=pw.tf_shape, dtype=pw.variable.dtype,
-                                     initializer="zeros", trainable=False, **extra)
+                                     initializer="zeros", trainable=False)
                      for i, pw in enumerate(pweights)] if keep_grads else []
             seen = self.add_weight(name="dense_grad_seen", shape=(), dtype="int64", initializer="zeros",
-                                   trainable=False, **extra) if keep_grads else None
+                                   trainable=False) if keep_grads else None
             # per input channel (canonical axis 1), float32 like torch's sums (sparsify_torch.statistics);
             # under a distribution strategy each replica adds its share (aggregation: sum)
-            summed = {**extra, "aggregation": "sum" if flavor == "keras3" else tf.VariableAggregation.SUM}
+            summed = {"aggregation": tf.VariableAggregation.SUM}
             sums = [self.add_weight(name=f"activation_sum_{i}", shape=(pw.canonical_shape[1],), dtype="float32",
                                     initializer="zeros", trainable=False, **summed)
                     for i, pw in enumerate(pweights)] if keep_activations else []
             calls = [self.add_weight(name=f"activation_calls_{i}", shape=(), dtype="int64", initializer="zeros",
                                      trainable=False, **summed) for i in range(len(pweights))] if keep_activations else []
             last = self.add_weight(name="last_update_step", shape=(), dtype="int64",
-                                   initializer=K.initializers.Constant(-1), trainable=False, **extra)
+                                   initializer=K.initializers.Constant(-1), trainable=False)
             fp = self.add_weight(name="config_fingerprint", shape=(len(fingerprint),), dtype="int64",
-                                 initializer="zeros", trainable=False, **extra)
+                                 initializer="zeros", trainable=False)
             fp.assign(fingerprint)
             # Plain attributes: keep them out of Keras' layer/variable tracking.
             object.__setattr__(self, "pweights", list(pweights))
@@ -108,31 +110,21 @@ def state_class(flavor: str) -> type:
             return {"name": self.name}
 
     PruningState.__name__ = PruningState.__qualname__ = "SparsifyPruningState"
-    _STATE_CLASSES[flavor] = PruningState
+    _STATE_CLASS.append(PruningState)
     return PruningState
 
 
-def attach_state(model: Any, state: Any, flavor: str) -> None:
+def attach_state(model: Any, state: Any) -> None:
+    """Attach ``state`` to the tf-keras ``model`` (a plain attribute, out of Keras' layer tracking) as a
+    checkpoint dependency, and record the pruned layers' inputs when it keeps activation sums (Wanda)."""
     object.__setattr__(model, STATE_ATTR, state)
-    install_recorders(state)        # with activation sums (Wanda): the train step records the layers' inputs
-    if flavor == "tf_keras":
-        # Checkpoint dependency (TF-format save_weights, BackupAndRestore); also triggers
-        # deferred restoration when load_weights ran before the state existed.
-        model._track_trackable(state, name=STATE_ATTR, overwrite=True)
+    install_recorders(state)
+    track_dependency(model, state, STATE_ATTR)
 
 
 def detach_state(model: Any) -> Any:
+    """Undo :func:`attach_state`; the state it held (None if none)."""
     state = model.__dict__.pop(STATE_ATTR, None)
     uninstall_recorders(state)
-    deps = getattr(model, "_self_unconditional_checkpoint_dependencies", None)
-    if isinstance(deps, list):
-        deps[:] = [d for d in deps if d.name != STATE_ATTR]
-    names = getattr(model, "_self_unconditional_dependency_names", None)
-    if isinstance(names, dict):
-        names.pop(STATE_ATTR, None)
+    untrack_dependency(model, STATE_ATTR)
     return state
-
-
-# --------------------------------------------------------------------------------------------
-# Callback
-# --------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ the canonical weight's input axis. Evaluation and prediction steps add nothing.
 
 At a mask update the core gets their square roots, shaped to broadcast against the
 canonical weight (``(1, in)`` for Dense, ``(1, in, 1, ...)`` for Conv1D/2D/3D), and the sums
-start again from zero (:func:`activation_window` on the host, :func:`graph_activation_inputs`
-and :func:`graph_reset` inside the train step). The sums live in the state layer, so a
+start again from zero (:func:`activation_window` on the host; inside the train step the guarded update reads and resets
+:func:`statistics_variables`, :func:`sparsify_tf.common.guarded_update.build_guarded_update`). The sums live in the state layer, so a
 checkpoint keeps them and a resumed run continues exactly. Under a distribution strategy
 the variables aggregate by sum: each replica adds its share of the global batch (the call
 counts then count replica calls).
@@ -40,8 +40,8 @@ from .compat import tf_variable
 from sparsify_keras.layers import KerasPrunableWeight
 
 __all__ = ["reads_input_channels", "check_activation_layers", "install_recorders", "uninstall_recorders",
-           "recording_activations", "window_of", "activation_window", "graph_activation_inputs",
-           "reset_activations", "graph_reset"]
+           "recording_activations", "window_of", "activation_window", "statistics_variables",
+           "reset_activations"]
 
 def _sum_of_squares(x: Any) -> tf.Tensor:
     """Per last-axis channel: the sum of squares over every other axis (batch, positions), in float32."""
@@ -83,16 +83,6 @@ def reset_activations(state: Any) -> None:
         tf_variable(v).assign(tf.zeros_like(tf_variable(v)), read_value=False)
 
 
-def graph_activation_inputs(state: Any) -> list[tf.Tensor]:
-    """The sums then the call counts, read in the train step for the update's ``numpy_function`` ([] if none)."""
-    return [tf_variable(v).read_value() for v in [*getattr(state, "activation_sums", []),
-                                                  *getattr(state, "activation_calls", [])]]
-
-
-def graph_reset(state: Any, updated: tf.Tensor) -> list[Any]:
-    """Ops zeroing the sums and counts where ``updated`` (a bool scalar) holds, in the train step."""
-    ops = []
-    for v in [*getattr(state, "activation_sums", []), *getattr(state, "activation_calls", [])]:
-        var = tf_variable(v)
-        ops.append(var.assign(tf.where(updated, tf.zeros_like(var), var.read_value()), read_value=False))
-    return ops
+def statistics_variables(state: Any) -> list[tf.Variable]:
+    """The sums then the call counts (TF variables; [] if none): what the in-graph update reads and resets."""
+    return [tf_variable(v) for v in [*getattr(state, "activation_sums", []), *getattr(state, "activation_calls", [])]]

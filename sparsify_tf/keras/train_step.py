@@ -23,6 +23,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import tensorflow as tf
 
+from sparsify.patching import patch, unpatch
+
 from .compat import optimizer_slots, tf_variable
 from .grad_masking import grad_masking_supported, install_grad_hook, recording_masked_variables
 from .state import model_state
@@ -30,8 +32,6 @@ from .statistics import recording_activations
 
 __all__ = ["TrainStepExtension", "strategy_of", "mask_all", "masking_pairs", "install_train_step",
            "uninstall_train_step"]
-
-_WRAP_FLAG = "_sparsify_wrapped_train_step"
 
 
 @runtime_checkable
@@ -43,21 +43,21 @@ class TrainStepExtension(Protocol):
     guarded in-graph mask update there). The train step keeps only a weak reference to the extension.
 
     Example:
-        >>> import numpy as np, keras
+        >>> import numpy as np, tf_keras
         >>> from sparsify_keras.layers import find_prunable_weights
         >>> from sparsify_tf.keras.state import attach_state, state_class
         >>> class CountTraces:
         ...     traces = 0
         ...     def extend_train_step(self, model):
         ...         self.traces += 1
-        >>> m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        >>> m = tf_keras.Sequential([tf_keras.layers.InputLayer((4,)), tf_keras.layers.Dense(2)])
         >>> m.compile("sgd", "mse")
-        >>> state = state_class("keras3")(find_prunable_weights(m), np.zeros(3, np.int64))
-        >>> attach_state(m, state, "keras3")
+        >>> state = state_class()(find_prunable_weights(m), np.zeros(3, np.int64))
+        >>> attach_state(m, state)
         >>> counter = CountTraces()
         >>> isinstance(counter, TrainStepExtension)
         True
-        >>> install_train_step(m, state, "keras3", extension=counter)
+        >>> install_train_step(m, state, extension=counter)
         >>> _ = m.fit(np.ones((4, 4)), np.zeros((4, 2)), verbose=0)
         >>> counter.traces > 0
         True
@@ -104,55 +104,51 @@ def masking_pairs(state: Any, model: Any, skip: frozenset = frozenset()) -> list
     return pairs
 
 
-def install_train_step(model: Any, state: Any, flavor: str, extension: TrainStepExtension | None = None) -> None:
-    """Wrap ``model.train_step`` (see the module); ``extension`` extends the step at its end (weakly held)."""
-    current = model.__dict__.get("train_step")
-    if current is not None and getattr(current, _WRAP_FLAG, False):
-        inner = current._sparsify_inner
-    else:
-        inner = current if current is not None else type(model).train_step.__get__(model, type(model))
+def install_train_step(model: Any, state: Any, extension: TrainStepExtension | None = None) -> None:
+    """Wrap the tf-keras ``model.train_step`` on the instance (see the module; :func:`sparsify.patching.patch`:
+    a second call wraps the model's own step again); ``extension`` extends the step at its end (weakly held)."""
     state_ref = weakref.ref(state)
     extension_ref = weakref.ref(extension) if extension is not None else None
 
-    def train_step(data: Any) -> Any:
-        # Runs when Keras traces the train function (per replica under a strategy).
-        st = state_ref()
-        if st is None or model_state(model) is not st:
-            return inner(data)
-        opt = getattr(model, "optimizer", None)
-        use_grads = grad_masking_supported(opt)
-        if use_grads or st.grads:        # RigL: the hook also keeps the dense gradients
-            install_grad_hook(model, opt, flavor)
-        with recording_masked_variables() as seen, recording_activations(st):   # Wanda: sums the layers' inputs
-            logs = inner(data)
-        # Gradient-masked weights need nothing more; constrained weights (the constraint
-        # may move a zero), weights the hook did not see (a custom train_step with another
-        # optimizer) and unsupported optimizers get the per-step multiply of weight and slots.
-        skip = frozenset(id(pw.variable) for pw in st.pweights
-                         if use_grads and id(pw.variable) in seen
-                         and getattr(pw.variable, "constraint", None) is None)
-        st.record_per_step_paths([pw.path for pw in st.pweights if id(pw.variable) not in skip])
-        pairs = masking_pairs(st, model, skip)
-        if pairs:
-            mask_all(pairs)
-        ext = extension_ref() if extension_ref is not None else None
-        if ext is not None:          # PruningCallback: the mask update due at the step just reached
-            ext.extend_train_step(model)
-        return logs
+    def make(inner: Any) -> Any:
+        def train_step(data: Any) -> Any:
+            # Runs when Keras traces the train function (per replica under a strategy).
+            st = state_ref()
+            if st is None or model_state(model) is not st:
+                return inner(data)
+            logs = _masked_step(model, st, inner, data)
+            ext = extension_ref() if extension_ref is not None else None
+            if ext is not None:          # PruningCallback: the mask update due at the step just reached
+                ext.extend_train_step(model)
+            return logs
+        return train_step
 
-    setattr(train_step, _WRAP_FLAG, True)
-    train_step._sparsify_inner = inner
-    train_step._sparsify_had_instance_attr = current is not None and not getattr(current, _WRAP_FLAG, False)
-    object.__setattr__(model, "train_step", train_step)
+    patch(model, "train_step", make)
     model.train_function = None   # force fit() to trace the wrapped step
 
 
+def _masked_step(model: Any, st: Any, inner: Any, data: Any) -> Any:
+    """``inner(data)`` with the pruned gradients masked, then the per-step multiply of what they missed."""
+    opt = getattr(model, "optimizer", None)
+    use_grads = grad_masking_supported(opt)
+    if use_grads or st.grads:        # RigL: the hook also keeps the dense gradients
+        install_grad_hook(model, opt)
+    with recording_masked_variables() as seen, recording_activations(st):   # Wanda: sums the layers' inputs
+        logs = inner(data)
+    # Gradient-masked weights need nothing more; constrained weights (the constraint
+    # may move a zero), weights the hook did not see (a custom train_step with another
+    # optimizer) and unsupported optimizers get the per-step multiply of weight and slots.
+    skip = frozenset(id(pw.variable) for pw in st.pweights
+                     if use_grads and id(pw.variable) in seen
+                     and getattr(pw.variable, "constraint", None) is None)
+    st.record_per_step_paths([pw.path for pw in st.pweights if id(pw.variable) not in skip])
+    pairs = masking_pairs(st, model, skip)
+    if pairs:
+        mask_all(pairs)
+    return logs
+
+
 def uninstall_train_step(model: Any) -> None:
-    current = model.__dict__.get("train_step")
-    if current is None or not getattr(current, _WRAP_FLAG, False):
-        return
-    if current._sparsify_had_instance_attr:
-        object.__setattr__(model, "train_step", current._sparsify_inner)
-    else:
-        del model.__dict__["train_step"]
-    model.train_function = None
+    """Give ``model`` its own ``train_step`` back (nothing if it is not wrapped)."""
+    if unpatch(model, "train_step"):
+        model.train_function = None

@@ -265,19 +265,40 @@ def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, 
         build_dependency_graph(model, entry_point, args, kwargs)
     order = {name: i for i, (name, _) in enumerate(model.named_modules())}
     roots = trace.uf.roots()
-    n_atoms = roots.size
-    if not n_atoms:
+    if not roots.size:
         return []
-    # a label is fixed when any of its atoms is: keep the first reason
-    big = np.iinfo(np.int64).max
-    reason_of = np.full(n_atoms, big, dtype=np.int64)
+    reason_of = _first_reasons(trace, roots)
+    group_root, has_out = _join_labels(trace, roots)
+    group_of = lambda labels: group_root[labels]  # noqa: E731
+    labels, label_groups = _produced_labels(roots, group_of, has_out)
+    root_units = _root_units(trace, roots, group_of, labels, label_groups, order)
+    local, members = _label_order(roots, root_units, labels, label_groups)
+    slots = _group_members(trace, roots, group_of, local)
+    param_shapes = {name: shape for name, (_, shape) in trace.params.items()}
+    groups = [_channel_group(trace, rec, members[g], reason_of, slots.get(g, []), param_shapes, max_prunable_labels)
+              for g, rec in root_units.items()]
+    return sorted(groups, key=lambda c: order.get(c.root_name, len(order)))
+
+
+_NO_REASON = np.iinfo(np.int64).max
+
+
+def _first_reasons(trace: ChannelTrace, roots: np.ndarray) -> np.ndarray:
+    """Per label (root atom), the index of the first reason fixing one of its atoms (``_NO_REASON``: none):
+    a label is fixed when any of its atoms is."""
+    reason_of = np.full(roots.size, _NO_REASON, dtype=np.int64)
     fixed = trace.fixed >= 0
     np.minimum.at(reason_of, roots[fixed], trace.fixed[fixed])
-    # groups: labels joined by sharing a producing layer or a layer that passes them through (a BatchNorm
-    # or depthwise convolution after a concatenation holds all of its sources: one group, one segment each)
-    has_out = np.zeros(n_atoms, dtype=bool)
+    return reason_of
+
+
+def _join_labels(trace: ChannelTrace, roots: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Join labels into groups: those sharing a producing layer or a layer that passes them through (a
+    BatchNorm or depthwise convolution after a concatenation holds all of its sources: one group, one
+    segment each). Returns each label's group root, and which labels a layer produces."""
+    has_out = np.zeros(roots.size, dtype=bool)
     guf = LabelUnionFind()
-    guf.new(n_atoms)
+    guf.new(roots.size)
     for start, count, kind, _owner in trace.atom_ranges:
         if kind == "out" and count:
             r = roots[start:start + count]
@@ -288,23 +309,30 @@ def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, 
             r = roots[rec.in_positions[rec.in_positions >= 0]]
             if r.size > 1:
                 guf.union(np.repeat(r[:1], r.size - 1), r[1:])
-    group_root = guf.roots()
-    group_of = lambda labels: group_root[labels]  # noqa: E731
-    labels_all = np.unique(roots)
-    grp_of_labels = group_of(labels_all)
-    producer_groups = set(group_of(labels_all[has_out[labels_all]]).tolist())
-    labels_all, grp_of_labels = labels_all[np.isin(grp_of_labels, list(producer_groups))], \
-        grp_of_labels[np.isin(grp_of_labels, list(producer_groups))]
-    n_in_group = dict(zip(*np.unique(grp_of_labels, return_counts=True)))
-    # root: the first producer or depthwise layer (module order) holding every label of the group, else the
-    # first producer
+    return guf.roots(), has_out
+
+
+def _produced_labels(roots: np.ndarray, group_of: Callable[[np.ndarray], np.ndarray],
+                     has_out: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The labels of groups some layer produces, and the group of each."""
+    labels = np.unique(roots)
+    groups = group_of(labels)
+    produced = np.isin(groups, list(set(group_of(labels[has_out[labels]]).tolist())))
+    return labels[produced], groups[produced]
+
+
+def _root_units(trace: ChannelTrace, roots: np.ndarray, group_of: Callable[[np.ndarray], np.ndarray],
+                labels: np.ndarray, label_groups: np.ndarray, order: Dict[str, int]) -> Dict[int, Any]:
+    """Each group's root layer: the first producer or depthwise layer (module order) holding every label
+    of the group, else the first producer."""
+    producer_groups = set(label_groups.tolist())
+    n_in_group = dict(zip(*np.unique(label_groups, return_counts=True)))
     candidates = sorted((rec for rec in trace.units.values() if rec.out_atoms.size or rec.kind == LayerKind.DEPTHWISE),
                         key=lambda r: (order.get(r.name, len(order)), r.name))
-    group_root_unit: Dict[int, Any] = {}
+    root_units: Dict[int, Any] = {}
     fallback: Dict[int, Any] = {}
     for rec in candidates:
-        atoms = rec.out_atoms if rec.out_atoms.size else rec.in_positions
-        lab = roots[atoms[atoms >= 0]]
+        lab = _unit_labels(rec, roots)
         if not lab.size:
             continue
         g = int(group_of(lab[:1])[0])
@@ -312,62 +340,73 @@ def analyze_channel_groups(model: nn.Module, entry_point: str, args: Tuple[Any, 
             continue
         if rec.out_atoms.size:
             fallback.setdefault(g, rec)
-        if g not in group_root_unit and np.unique(lab).size == n_in_group.get(g, -1) and \
-                (group_of(lab) == g).all():
-            group_root_unit[g] = rec
+        if g not in root_units and np.unique(lab).size == n_in_group.get(g, -1) and (group_of(lab) == g).all():
+            root_units[g] = rec
     for g, rec in fallback.items():
-        group_root_unit.setdefault(g, rec)
-    # label order inside a group: by the root layer's channel, then by label id
-    local = np.full(n_atoms, -1, dtype=np.int64)
-    key = np.full(n_atoms, big, dtype=np.int64)
-    for g, rec in group_root_unit.items():
-        atoms = rec.out_atoms if rec.out_atoms.size else rec.in_positions
-        lab = roots[atoms[atoms >= 0]]
+        root_units.setdefault(g, rec)
+    return root_units
+
+
+def _unit_labels(rec: Any, roots: np.ndarray) -> np.ndarray:
+    """The labels of a layer's channels: its outputs, or the inputs it passes on."""
+    atoms = rec.out_atoms if rec.out_atoms.size else rec.in_positions
+    return roots[atoms[atoms >= 0]]
+
+
+def _label_order(roots: np.ndarray, root_units: Dict[int, Any], labels: np.ndarray,
+                 label_groups: np.ndarray) -> Tuple[np.ndarray, Dict[int, np.ndarray]]:
+    """The group-local index of every label (-1: in no group), and each group's labels in that order:
+    by the root layer's channel, then by label id."""
+    local = np.full(roots.size, -1, dtype=np.int64)
+    key = np.full(roots.size, _NO_REASON, dtype=np.int64)
+    for rec in root_units.values():
+        lab = _unit_labels(rec, roots)
         np.minimum.at(key, lab, np.arange(lab.size, dtype=np.int64))
-    members_by_group: Dict[int, np.ndarray] = {}
-    for g in group_root_unit:
-        labs = labels_all[grp_of_labels == g]
+    members: Dict[int, np.ndarray] = {}
+    for g in root_units:
+        labs = labels[label_groups == g]
         labs = labs[np.lexsort((labs, key[labs]))]
         local[labs] = np.arange(labs.size)
-        members_by_group[g] = labs
-    slots = _group_members(trace, roots, group_of, local)
-    param_shapes = {name: shape for name, (_, shape) in trace.params.items()}
-    groups: List[ChannelGroup] = []
-    for g, rec in group_root_unit.items():
-        labs = members_by_group[g]
-        n = int(labs.size)
-        group_slots = []
-        reasons = []
-        first_reason = int(reason_of[labs].min()) if n else big
-        if first_reason != big:
-            reasons.append(trace.reasons[first_reason])
-        for slot in slots.get(g, []):
-            if slot.role == "param":
-                shaped = _param_slot(slot, param_shapes[slot.name])
-                if shaped is None:
-                    reasons.append(f"parameter {slot.name!r} would lose a part that is not whole slices")
-                    continue
-                slot = shaped
-            group_slots.append(slot)
-        root_role = "out" if rec.out_atoms.size else "through"
-        root_slot = next(s for s in group_slots if s.name == rec.name and s.role == root_role)
-        width = int(np.bincount(root_slot.labels, minlength=n).max()) if n else 0
-        n_channels = int(rec.out_atoms.size) if rec.out_atoms.size else rec.in_size * rec.multiplier
-        consumers = [ConsumerSlot(s.name, s.positions, s.labels) for s in group_slots if s.role == "in"]
-        if n < 2:
-            reasons.append(f"only {n} channel" if width <= 1 else f"only {n} label")
-        if n > max_prunable_labels:
-            reasons.append(f"{n} labels > max_prunable_labels={max_prunable_labels}")
-        if not consumers and not reasons:
-            reasons.append("no conv/linear consumes these channels")
-        cg = ChannelGroup(root_name=rec.name, n_labels=n, n_channels=n_channels, width=width,
-                          members=[f"{s.name}:{s.role}" for s in group_slots], slots=group_slots,
-                          consumers=consumers, prunable=not reasons, reason=reasons[0] if reasons else "")
-        cg.segments, cg.segment_sources = _segments(n, group_slots)
-        cg.split_owners = sorted(o for o in trace.split_owners
-                                 if any(s.name.startswith(o + ".") for s in group_slots))
-        groups.append(cg)
-    return sorted(groups, key=lambda c: order.get(c.root_name, len(order)))
+        members[g] = labs
+    return local, members
+
+
+def _channel_group(trace: ChannelTrace, rec: Any, labs: np.ndarray, reason_of: np.ndarray,
+                   slots: List[MemberSlot], param_shapes: Dict[str, Tuple[int, ...]],
+                   max_prunable_labels: int) -> ChannelGroup:
+    """The :class:`ChannelGroup` rooted at ``rec`` with labels ``labs``: its slots, and why it is not
+    prunable (the first reason)."""
+    n = int(labs.size)
+    reasons = []
+    first_reason = int(reason_of[labs].min()) if n else _NO_REASON
+    if first_reason != _NO_REASON:
+        reasons.append(trace.reasons[first_reason])
+    group_slots = []
+    for slot in slots:
+        if slot.role == "param":
+            shaped = _param_slot(slot, param_shapes[slot.name])
+            if shaped is None:
+                reasons.append(f"parameter {slot.name!r} would lose a part that is not whole slices")
+                continue
+            slot = shaped
+        group_slots.append(slot)
+    root_role = "out" if rec.out_atoms.size else "through"
+    root_slot = next(s for s in group_slots if s.name == rec.name and s.role == root_role)
+    width = int(np.bincount(root_slot.labels, minlength=n).max()) if n else 0
+    n_channels = int(rec.out_atoms.size) if rec.out_atoms.size else rec.in_size * rec.multiplier
+    consumers = [ConsumerSlot(s.name, s.positions, s.labels) for s in group_slots if s.role == "in"]
+    if n < 2:
+        reasons.append(f"only {n} channel" if width <= 1 else f"only {n} label")
+    if n > max_prunable_labels:
+        reasons.append(f"{n} labels > max_prunable_labels={max_prunable_labels}")
+    if not consumers and not reasons:
+        reasons.append("no conv/linear consumes these channels")
+    cg = ChannelGroup(root_name=rec.name, n_labels=n, n_channels=n_channels, width=width,
+                      members=[f"{s.name}:{s.role}" for s in group_slots], slots=group_slots,
+                      consumers=consumers, prunable=not reasons, reason=reasons[0] if reasons else "")
+    cg.segments, cg.segment_sources = _segments(n, group_slots)
+    cg.split_owners = sorted(o for o in trace.split_owners if any(s.name.startswith(o + ".") for s in group_slots))
+    return cg
 
 
 def _segments(n: int, slots: List[MemberSlot]) -> Tuple[np.ndarray, List[str]]:

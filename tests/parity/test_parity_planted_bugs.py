@@ -48,13 +48,15 @@ def test_core_view_with_input_channels_slowest_is_caught(monkeypatch):
 def test_tf_graph_conv_kh_kw_swap_is_caught(monkeypatch):
     """TF graph mode converts Conv2D kernels with kh and kw swapped (and back, consistently).
 
-    The layout conversions are graph ops (``sparsify_tf.layout_ops``), built into the update branch."""
+    The layout conversions are graph ops (``sparsify_tf.common.layout_ops``), built into the update branch
+    (``sparsify_tf.common.guarded_update``); the shapes handed to the core come from ``sparsify_tf.graph.setup``."""
     import tensorflow as tf
 
-    import sparsify_tf.graph_pruning as graph_pruning
+    import sparsify_tf.common.guarded_update as guarded_update
+    import sparsify_tf.graph.setup as graph_setup
 
-    to_canonical, from_canonical = graph_pruning.to_canonical, graph_pruning.from_canonical
-    np_to_canonical = graph_pruning.tf_to_canonical           # the shapes handed to the core
+    to_canonical, from_canonical = guarded_update.to_canonical, guarded_update.from_canonical
+    np_to_canonical = graph_setup.tf_to_canonical             # the shapes handed to the core
 
     def swapped_np_to_canonical(kernel, kind):
         c = np_to_canonical(kernel, kind)
@@ -69,9 +71,9 @@ def test_tf_graph_conv_kh_kw_swap_is_caught(monkeypatch):
             w = tf.transpose(w, [0, 1, 3, 2])
         return from_canonical(w, kind, tf_shape)
 
-    monkeypatch.setattr(graph_pruning, "tf_to_canonical", swapped_np_to_canonical)
-    monkeypatch.setattr(graph_pruning, "to_canonical", swapped_to_canonical)
-    monkeypatch.setattr(graph_pruning, "from_canonical", swapped_from_canonical)
+    monkeypatch.setattr(graph_setup, "tf_to_canonical", swapped_np_to_canonical)
+    monkeypatch.setattr(guarded_update, "to_canonical", swapped_to_canonical)
+    monkeypatch.setattr(guarded_update, "from_canonical", swapped_from_canonical)
     assert_caught("tf_graph", "channelx2", {"conv2d.weight", "conv2d_wide.weight", "gconv2d.weight"})
 
 
