@@ -72,7 +72,7 @@ def plan(args: argparse.Namespace, custom: dict[str, dict]) -> list[dict[str, An
                     overrides = custom.get(arm, SPARSIFY_ARMS.get(arm, {}))
                     if arm not in PEER_ARMS and arm != "dense":
                         PruningConfig.coerce(sparsify_config(spec, s, overrides))     # raises ValueError
-                    for seed in range(args.seeds):
+                    for seed in range(args.first_seed, args.first_seed + args.seeds):
                         job = {"dataset": ds, "framework": fw, "arm": arm, "seed": seed, "steps": spec.steps,
                                "setting": f"dense:{spec.variant(s)}" if arm == "dense" else name,
                                "variant": spec.variant(s), "overrides": overrides if arm not in PEER_ARMS else {},
@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds first-seed .. first-seed + seeds - 1 (tune on seeds the report does not use)")
     ap.add_argument("--frameworks", type=split, default=list(FRAMEWORKS))
     ap.add_argument("--datasets", type=split, default=["mnist1d", "digits"])
     ap.add_argument("--arms", type=split, default=["dense", "default", "torch.ao", "tfmot"])

@@ -123,7 +123,8 @@ class PruningCallback(keras.callbacks.Callback):
     def _create_state(self, model: Any, chosen: list, keep_activations: bool) -> Any:
         state = PruningState(chosen, config_fingerprint(self.config), keep_grads=self.config.regrowth == "rigl",
                              keep_activations=keep_activations,
-                             straight_through=self.config.pruned_gradient == "straight_through")
+                             straight_through=self.config.pruned_gradient == "straight_through",
+                             pruned_decay=self.config.pruned_decay)
         attach_state(model, state)
         install_recorders(state)
         return state

@@ -13,7 +13,9 @@
 * **Straight-through** (``pruned_gradient="straight_through"``): gradients are not masked, so the optimizer
   steps pruned entries like any weight (the forward pass still sees zeros); after each step what the
   optimizer moved into a pruned entry of the kernel is added to its stored value and the kernel entry
-  zeroed again, so the dense weight (kernel + stored) is the one the optimizer stepped.
+  zeroed again, so the dense weight (kernel + stored) is the one the optimizer stepped. With
+  ``pruned_decay`` (SR-STE) the gradient also gets ``pruned_decay`` times the stored values (the pruned
+  entries' dense values, zero where kept).
 * **Input statistics** (criteria that read activations, :mod:`.statistics`) are recorded while the step runs.
 
 Both run inside the compiled step of each backend (JAX's stateless step included): the host only
@@ -77,6 +79,9 @@ def _masked_gradients(state: PruningState, grads: list, variables: list, values:
             values.write(state.grads[i], g)
             values.write(state.grads_seen, keras.ops.ones((), "int32"))
         if state.straight_through:          # the optimizer steps the dense weight (see the module)
+            if state.pruned_decay:          # SR-STE: + decay * (the pruned entries' stored values)
+                g = keras.ops.add(g, keras.ops.multiply(keras.ops.cast(values.read(state.stored[i]), g.dtype),
+                                                        state.pruned_decay))
             out.append(g)
             continue
         out.append(keras.ops.multiply(g, keras.ops.cast(values.read(state.masks[i]), g.dtype)))

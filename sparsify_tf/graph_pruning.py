@@ -121,7 +121,8 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
             ``excluded_op_names`` select weights by variable name (``re.search``).
             Criteria scored from weights and input activations work (``"magnitude"``,
             ``"wanda"``, registered ones); per-step gradient criteria (``"snip"``,
-            ``"snip_momentum"``) are refused. Activation criteria and ``regrowth="rigl"``
+            ``"snip_momentum"``) are refused, as is ``pruned_gradient="straight_through"``
+            (and SR-STE's ``pruned_decay``). Activation criteria and ``regrowth="rigl"``
             read the pruned ops' inputs and dense gradients in their gradients
             (:mod:`sparsify_tf.graph_statistics`): build the optimizer after this call.
         graph: the graph (default: the default graph).
@@ -160,6 +161,10 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
         raise ValueError(f"criterion {cfg.criterion!r} needs {missing}, which graph-mode pruning does not collect "
                          "(criteria scored from each step's gradients or a running state); use a criterion that "
                          "needs only 'weight' and 'activation' (magnitude, wanda)")
+    if cfg.pruned_gradient != "none":
+        raise ValueError(f"pruned_gradient={cfg.pruned_gradient!r} (pruned_decay={cfg.pruned_decay!r}) is not supported "
+                         "in TF graph mode (pruned weights get no gradient there); use Keras 3 (sparsify_keras) or "
+                         "PyTorch, or leave pruned_gradient='none'")
     needs = PruningEngine(cfg).needs
     if masking not in MASKING_MODES:
         raise ValueError(f"masking must be one of {MASKING_MODES}, got {masking!r}")

@@ -533,3 +533,12 @@ def test_graph_mode_refuses_criteria_scored_every_step(criterion, needs):
         with pytest.raises(ValueError, match=f"criterion '{criterion}' needs \\[{needs}\\], which graph-mode "
                                              "pruning does not collect"):
             sparsify_tf.prune_graph({"criterion": criterion})
+
+
+@pytest.mark.parametrize("extra", [{}, {"pruned_decay": 2e-4}])
+def test_graph_mode_refuses_straight_through_and_sr_ste(extra):
+    g = tf.Graph()
+    with g.as_default():
+        tf.matmul(tf.ones([1, 4]), tf1.get_variable("fc/kernel", [4, 2]))
+        with pytest.raises(ValueError, match="pruned_gradient='straight_through' .*is not supported in TF graph mode"):
+            sparsify_tf.prune_graph({"pruned_gradient": "straight_through", **extra})
