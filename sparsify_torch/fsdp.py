@@ -194,7 +194,7 @@ class ShardedPruner(PrunerBase):
                 if not self._straight_through:
                     g.mul_(self._mask[name])                 # pruned entries get no gradient
                 elif self._decay:                            # SR-STE: + decay * (pruned values)
-                    g.add_(self._stored[name].to(g.dtype), alpha=self._decay)
+                    g.add_(self._stored[name].to(g.dtype) * self._decay)    # the rounding of parametrization.py
                 if self.engine.scored_every_step:
                     self._pending[name] = gradient_score(self.config, self._scores.get(name), self._dense(name), g)
         return hook

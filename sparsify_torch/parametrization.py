@@ -50,7 +50,8 @@ class _StraightThrough(torch.autograd.Function):
         if not ctx.decay:
             return grad, None, None
         original, mask = ctx.saved_tensors
-        return grad.addcmul(original, 1 - mask, value=ctx.decay), None, None
+        # the pruned values times decay, then added: the same rounding as FSDP2's hook (fsdp.py)
+        return grad + original * (1 - mask) * ctx.decay, None, None
 
 
 class MaskParametrization(nn.Module):
