@@ -12,7 +12,9 @@ Two CNNs trained from scratch on offline data (see ``bench/accuracy/problems.py`
 Settings 80 / 90 / 95 % unstructured, 4x1 blocks at 90 % and 2:4; every conv/linear weight the pattern
 fits is pruned (the others stay dense, for every arm). Per seed every arm starts from the same NumPy
 initial weights and sees the same batches. Arms: ``dense``; sparsify arms by name (``default``, ``rigl``,
-``set``, ``nonmonotone``, ``wanda``, ``ste``, ``global*``, ``erk*``; ``erk_wanda`` is ERK with Wanda scores)
+``set``, ``nonmonotone``, ``wanda``, ``ste``, ``sr_ste``, ``global*``, ``erk*``; ``erk_wanda`` is ERK with Wanda
+scores; ``sr_ste`` is SR-STE: straight-through gradients plus ``pruned_decay`` on the pruned weights, a mask
+update every step, ``monotone=False``)
 or defined with ``--arm-config name='{json}'``; their config overrides
 passed to ``sparsify_torch.prune`` / ``sparsify_tf.keras.PruningCallback`` unchanged (a key the installed
 sparsify does not know fails with its ValueError before anything runs); ``torch.ao``
@@ -72,7 +74,7 @@ def plan(args: argparse.Namespace, custom: dict[str, dict]) -> list[dict[str, An
                     overrides = custom.get(arm, SPARSIFY_ARMS.get(arm, {}))
                     if arm not in PEER_ARMS and arm != "dense":
                         PruningConfig.coerce(sparsify_config(spec, s, overrides))     # raises ValueError
-                    for seed in range(args.seeds):
+                    for seed in range(args.first_seed, args.first_seed + args.seeds):
                         job = {"dataset": ds, "framework": fw, "arm": arm, "seed": seed, "steps": spec.steps,
                                "setting": f"dense:{spec.variant(s)}" if arm == "dense" else name,
                                "variant": spec.variant(s), "overrides": overrides if arm not in PEER_ARMS else {},
@@ -148,8 +150,21 @@ def render(data: dict[str, Any], plot_path: str = PLOT, write: bool = True) -> s
              "; ".join(f"`{c}`" for c in dict.fromkeys(data.get("commands", []))))
     if drawn and os.path.abspath(plot_path) == PLOT:
         body += "\n\n![accuracy vs sparsity](../docs/img/accuracy_vs_sparsity.png)"
+    for path in data.get("tuning", []):
+        body += "\n\n" + render_tuning(path)
     publish("bench_accuracy", body, write=write)
     return body
+
+
+def render_tuning(path: str) -> str:
+    """The tables of a tuning file (``--tuning-json``): runs on seeds the tables above do not use, kept apart so
+    that choosing an arm's settings does not pick the seeds it is reported on."""
+    from bench.accuracy import report
+
+    runs = _load(os.path.join(ROOT, path))["runs"]
+    seeds = sorted({r["seed"] for r in runs})
+    return (f"Tuning runs (`{path}`, seeds {', '.join(map(str, seeds))}: none of them in the tables above):\n\n"
+            + report.render_tables(runs) + "\n\n" + _arms(runs))
 
 
 def _arms(runs: list[dict[str, Any]]) -> str:
@@ -180,6 +195,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds first-seed .. first-seed + seeds - 1 (tune on seeds the report does not use)")
     ap.add_argument("--frameworks", type=split, default=list(FRAMEWORKS))
     ap.add_argument("--datasets", type=split, default=["mnist1d", "digits"])
     ap.add_argument("--arms", type=split, default=["dense", "default", "torch.ao", "tfmot"])
@@ -192,6 +209,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--report", action="store_true", help="only re-render RESULTS.md and the plot from --out-json")
     ap.add_argument("--plot", default=PLOT, help="plot path ('' for none)")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave RESULTS.md alone")
+    ap.add_argument("--tuning-json", default="", help="with --report: also show this file's runs (tuning seeds), "
+                    "from now on (the path, relative to the repository root, is kept in --out-json)")
     args = ap.parse_args(argv)
     for fw in args.frameworks:
         if fw not in FRAMEWORKS:
@@ -205,6 +224,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             raise SystemExit(f"--arms: unknown arm {arm!r}; choose from dense, {', '.join(SPARSIFY_ARMS)}, "
                              f"{', '.join(PEER_ARMS)} or define it with --arm-config")
     data = _load(args.out_json)
+    if args.tuning_json and args.tuning_json not in data.setdefault("tuning", []):
+        data["tuning"].append(args.tuning_json)
+        _save(args.out_json, data)
     if args.report:
         render(data, args.plot, write=not args.no_write)
         return data

@@ -13,8 +13,9 @@ Modes:
     ``--oneshot``: magnitude, Wanda and SparseGPT (``bench/lm_oneshot.py``) at 50/60/70 % and
     2:4 (with and without channel permutation) on each trained dense model, the same
     calibration windows (64 training windows from the seed) for every arm.
-    ``--gradual``: prune while training (``bench/lm_gradual.py``): our default, ``erk_wanda`` and
-    torch.ao's WeightNormSparsifier at ``--gradual-targets`` percent, same initial weights and batches.
+    ``--gradual``: prune while training (``bench/lm_gradual.py``): our default, ``erk_wanda``, ``sr_ste``
+    (SR-STE) and torch.ao's WeightNormSparsifier at ``--gradual-targets`` (percent, or ``2:4``), same initial
+    weights and batches.
     ``--peer``: llm-compressor's SparseGPTModifier and WandaPruningModifier on the same weights
     exported as a Hugging Face ``GPT2LMHeadModel`` (``bench/lm_peer.py``, run in a child process
     with ``--peer-path`` on its ``PYTHONPATH``); a failure is recorded with its command and error.
@@ -60,7 +61,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peer", action="store_true", help="llm-compressor's one-shot modifiers")
     p.add_argument("--gradual", action="store_true", help="prune while training (bench/lm_gradual.py)")
     p.add_argument("--gradual-arms", nargs="+", default=list(GRADUAL_ARMS))
-    p.add_argument("--gradual-targets", nargs="+", default=["90", "80", "50"], help="percent")
+    p.add_argument("--gradual-targets", nargs="+", default=["90", "80", "50"], help="percent, or 2:4")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=1800)
     p.add_argument("--batch-size", type=int, default=32)
@@ -129,7 +130,7 @@ def _gradual(args, cfg: LMConfig, corpus, seed: int, val: tuple[np.ndarray, np.n
     """One training run per gradual arm and target, each recorded (and saved) as it ends."""
     for target in args.gradual_targets:
         for arm in args.gradual_arms:
-            attach = gradual_attach(arm, int(target) / 100, args.steps)
+            attach = gradual_attach(arm, target, args.steps)
             model, info = train_dense(cfg, corpus, seed, args.steps, args.batch_size, attach=attach)
             _record(data, seed, f"gradual/{arm}", target, bits_per_char(model, *val), {"seconds": info["seconds"]})
             _save(args.out_json, data)

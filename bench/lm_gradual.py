@@ -1,16 +1,21 @@
-"""Gradual pruning while training the benchmark LM: our default, ``erk_wanda`` and torch.ao's WeightNormSparsifier.
+"""Gradual pruning while training the benchmark LM: our default, ``erk_wanda``, ``sr_ste`` and torch.ao's
+WeightNormSparsifier.
 
 Every arm starts from the same NumPy initial weights and sees the same batches as the dense
 run of its seed; only the blocks' linear weights are pruned (:data:`bench.lm_model.PRUNABLE`).
 The schedule is the core's gradual cubic one from 10% to 70% of the steps, an update every
 2.5% of the steps; torch.ao's sparsifier is driven at the same update steps with the same
-values (``sparsity_level`` set, then ``step()``), unstructured (``(1, 1)`` blocks).
+values (``sparsity_level`` set, then ``step()``), unstructured (``(1, 1)`` blocks) or, at setting ``"2:4"``,
+2 zeros in every ``(1, 4)`` block (its level is the share of 2:4 blocks: the schedule's value over 0.5). ``sr_ste``
+is SR-STE: straight-through gradients plus ``pruned_decay`` on the pruned weights, masks every step.
 
 Example:
     >>> sorted(GRADUAL_ARMS)
-    ['default', 'erk_wanda', 'torch.ao']
+    ['default', 'erk_wanda', 'sr_ste', 'torch.ao']
     >>> window(1800)
     (180, 1260, 45)
+    >>> setting_target("2:4"), setting_target("90")
+    ((0.5, '2:4'), (0.9, '1x1'))
 """
 from __future__ import annotations
 
@@ -25,11 +30,13 @@ from sparsify import GradualSchedule
 from .lm_model import PRUNABLE, CharLM
 from .lm_train import Attach
 
-__all__ = ["GRADUAL_ARMS", "window", "gradual_attach"]
+__all__ = ["GRADUAL_ARMS", "window", "setting_target", "gradual_attach"]
 
 GRADUAL_ARMS: dict[str, dict[str, Any]] = {
     "default": {},
     "erk_wanda": {"pruning_scope": "erk", "criterion": "wanda"},
+    # the MNIST-1D accuracy benchmark's SR-STE arm (bench/accuracy/problems.py), tuned there
+    "sr_ste": {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1, "monotone": False},
     "torch.ao": {},
 }
 
@@ -46,28 +53,39 @@ def _ours(config: dict[str, Any]) -> Attach:
     return attach
 
 
-def _torch_ao(target: float, steps: int) -> Attach:
+def setting_target(setting: str) -> tuple[float, str]:
+    """``(target sparsity, pattern)`` of a ``--gradual-targets`` entry: a percent, or ``"2:4"`` (0.5 of pattern 2:4)."""
+    if setting == "2:4":
+        return 0.5, "2:4"
+    if not setting.isdigit() or not 0 <= int(setting) < 100:
+        raise ValueError(f"--gradual-targets: a percent in [0, 100) or '2:4', got {setting!r}")
+    return int(setting) / 100, "1x1"
+
+
+def _torch_ao(target: float, steps: int, pattern: str = "1x1") -> Attach:
     def attach(model: CharLM, opt: torch.optim.Optimizer) -> tuple[Callable[[int], None], Callable[[], None]]:
         from torch.ao.pruning import WeightNormSparsifier
 
         sched = GradualSchedule(0.0, target, *window(steps), 3.0)
-        sp = WeightNormSparsifier(sparsity_level=0.0, sparse_block_shape=(1, 1), zeros_per_block=1)
+        block, zeros, scale = ((1, 4), 2, 1.0 / target) if pattern == "2:4" else ((1, 1), 1, 1.0)
+        sp = WeightNormSparsifier(sparsity_level=0.0, sparse_block_shape=block, zeros_per_block=zeros)
         names = [n for n, _ in model.named_parameters() if re.search(PRUNABLE, n)]
         sp.prepare(model, config=[{"tensor_fqn": n} for n in names])
 
         def after_step(step: int) -> None:
             if bool(sched.update_ready(step)):
                 for group in sp.groups:
-                    group["sparsity_level"] = float(sched.sparsity(step))
+                    group["sparsity_level"] = float(sched.sparsity(step)) * scale
                 sp.step()
         return after_step, sp.squash_mask
     return attach
 
 
-def gradual_attach(arm: str, target: float, steps: int) -> Attach:
-    """The :data:`bench.lm_train.Attach` of an arm at ``target`` sparsity over a run of ``steps`` steps."""
+def gradual_attach(arm: str, setting: str, steps: int) -> Attach:
+    """The :data:`bench.lm_train.Attach` of an arm at ``setting`` (a percent or ``"2:4"``) over ``steps`` steps."""
+    target, pattern = setting_target(setting)
     if arm == "torch.ao":
-        return _torch_ao(target, steps)
+        return _torch_ao(target, steps, pattern)
     start, end, freq = window(steps)
-    return _ours({"target_sparsity": target, "start_step": start, "end_step": end, "pruning_frequency": freq,
-                  "op_names": [PRUNABLE], **GRADUAL_ARMS[arm]})
+    return _ours({"target_sparsity": target, "pattern": pattern, "start_step": start, "end_step": end,
+                  "pruning_frequency": freq, "op_names": [PRUNABLE], **GRADUAL_ARMS[arm]})

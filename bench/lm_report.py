@@ -15,7 +15,7 @@ import numpy as np
 __all__ = ["render", "paired_line", "ARM_ORDER"]
 
 ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt", "gradual/default",
-             "gradual/erk_wanda", "gradual/torch.ao")
+             "gradual/erk_wanda", "gradual/sr_ste", "gradual/torch.ao")
 PEER_NOTES = (
     "The peer runs on the same trained weights exported as a `GPT2LMHeadModel` built from a `GPT2Config` "
     "(largest logit difference from ours {diff:.1e}), with the same calibration windows (batches of 16), "
@@ -116,17 +116,19 @@ def render(data: dict[str, Any]) -> str:
     gradual = [r for r in runs if r["arm"].startswith("gradual/")]
     if gradual:
         parts.append("Gradual pruning while training (same initial weights and batches as the dense run; cubic "
-                     "schedule from 10% to 70% of the steps, an update every 2.5%; unstructured, every layer "
-                     "of the blocks; `default`: local magnitude, `erk_wanda`: ERK scope + Wanda scores, "
-                     "`torch.ao`: WeightNormSparsifier at the same steps and values):\n\n"
+                     "schedule from 10% to 70% of the steps, an update every 2.5%; unstructured or 2:4, every "
+                     "layer of the blocks; `default`: local magnitude, `erk_wanda`: ERK scope + Wanda scores, "
+                     "`sr_ste`: SR-STE (straight-through gradients, `pruned_decay=6e-4`, masks every step, "
+                     "`monotone=False`), `torch.ao`: WeightNormSparsifier at the same steps and values, 2:4 as "
+                     "2 zeros per (1, 4) block):\n\n"
                      + _main_table(gradual + [r for r in runs if r["arm"] == "dense"]))
     pairs = [paired_line(runs, *p) for p in
              (("sparsegpt", "wanda", "50"), ("sparsegpt", "wanda", "2:4"), ("sparsegpt", "llmc_sparsegpt", "50"),
               ("sparsegpt", "llmc_sparsegpt", "2:4"), ("wanda", "llmc_wanda", "50"), ("wanda", "llmc_wanda", "2:4"),
               ("sparsegpt", "sparsegpt", "2:4+perm", "2:4"), ("sparsegpt", "sparsegpt", "2:4+aperm", "2:4"),
               ("sparsegpt", "llmc_sparsegpt", "2:4+aperm", "2:4"))]
-    pairs += [paired_line(runs, f"gradual/{a}", "gradual/torch.ao", t) for t in ("50", "80", "90")
-              for a in ("default", "erk_wanda")]
+    pairs += [paired_line(runs, f"gradual/{a}", "gradual/torch.ao", t) for t in ("50", "80", "90", "2:4")
+              for a in ("default", "erk_wanda", "sr_ste")]
     pairs = [p for p in pairs if p]
     if pairs:
         parts.append("Paired differences (bits/char, per seed; negative: the first is better):\n\n"

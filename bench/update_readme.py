@@ -84,7 +84,8 @@ def _allowed(name: str, default: object) -> str:
     if isinstance(default, bool):
         return "`true`, `false`"
     if isinstance(default, float):
-        return "[0, 1)" if name != "exponent" else "> 0"
+        return {"exponent": "> 0", "pruned_decay": ">= 0 (finite; not 0: `pruned_gradient=\"straight_through\"`)"}.get(
+            name, "[0, 1)")
     if isinstance(default, int):
         if name == "pruning_frequency":
             return "integer (<= 0: every step)"

@@ -121,7 +121,8 @@ class PruningCallback(keras.callbacks.Callback):
         state = PruningState(chosen, config_fingerprint(self.config), keep_grads=self.config.regrowth == "rigl",
                              keep_activations=keep_activations,
                              step_scores=self.config if scored_every_step(self.config.criterion) else None,
-                             straight_through=self.config.pruned_gradient == "straight_through")
+                             straight_through=self.config.pruned_gradient == "straight_through",
+                             pruned_decay=self.config.pruned_decay)
         attach_state(model, state)
         install_recorders(state)
         return state

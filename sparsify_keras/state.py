@@ -73,14 +73,21 @@ class PruningState(keras.layers.Layer):
         keep_activations: keep input statistics (criteria that read activations).
         straight_through: ``pruned_gradient="straight_through"`` (the train step moves what the optimizer
             puts into pruned kernel entries into the stored values, :mod:`.train_step`).
+        pruned_decay: with ``straight_through``, the train step adds ``pruned_decay`` times the stored
+            values to the gradients (SR-STE, ``PruningConfig.pruned_decay``); 0 adds nothing.
     """
 
     def __init__(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
-                 keep_activations: bool = False, straight_through: bool = False, step_scores: Any = None) -> None:
+                 keep_activations: bool = False, straight_through: bool = False, pruned_decay: float = 0.0,
+                 step_scores: Any = None) -> None:
         super().__init__(name="sparsify_pruning_state", trainable=False)
+        if pruned_decay and not straight_through:
+            raise ValueError(f"pruned_decay={pruned_decay!r} needs straight_through=True (pruned entries get no "
+                             "gradient otherwise)")
         object.__setattr__(self, "pweights", list(pweights))      # not tracked: the model owns the layers
         object.__setattr__(self, "step_scores", step_scores)
         object.__setattr__(self, "straight_through", bool(straight_through))
+        object.__setattr__(self, "pruned_decay", float(pruned_decay))
         dt = [str(pw.variable.dtype) for pw in self.pweights]
         shapes = [pw.tf_shape for pw in self.pweights]
         per_weight = list(enumerate(zip(shapes, dt)))

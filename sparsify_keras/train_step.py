@@ -13,7 +13,9 @@
 * **Straight-through** (``pruned_gradient="straight_through"``): gradients are not masked, so the optimizer
   steps pruned entries like any weight (the forward pass still sees zeros); after each step what the
   optimizer moved into a pruned entry of the kernel is added to its stored value and the kernel entry
-  zeroed again, so the dense weight (kernel + stored) is the one the optimizer stepped.
+  zeroed again, so the dense weight (kernel + stored) is the one the optimizer stepped. With
+  ``pruned_decay`` (SR-STE) the gradient also gets ``pruned_decay`` times the stored values (the pruned
+  entries' dense values, zero where kept).
 * **Per-step criteria** (``snip``, ``snip_momentum``, a registered criterion that needs gradients): after the
   gradient of a pruned weight is formed (masked, or dense with straight-through) its scores are computed
   from the dense weight and kept in the state (a running state folded in), as torch's pruner does after
@@ -106,7 +108,11 @@ def _masked_gradients(state: PruningState, grads: list, variables: list, values:
         if state.grads:
             values.write(state.grads[i], g)
             values.write(state.grads_seen, keras.ops.ones((), "int32"))
-        if not state.straight_through:      # straight-through: the optimizer steps the dense weight
+        if state.straight_through:          # the optimizer steps the dense weight (see the module)
+            if state.pruned_decay:          # SR-STE: + decay * (the pruned entries' stored values)
+                g = keras.ops.add(g, keras.ops.multiply(keras.ops.cast(values.read(state.stored[i]), g.dtype),
+                                                        state.pruned_decay))
+        else:
             g = keras.ops.multiply(g, keras.ops.cast(values.read(state.masks[i]), g.dtype))
             masked.add(id(v))
         if state.scores:

@@ -77,7 +77,8 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     The stored weights stay dense under the masks (``parametrizations.weight.original``):
     the model computes with ``original * mask``, :meth:`Pruner.remove` and exports bake
     the product, and ``monotone=False`` lets a pruned weight come back by the value it
-    kept. A pruned weight gets no gradient unless ``pruned_gradient="straight_through"``.
+    kept. A pruned weight gets no gradient unless ``pruned_gradient="straight_through"`` (plus
+    ``pruned_decay`` times its value with ``pruned_decay``: SR-STE).
     ``criterion="wanda"`` reads the inputs of each pruned layer (forward pre-hooks,
     summed since the last update); ``regrowth="rigl"`` records the dense gradient in
     the backward pass before each update.
@@ -155,7 +156,8 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         for module, tensor_name in tensors:
             p = module._parameters[tensor_name]
             parametrize.register_parametrization(module, tensor_name, MaskParametrization(
-                torch.ones_like(p.detach()), straight_through=config.pruned_gradient == "straight_through"))
+                torch.ones_like(p.detach()), straight_through=config.pruned_gradient == "straight_through",
+                pruned_decay=config.pruned_decay))
             done.append((module, tensor_name))
         return Pruner(model, protocol, layers, process_group, log_dir, optimizer)
     except BaseException:

@@ -25,8 +25,9 @@ a :class:`ShardedPruner`, which never gathers a weight, a score or a mask:
   single-process :class:`~sparsify_torch.Pruner`). With
   ``"straight_through"`` an optimizer step pre-hook puts the stored values back
   into the shards and a post-hook takes them out again, so the optimizer steps
-  the dense weights (with the gradient of the masked weight the model used) as
-  it steps ``parametrizations.weight.original``. Without an optimizer the
+  the dense weights (with the gradient of the masked weight the model used, plus
+  ``pruned_decay`` times the stored values: SR-STE) as it steps
+  ``parametrizations.weight.original``. Without an optimizer the
   pruned entries are dropped (zeros) after every step, which only
   ``monotone=True`` without regrowth allows;
 * **what criteria and regrowth read**: activation criteria (``wanda``) read
@@ -114,6 +115,7 @@ class ShardedPruner(PrunerBase):
         self._stored: dict[str, torch.Tensor] = {} if optimizer is None else {
             n: torch.zeros_like(self._local(n)) for n in self.names}
         self._straight_through = self.config.pruned_gradient == "straight_through"
+        self._decay = self.config.pruned_decay
         self.hooks += [self._params[n].register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
         if optimizer is not None and self._straight_through:    # the optimizer steps the dense weights
             self.hooks += [optimizer.register_step_pre_hook(self._before_optimizer_step),
@@ -191,6 +193,8 @@ class ShardedPruner(PrunerBase):
                     self._dense_grads[name] = g.detach().clone()  # of the masked weight the model used
                 if not self._straight_through:
                     g.mul_(self._mask[name])                 # pruned entries get no gradient
+                elif self._decay:                            # SR-STE: + decay * (pruned values)
+                    g.add_(self._stored[name].to(g.dtype) * self._decay)    # the rounding of parametrization.py
                 if self.engine.scored_every_step:
                     self._pending[name] = gradient_score(self.config, self._scores.get(name), self._dense(name), g)
         return hook

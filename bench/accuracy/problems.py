@@ -113,6 +113,8 @@ SETTINGS = {"80": Setting("80", 0.8), "90": Setting("90", 0.9), "95": Setting("9
 SPARSIFY_ARMS: dict[str, dict[str, Any]] = {
     "default": {}, "rigl": {"regrowth": "rigl"}, "set": {"regrowth": "set"}, "nonmonotone": {"monotone": False},
     "wanda": {"criterion": "wanda"}, "ste": {"pruned_gradient": "straight_through"},
+    # SR-STE: straight-through + the decay of pruned weights, masks every step (tuned on seeds 1000-1003)
+    "sr_ste": {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1, "monotone": False},
     "global": {"pruning_scope": "global"}, "global_nm": {"pruning_scope": "global", "monotone": False},
     "global_rigl": {"pruning_scope": "global", "regrowth": "rigl"}, "erk": {"pruning_scope": "erk"},
     "erk_rigl": {"pruning_scope": "erk", "regrowth": "rigl"}, "erk_nm": {"pruning_scope": "erk", "monotone": False},

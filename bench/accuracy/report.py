@@ -83,7 +83,10 @@ def _setting_rows(idx, dataset: str, fw: str, name: str, runs) -> list[str]:
         diff, verdict = "", ""
         if best is not None and arm != best:
             m, sd, n = paired_difference(ok[arm], ok[best])
+            wins = sum(ok[arm][k] > ok[best][k] for k in set(ok[arm]) & set(ok[best]))
             diff = f"{m:+.4f} +- {sd:.4f} vs {best} ({n})"
+            if n >= 20:      # enough pairs for a standard error: SE = std / sqrt(n), and the seeds won
+                diff += f", SE {sd / np.sqrt(n):.4f}, better on {wins}/{n}"
             verdict = ("yes" if sd < abs(m) else "no") if n > 1 else "n < 2"
         elif arm == best:
             diff = "(best peer)"

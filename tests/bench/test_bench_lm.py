@@ -5,6 +5,7 @@ import doctest
 import json
 import math
 import platform
+import re
 
 import numpy as np
 import pytest
@@ -49,8 +50,31 @@ def test_gradual_arms_reach_their_target(tmp_path):
                    "--cache", str(tmp_path / "cache")]
     data = bench_lm.main(args)
     assert sorted(r["arm"] for r in data["runs"]) == ["dense", "gradual/default", "gradual/erk_wanda",
-                                                      "gradual/torch.ao"]
+                                                      "gradual/sr_ste", "gradual/torch.ao"]
     assert "| gradual/erk_wanda |" in lm_report.render(data)
+
+
+def test_gradual_two_of_four_arms_end_two_of_four():
+    """At setting 2:4 torch.ao (2 zeros per (1, 4) block) and SR-STE end with exactly two zeros in every four
+    consecutive weights of each pruned linear."""
+    cfg = lm_model.LMConfig(vocab_size=12, d_model=16, n_layers=1, context=8)
+    for arm in ("torch.ao", "sr_ste"):
+        model = lm_model.CharLM(cfg)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        after_step, finish = lm_gradual.gradual_attach(arm, "2:4", 20)(model, opt)
+        x = torch.randint(0, 12, (4, 8))
+        for step in range(1, 21):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
+            opt.step()
+            after_step(step)
+        finish()
+        for name, w in model.named_parameters():
+            if re.search(lm_model.PRUNABLE, name):
+                zeros = (w.detach().reshape(-1, 4) == 0).sum(1)
+                assert (zeros == 2).all(), (arm, name)
+    with pytest.raises(ValueError, match="--gradual-targets: a percent in \\[0, 100\\) or '2:4', got '4x1'"):
+        lm_gradual.setting_target("4x1")
 
 
 def test_corpus_is_the_joined_topics():

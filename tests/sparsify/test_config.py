@@ -100,7 +100,8 @@ def test_every_field_has_a_validation_case():
                "criterion", "sparsity_decay_type", "block_score_reduce", "max_sparsity_ratio_per_layer",
                "min_sparsity_ratio_per_layer", "init_sparsity", "exponent", "leave_enabled", "monotone",
                "op_names", "excluded_op_names", "criterion_momentum", "skip_incompatible_layers",
-               "regrowth", "regrowth_fraction", "pruned_gradient"}   # the last three: tests/sparsify/test_regrowth.py
+               "regrowth", "regrowth_fraction", "pruned_gradient",   # these three: tests/sparsify/test_regrowth.py
+               "pruned_decay"}                                           # test_pruned_decay_is_validated
     assert names == covered
     with pytest.raises(TypeError, match="skip_incompatible_layers must be True or False"):
         PruningConfig(skip_incompatible_layers="no")
@@ -135,3 +136,30 @@ def test_target_sparsity_defaults_to_the_patterns_maximum(tmp_path):
     path.write_text("pattern: 2:4\nend_step: 300\n")          # a YAML without target_sparsity: the same rule
     cfg = PruningConfig.from_yaml(path)
     assert cfg.target_sparsity == 0.5 and PruningConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(pruned_decay=-1e-4), ValueError, r"pruned_decay must be a finite number >= 0, got -0.0001"),
+    (dict(pruned_decay=float("nan")), ValueError, r"pruned_decay must be a finite number >= 0, got nan"),
+    (dict(pruned_decay=float("inf")), ValueError, r"pruned_decay must be a finite number >= 0, got inf"),
+    (dict(pruned_decay="2e-4"), TypeError, r"pruned_decay must be a number >= 0, got '2e-4' \(str\)"),
+    (dict(pruned_decay=True), TypeError, r"pruned_decay must be a number >= 0, got True \(bool\)"),
+    (dict(pruned_decay=2e-4), ValueError, r"pruned_decay=0.0002 decays the pruned weights through their gradient, "
+                                          r"which only pruned_gradient='straight_through' gives them \(got "
+                                          r"pruned_gradient='none'\)"),
+])
+def test_pruned_decay_is_validated(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        PruningConfig(**kwargs)
+
+
+def test_pruned_decay_round_trips_and_is_fingerprinted(tmp_path):
+    from sparsify.protocol import config_fingerprint, fingerprint_differences
+
+    sr = PruningConfig(pattern="2:4", pruned_gradient="straight_through", pruned_decay=2e-4, pruning_frequency=1,
+                       monotone=False)
+    assert PruningConfig().pruned_decay == 0.0 and PruningConfig(pruned_decay=0).pruned_decay == 0.0
+    assert sr.to_dict()["pruned_decay"] == 2e-4 and PruningConfig.from_dict(sr.to_dict()) == sr
+    sr.to_yaml(tmp_path / "sr.yaml")
+    assert PruningConfig.from_yaml(tmp_path / "sr.yaml") == sr
+    assert fingerprint_differences(sr.replace(pruned_decay=0.0), config_fingerprint(sr)) == ["pruned_decay"]

@@ -312,6 +312,44 @@ def switch_backend():
 
 
 @scenario
+def sr_ste():
+    """SR-STE (pruned_gradient="straight_through", pruned_decay): one step of plain SGD after a 2:4 update at step
+    0, on a Dense-only model (its gradient is checked in NumPy) and on the two-branch model (with and without the
+    decay); per weight (Keras layout) the mask, the dense weight before and after the step (kernel + stored)."""
+    out = {}
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(16, 12)).astype("float32")
+    y = rng.normal(size=(16, 4)).astype("float32")
+    k = (rng.integers(-8, 9, size=(12, 4)) / 8).astype("float32")
+    for name, decay in (("dense_only", 0.5), ("twobranch_0", 0.0), ("twobranch", 0.5)):
+        if name == "dense_only":
+            inp = keras.Input((12,))
+            model = keras.Model(inp, keras.layers.Dense(4, use_bias=False, name="lin")(inp))
+            model.set_weights([k])
+            model.compile(keras.optimizers.SGD(0.1), keras.losses.MeanSquaredError())
+            data = (x, y)
+        else:
+            model, xs, labels = model_and_data()
+            model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            data = (tuple(a[:16] for a in xs), labels[:16])
+        cb = PruningCallback({"target_sparsity": 0.5, "pattern": "2:4", "start_step": 0, "end_step": 0,
+                              "pruned_gradient": "straight_through", "pruned_decay": decay, "monotone": False,
+                              "skip_incompatible_layers": True})
+        # the update at step 0 keeps every value (dense under the mask): the dense weights before the step
+        seen = {"before": {pw.path: np.asarray(pw.variable.numpy()).tolist() for pw in find_prunable_weights(model)}}
+
+        class Record(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                seen["masks"] = {p: m.astype(int).tolist() for p, m in cb.masks.items()}   # (syncs JAX's state)
+                seen["after"] = {pw.path: (np.asarray(pw.variable.numpy()) + np.asarray(st.numpy())).tolist()
+                                 for pw, st in zip(cb._state.pweights, cb._state.stored)}
+
+        model.fit(*data, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb, Record()])
+        out[name] = {**seen, "lr": 0.1, "decay": decay, "x": x.tolist(), "y": y.tolist()}
+    return out
+
+
+@scenario
 def resume():
     """An interrupted fit (checkpoint after 2 of 4 epochs, a fresh model, attach, load_weights) against an
     uninterrupted one: same masks and weights."""

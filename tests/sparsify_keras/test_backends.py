@@ -15,7 +15,8 @@ from backend_runs import BACKENDS, run_python, scenarios
 from sparsify import PruningConfig, PruningProtocol
 from sparsify.activation_stats import ActivationWindow, sum_of_squares
 
-ALL = "masks_lr0,training,pruned_values,resume,strip_and_save,traces,tensorboard,oneshot,step_scores,bad_input"
+ALL = ("masks_lr0,training,pruned_values,sr_ste,resume,strip_and_save,traces,tensorboard,oneshot,step_scores,"
+       "bad_input")
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -173,6 +174,30 @@ def test_pruned_values_stay_put_unless_straight_through(results, opt):
     assert all(s == frozen["stored"][0] for s in frozen["stored"])           # bit for bit, every step
     first, last = stepped["stored"][0], stepped["stored"][-1]
     assert any(not np.array_equal(first[p], last[p]) for p in first)
+
+
+def check_sr_ste(run: dict) -> None:
+    """SR-STE: one plain SGD step moves every weight by lr * (g + decay * w * (1 - mask)), g the gradient of the
+    masked weight (NumPy's for the Dense-only model; for the two-branch model, the run without the decay's)."""
+    d = run["dense_only"]
+    x, y = np.array(d["x"], np.float64), np.array(d["y"], np.float64)
+    k0, m = np.array(d["before"]["lin/kernel"]), np.array(d["masks"]["lin/kernel"], np.float64)
+    assert m.mean() == 0.5 and (m.reshape(3, 4, 4).sum(axis=1) == 2).all()      # 2:4 along the inputs
+    g = 2.0 / y.size * x.T @ (x @ (k0 * m) - y)                                   # d mean((x (k0 m) - y)^2)
+    np.testing.assert_allclose(d["after"]["lin/kernel"], k0 - d["lr"] * (g + d["decay"] * k0 * (1 - m)),
+                               rtol=1e-5, atol=1e-6)
+    plain, sr = run["twobranch_0"], run["twobranch"]
+    assert plain["masks"] == sr["masks"] and plain["decay"] == 0
+    for path, before in sr["before"].items():
+        w, m = np.array(before), np.array(sr["masks"][path], np.float64)
+        step_plain = np.array(plain["after"][path]) - w
+        step_sr = np.array(sr["after"][path]) - w
+        assert (m == 0).any() and (step_sr != step_plain)[(m == 0) & (w != 0)].all()
+        np.testing.assert_allclose(step_sr - step_plain, -sr["lr"] * sr["decay"] * w * (1 - m), rtol=1e-4, atol=1e-6)
+
+
+def test_sr_ste_decays_pruned_weights_through_the_gradient(results):
+    check_sr_ste(results["sr_ste"])
 
 
 def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(results):

@@ -316,6 +316,9 @@ DENSE_CFGS = {
     "straight_through": {"target_sparsity": 0.5, "pattern": "2:4", "pruning_scope": "global", "start_step": 0,
                          "end_step": 8, "pruning_frequency": 2, "monotone": False,
                          "pruned_gradient": "straight_through", "skip_incompatible_layers": True},
+    "sr_ste": {"target_sparsity": 0.5, "pattern": "2:4", "start_step": 0, "end_step": 8, "pruning_frequency": 1,
+               "monotone": False, "pruned_gradient": "straight_through", "pruned_decay": 0.05,
+               "skip_incompatible_layers": True},
     "rigl": {"target_sparsity": 0.6, "regrowth": "rigl", "start_step": 0, "end_step": 8, "pruning_frequency": 2},
     "set": {"target_sparsity": 0.6, "regrowth": "set", "pruning_scope": "global", "start_step": 0, "end_step": 8,
             "pruning_frequency": 2},
@@ -545,8 +548,8 @@ def _assert_records_equal(got: dict, want: dict, what: str) -> None:
 
 
 def test_fsdp_optimizer_steps_the_dense_weights_as_the_single_process_pruner(runs):
-    """One rank: AdamW with weight decay, monotone=False (and straight-through gradients) train exactly like
-    the single-process Pruner: same masks, weights and dense weights bit for bit; pruned weights come back."""
+    """One rank: AdamW with weight decay, monotone=False (and straight-through gradients, with and without
+    SR-STE's pruned_decay) train exactly like the single-process Pruner: same masks, weights and dense weights bit for bit; pruned weights come back."""
     for key in DENSE_CFGS:
         want = dense_train_run(0, 0, key, "", "full")
         got = runs(1)[0]["dense_train"][key]

@@ -83,6 +83,72 @@ def test_pruned_gradient_none_or_straight_through(mode, expect_grad):
     assert bool((grad[0, :2] != 0).all()) is expect_grad
 
 
+def _conv_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv1d(4, 8, 3, stride=2), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 9, 4))
+
+
+@pytest.mark.parametrize("decay", [0.0, 0.3])
+def test_sr_ste_sgd_step_moves_every_weight_by_lr_times_grad_plus_decay(decay):
+    """SR-STE (pruned_decay): one plain SGD step on a small conv net moves the dense weight by
+    lr * (g + decay * w * (1 - mask)), g the gradient of the masked weight the model computed with."""
+    model, lr = _conv_net(), 0.1
+    x, y = torch.randn(16, 4, 20), torch.randint(0, 4, (16,))
+    reference = _conv_net()               # the same initial weights, unpruned: masked by hand below
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    cfg = {"target_sparsity": 0.5, "pattern": "2:4", "start_step": 0, "end_step": 0, "pruning_frequency": 1,
+           "pruned_gradient": "straight_through", "pruned_decay": decay, "monotone": False}
+    pruner = sparsify_torch.prune(model, cfg, optimizer=opt)
+    masks = {n: m.to(torch.float32) for n, m in pruner.masks().items()}
+    assert set(masks) == {"0.weight", "3.weight"} and all(float(m.mean()) == 0.5 for m in masks.values())
+    dense = {n: model.get_submodule(n[:-7]).parametrizations.weight.original.detach().clone() for n in masks}
+    with torch.no_grad():
+        for n, m in masks.items():
+            reference.get_submodule(n[:-7]).weight.mul_(m)
+    nn.functional.cross_entropy(reference(x), y).backward()
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    for n, m in masks.items():
+        g = reference.get_submodule(n[:-7]).weight.grad
+        want = dense[n] - lr * (g + decay * dense[n] * (1 - m))
+        got = model.get_submodule(n[:-7]).parametrizations.weight.original.detach()
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+        pruned = (m == 0) & (dense[n] != 0)
+        assert bool(pruned.any())
+
+
+def test_sr_ste_refuses_bad_decays():
+    from sparsify_torch.parametrization import MaskParametrization
+
+    with pytest.raises(ValueError, match=r"pruned_decay=0.001 decays the pruned weights .*pruned_gradient='none'"):
+        sparsify_torch.prune(nn.Linear(4, 2), {"pruned_decay": 1e-3})
+    with pytest.raises(ValueError, match="pruned_decay must be a finite number >= 0, got -1"):
+        sparsify_torch.prune(nn.Linear(4, 2), {"pruned_gradient": "straight_through", "pruned_decay": -1})
+    mask = torch.ones(2)
+    with pytest.raises(ValueError, match=r"pruned_decay=0.5 needs straight_through=True"):
+        MaskParametrization(mask, pruned_decay=0.5)
+    with pytest.raises(ValueError, match="pruned_decay must be a finite number >= 0, got nan"):
+        MaskParametrization(mask, straight_through=True, pruned_decay=float("nan"))
+    with pytest.raises(TypeError, match="pruned_decay must be a number >= 0, got '0.1'"):
+        MaskParametrization(mask, straight_through=True, pruned_decay="0.1")
+
+
+def test_sr_ste_pruner_state_survives_a_round_trip_and_refuses_another_decay():
+    cfg = {"target_sparsity": 0.5, "pattern": "2:4", "start_step": 0, "end_step": 4, "pruning_frequency": 1,
+           "pruned_gradient": "straight_through", "pruned_decay": 2e-4, "monotone": False}
+    pruner = sparsify_torch.prune(nn.Linear(8, 4), cfg)
+    pruner.step()
+    state = pruner.state_dict()
+    assert state["config"]["pruned_decay"] == 2e-4
+    again = sparsify_torch.prune(nn.Linear(8, 4), cfg)
+    again.load_state_dict(state)
+    assert again.step_count == 1 and again.config.pruned_decay == 2e-4
+    other = sparsify_torch.prune(nn.Linear(8, 4), {**cfg, "pruned_decay": 0.0})
+    with pytest.raises(ValueError, match="pruned_decay"):
+        other.load_state_dict(state)
+
+
 @pytest.mark.parametrize("method", ["rigl", "set"])
 def test_regrowth_trains_at_exact_sparsity_and_grown_weights_start_at_zero(method):
     x, y, xt, yt = _digits()

@@ -119,3 +119,16 @@ def test_frozen_model_is_refused_before_training(K, digits):
     compile_(model, K)
     with pytest.raises(ValueError, match="has no trainable weights .*the pruning schedule could never move"):
         model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[PruningCallback({"end_step": 0})])
+
+
+def test_tf_keras_refuses_straight_through_and_sr_ste(digits):
+    """tf-keras models: pruned weights get no gradient there, so straight-through (and SR-STE's pruned_decay)
+    is refused before anything changes."""
+    from _keras_helpers import kmod
+
+    K = kmod("tf_keras")
+    model = compile_(mlp(K), K)
+    cb = PruningCallback({"pruned_gradient": "straight_through", "pruned_decay": 2e-4})
+    with pytest.raises(ValueError, match="pruned_gradient='straight_through' is not supported for tf-keras models"):
+        model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[cb])
+    assert STATE_ATTR not in model.__dict__
