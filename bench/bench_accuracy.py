@@ -211,7 +211,8 @@ def render(data: dict[str, Any], plot_path: str = PLOT, write: bool = True) -> s
              "thread, `model.fit` with the callback (sparsify) or `UpdatePruningStep` (tfmot, "
              "`begin_step`/`end_step` + 1); Keras 3 (JAX) runs: one process per run started with "
              f"`KERAS_BACKEND=jax`, `XLA_FLAGS='{XLA_ONE_THREAD}'`, CPU, `model.fit` on the NumPy batches in order "
-             "(`shuffle=False`) with `sparsify_keras.PruningCallback`. " + _arms(data.get("runs", [])) + _versions() + "\n\nCommands: " +
+             "(`shuffle=False`) with `sparsify_keras.PruningCallback`. " + _arms(data.get("runs", [])) +
+             _versions() + "\n\nCommands: " +
              "; ".join(f"`{c}`" for c in dict.fromkeys(data.get("commands", []))))
     if drawn and os.path.abspath(plot_path) == PLOT:
         body += "\n\n![accuracy vs sparsity](../docs/img/accuracy_vs_sparsity.png)"

@@ -90,6 +90,8 @@ def _setting_rows(idx, dataset: str, fw: str, name: str, runs) -> list[str]:
             verdict = ("yes" if sd < abs(m) else "no") if n > 1 else "n < 2"
         elif arm == best:
             diff = "(best peer)"
+        elif fw not in PEER_ARMS.values():
+            diff = "no peer arm in this framework (across frameworks: below)"
         else:
             diff = "no peer result at this setting"
         out.append(f"| {name} | {arm} | {acc.mean():.4f} +- {_std(acc):.4f} | {len(acc)} | {sp:.4f} | {diff} | "
@@ -100,7 +102,7 @@ def _setting_rows(idx, dataset: str, fw: str, name: str, runs) -> list[str]:
 def render_frameworks(runs: list[dict[str, Any]]) -> str:
     """Per data set, setting and arm run in several frameworks: the paired difference of each later framework
     minus each earlier one (``FRAMEWORK_TITLES`` order), whether it is within noise (|mean| < 2 SE), and on how
-    many seeds the two are identical (test accuracy; masks where both records have a ``mask_digest``)."""
+    many seeds the two are identical (test accuracy to 1e-6; masks where both records have a ``mask_digest``)."""
     idx = _index(runs)
     rows = ["| data set | setting | arm | frameworks | paired difference (mean +- std, pairs) | 2 SE | within noise "
             "| identical: accuracy, masks |", "|---|---|---|---|---|---|---|---|"]
@@ -119,13 +121,14 @@ def render_frameworks(runs: list[dict[str, Any]]) -> str:
                 if n == 0:
                     continue
                 seeds = sorted(set(ok_a) & set(ok_b))
-                same_acc = sum(ok_a[s]["accuracy"] == ok_b[s]["accuracy"] for s in seeds)
+                same_acc = sum(abs(ok_a[s]["accuracy"] - ok_b[s]["accuracy"]) < 1e-6 for s in seeds)  # float32 torch
                 digests = [s for s in seeds if ok_a[s].get("mask_digest") and ok_b[s].get("mask_digest")]
                 same_mask = (f"{sum(ok_a[s]['mask_digest'] == ok_b[s]['mask_digest'] for s in digests)}/"
                              f"{len(digests)}" if digests else "n/a")
                 se2 = 2 * sd / np.sqrt(n) if n > 1 else float("nan")
                 noise = ("yes" if abs(m) < se2 else "no") if n > 1 else "n < 2"
-                rows.append(f"| {dataset} | {f'model {where}' if arm == 'dense' else where} | {arm} | {FRAMEWORK_TITLES.get(later, later)} - "
+                where_ = f"model {where}" if arm == "dense" else where
+                rows.append(f"| {dataset} | {where_} | {arm} | {FRAMEWORK_TITLES.get(later, later)} - "
                             f"{FRAMEWORK_TITLES.get(earlier, earlier)} | {m:+.4f} +- {sd:.4f} ({n}) | {se2:.4f} | "
                             f"{noise} | {same_acc}/{n}, masks {same_mask} |")
     return "\n".join(rows) if len(rows) > 2 else ""
