@@ -1,5 +1,10 @@
 """Accuracy of sparse models: dense vs sparsify's methods vs torch.ao and tfmot, paired by seed.
 
+Frameworks: ``torch`` (``sparsify_torch.prune``), ``tf_keras`` (tf-keras / Keras 2,
+``sparsify_tf.keras.PruningCallback``) and ``keras_jax`` (Keras 3 on JAX, ``sparsify_keras.PruningCallback``;
+each run in a process of its own started with ``KERAS_BACKEND=jax``, XLA on one CPU thread). All train the
+same function from the same NumPy initial weights on the same batches, so a seed pairs across frameworks too.
+
 Two CNNs trained from scratch on offline data (see ``bench/accuracy/problems.py``):
 
 * ``mnist1d``: MNIST-1D (``mnist1d.data.make_dataset``, 4000 train / 1000 test), the paper's CNN
@@ -16,15 +21,19 @@ initial weights and sees the same batches. Arms: ``dense``; sparsify arms by nam
 scores; ``sr_ste`` is SR-STE: straight-through gradients plus ``pruned_decay`` on the pruned weights, a mask
 update every step, ``monotone=False``)
 or defined with ``--arm-config name='{json}'``; their config overrides
-passed to ``sparsify_torch.prune`` / ``sparsify_tf.keras.PruningCallback`` unchanged (a key the installed
+passed to ``sparsify_torch.prune`` / ``sparsify_tf.keras.PruningCallback`` / ``sparsify_keras.PruningCallback``
+unchanged (a key the installed
 sparsify does not know fails with its ValueError before anything runs); ``torch.ao``
 (``WeightNormSparsifier`` at our schedule's update steps and values, ``squash_mask`` at the end);
 ``tfmot`` (``prune_low_magnitude``, installed with ``pip install --target`` into a temporary folder or
-taken from ``$TFMOT_PATH``). Every run is single-threaded; torch runs use ``set_flush_denormal(True)``.
+taken from ``$TFMOT_PATH``); a peer arm runs in its own framework only (``keras_jax`` has none). Every run
+is single-threaded; torch runs use ``set_flush_denormal(True)``.
 
 Usage:
     python bench/bench_accuracy.py --seeds 10 --frameworks torch,tf_keras --datasets mnist1d,digits \\
         --arms dense,default,torch.ao,tfmot --settings 80,90,95,4x1,2:4 --jobs 2 --out-json acc.json
+    python bench/bench_accuracy.py --seeds 10 --frameworks keras_jax --datasets mnist1d --settings 90 \\
+        --arms dense,default,erk_wanda --out-json acc.json             # Keras 3 + JAX, paired with the above
     python bench/bench_accuracy.py --report --out-json acc.json     # re-render RESULTS.md and the plot
 """
 from __future__ import annotations
@@ -33,7 +42,9 @@ import argparse
 import json
 import os
 import shlex
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -48,7 +59,11 @@ from bench.accuracy.problems import (PEER_ARMS, SPARSIFY_ARMS, problem, setting,
                                      sparsify_config)
 
 __all__ = ["plan", "execute", "run_key", "main"]
-FRAMEWORKS = ("torch", "tf_keras")
+FRAMEWORKS = ("torch", "tf_keras", "keras_jax")
+#: Keras 3 frameworks and their backend: each run is a child process with ``KERAS_BACKEND`` set before import.
+KERAS3_BACKENDS = {"keras_jax": "jax"}
+#: the child's XLA on one CPU thread, like the torch and tf-keras runs.
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 PLOT = os.path.join(ROOT, "docs", "img", "accuracy_vs_sparsity.png")
 
 
@@ -86,7 +101,43 @@ def plan(args: argparse.Namespace, custom: dict[str, dict]) -> list[dict[str, An
 
 
 def execute(job: dict[str, Any]) -> dict[str, Any]:
-    """Train one run (in this process) and return its record (the job's fields + results)."""
+    """Train one run and return its record (the job's fields + results): torch and tf-keras in this process,
+    a Keras 3 framework in a child process whose keras is imported with that framework's backend."""
+    if job["framework"] in KERAS3_BACKENDS:
+        return _execute_in_backend(job)
+    return _execute_here(job)
+
+
+def _execute_in_backend(job: dict[str, Any]) -> dict[str, Any]:
+    """``python bench_accuracy.py --run-job IN OUT`` with ``KERAS_BACKEND`` set; raises with its output on failure."""
+    backend = KERAS3_BACKENDS[job["framework"]]
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2",
+           "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + XLA_ONE_THREAD).strip()}
+    if backend == "jax":
+        env.setdefault("JAX_PLATFORMS", "cpu")
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "job.json"), os.path.join(d, "record.json")
+        with open(src, "w") as f:
+            json.dump(job, f)
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--run-job", src, dst], cwd=ROOT, env=env,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{run_key(job)}: KERAS_BACKEND={backend} child exited {done.returncode}\n"
+                               f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        with open(dst) as f:
+            return json.load(f)
+
+
+def _run_job_file(src: str, dst: str) -> None:
+    """The child's side of :func:`_execute_in_backend`: one job from ``src``, its record to ``dst``."""
+    with open(src) as f:
+        job = json.load(f)
+    record = _execute_here(job)
+    with open(dst, "w") as f:
+        json.dump(record, f)
+
+
+def _execute_here(job: dict[str, Any]) -> dict[str, Any]:
     spec = problem(job["dataset"])
     if spec.steps != job["steps"]:
         spec = spec.scaled(job["steps"])
@@ -94,6 +145,13 @@ def execute(job: dict[str, Any]) -> dict[str, Any]:
     config = sparsify_config(spec, s, job["overrides"]) if job["arm"] not in PEER_ARMS else None
     if job["framework"] == "torch":
         from bench.accuracy.torch_runs import run_torch as run
+    elif job["framework"] in KERAS3_BACKENDS:
+        import keras
+
+        if keras.backend.backend() != KERAS3_BACKENDS[job["framework"]]:
+            raise RuntimeError(f"{job['framework']} runs need KERAS_BACKEND={KERAS3_BACKENDS[job['framework']]} "
+                               f"before keras is imported; this process has {keras.backend.backend()!r}")
+        from bench.accuracy.keras_runs import run_keras3 as run
     else:
         if job["arm"] == "tfmot":
             from bench.bench_keras import ensure_tfmot
@@ -138,7 +196,14 @@ def render(data: dict[str, Any], plot_path: str = PLOT, write: bool = True) -> s
 
     runs = data["runs"]
     drawn = report.plot(runs, plot_path) if plot_path else False
-    body = (report.render_tables(runs) + "\n\nSeconds per training run (one thread, training only; wall time "
+    body = report.render_tables(runs)
+    across = report.render_frameworks(runs)
+    if across:
+        body += ("\n\nAcross frameworks: the same arm and setting, paired by seed (same initial weights and "
+                 "batches), later framework minus earlier; within noise: |mean| < 2 SE (SE = std / sqrt(n)); "
+                 "identical: seeds with equal test accuracy / equal masks (mask digests; older records have "
+                 "none):\n\n" + across)
+    body += ("\n\nSeconds per training run (one thread, training only; wall time "
             "depends on the machine's load, process CPU time much less):\n\n" + report.render_timings(runs))
     body += ("\n\nPaired difference: per seed, arm minus the best peer of the same framework (the peer with the "
              "highest mean); std is the sample std over seeds (ddof=1); 'spread < difference' says whether that "
@@ -146,7 +211,10 @@ def render(data: dict[str, Any], plot_path: str = PLOT, write: bool = True) -> s
              "arm of a seed; final sparsity over the pruned layers (a pattern's misfits stay dense for every "
              "arm). torch runs: one thread, `torch.set_flush_denormal(True)`; tf-keras runs: one intra/inter-op "
              "thread, `model.fit` with the callback (sparsify) or `UpdatePruningStep` (tfmot, "
-             "`begin_step`/`end_step` + 1). " + _arms(data.get("runs", [])) + _versions() + "\n\nCommands: " +
+             "`begin_step`/`end_step` + 1); Keras 3 (JAX) runs: one process per run started with "
+             f"`KERAS_BACKEND=jax`, `XLA_FLAGS='{XLA_ONE_THREAD}'`, CPU, `model.fit` on the NumPy batches in order "
+             "(`shuffle=False`) with `sparsify_keras.PruningCallback`. " + _arms(data.get("runs", [])) +
+             _versions() + "\n\nCommands: " +
              "; ".join(f"`{c}`" for c in dict.fromkeys(data.get("commands", []))))
     if drawn and os.path.abspath(plot_path) == PLOT:
         body += "\n\n![accuracy vs sparsity](../docs/img/accuracy_vs_sparsity.png)"
@@ -183,7 +251,7 @@ def _versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     out = []
-    for pkg in ("torch", "tensorflow", "tf-keras", "mnist1d"):
+    for pkg in ("torch", "tensorflow", "tf-keras", "keras", "jax", "mnist1d"):
         try:
             out.append(f"{pkg} {version(pkg)}")
         except PackageNotFoundError:
@@ -211,7 +279,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-write", action="store_true", help="print the section, leave RESULTS.md alone")
     ap.add_argument("--tuning-json", default="", help="with --report: also show this file's runs (tuning seeds), "
                     "from now on (the path, relative to the repository root, is kept in --out-json)")
+    ap.add_argument("--run-job", nargs=2, metavar=("IN", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.run_job:
+        _run_job_file(*args.run_job)
+        return {}
     for fw in args.frameworks:
         if fw not in FRAMEWORKS:
             raise SystemExit(f"--frameworks: unknown framework {fw!r}; choose from {list(FRAMEWORKS)}")
@@ -223,6 +295,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if arm not in SPARSIFY_ARMS and arm not in PEER_ARMS and arm != "dense" and arm not in custom:
             raise SystemExit(f"--arms: unknown arm {arm!r}; choose from dense, {', '.join(SPARSIFY_ARMS)}, "
                              f"{', '.join(PEER_ARMS)} or define it with --arm-config")
+        others = [fw for fw in args.frameworks if arm in PEER_ARMS and fw != PEER_ARMS[arm]]
+        if others and not args.report:
+            print(f"note: {arm} runs in {PEER_ARMS[arm]} only: not run for {', '.join(others)}", flush=True)
     data = _load(args.out_json)
     if args.tuning_json and args.tuning_json not in data.setdefault("tuning", []):
         data["tuning"].append(args.tuning_json)

@@ -1,9 +1,14 @@
-"""One tf-keras (Keras 2) accuracy run: dense, ``sparsify_tf.keras.PruningCallback`` or tfmot.
+"""One Keras accuracy run: tf-keras (Keras 2: dense, ``sparsify_tf.keras.PruningCallback`` or tfmot) or
+Keras 3 (dense or ``sparsify_keras.PruningCallback``, on the backend the process imported keras with).
 
 The Keras model computes the torch model's function: explicit ``ZeroPadding`` then ``valid`` convs (torch's
 symmetric padding), and a ``Permute`` to channels-first before ``Flatten`` so the Dense kernel is the torch
-Linear weight transposed. Training is ``model.fit`` over a ``tf.data`` pipeline gathering the seed's
-batches in order (no shuffling), with the callback (sparsify) or ``UpdatePruningStep`` (tfmot).
+Linear weight transposed; one builder, :func:`build_model`, takes either keras module. Training is
+``model.fit`` with ``shuffle=False`` over the seed's batches in order: tf-keras over a ``tf.data`` pipeline
+gathering them, with the callback (sparsify) or ``UpdatePruningStep`` (tfmot); Keras 3 over the NumPy arrays
+of the gathered batches (``batch_size`` the problem's batch), which every backend reads. Framework
+``keras_jax`` of ``bench/bench_accuracy.py`` is :func:`run_keras3` in a process started with
+``KERAS_BACKEND=jax`` (a Keras backend is fixed when keras is first imported).
 
 tfmot gets ``PolynomialDecay(0, target, begin_step=start + 1, end_step=end + 1, power=3, frequency=f)``
 (tfmot adds one to its step before it updates). Its ``sparsity_m_by_n=(2, 4)`` sets the 2:4 masks once, at
@@ -16,6 +21,9 @@ Example:
     >>> r = run_keras(spec, s, "default", sparsify_config(spec, s, {}), seed=0)
     >>> r["status"], r["sparsity"] > 0.89
     ('ok', True)
+
+Keras 3 (``run_keras3``, the same record) needs its own process: ``KERAS_BACKEND=jax python -c ...``; see
+``tests/bench/test_bench_accuracy.py``.
 """
 from __future__ import annotations
 
@@ -25,14 +33,19 @@ from typing import Any
 
 import numpy as np
 
-from .problems import Layer, Problem, Setting, batch_order, init_weights, load_data, selected_layers, summarize
+from .problems import (PEER_ARMS, Layer, Problem, Setting, batch_order, init_weights, load_data, selected_layers,
+                       summarize)
 
-__all__ = ["build_model", "run_keras", "tfmot_limitation", "single_thread"]
+__all__ = ["build_model", "run_keras", "run_keras3", "tfmot_limitation", "single_thread"]
 
 
-def build_model(layers: list[Layer], weights: dict[str, np.ndarray], input_shape: tuple[int, ...]):
-    """tf-keras Sequential equal to :class:`bench.accuracy.torch_runs.Net`, loaded with ``weights``."""
-    import tf_keras as K
+def build_model(layers: list[Layer], weights: dict[str, np.ndarray], input_shape: tuple[int, ...], K: Any = None):
+    """Keras Sequential equal to :class:`bench.accuracy.torch_runs.Net`, loaded with ``weights``.
+
+    ``K`` is the keras module to build with: ``tf_keras`` (the default) or Keras 3's ``keras``.
+    """
+    if K is None:
+        import tf_keras as K
 
     model = K.Sequential([K.layers.InputLayer(input_shape + (1,))])
     conv_rank = len(input_shape)
@@ -141,10 +154,48 @@ def run_keras(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None
         from sparsify_tf.keras import strip_pruning
 
         model = strip_pruning(model) or model
-    logits = model.predict(xt[..., None], batch_size=1000, verbose=0)
+    return {**_record(model, spec, s, xt, yt, seconds, cpu), "single_thread": single_thread()}
+
+
+def _record(model: Any, spec: Problem, s: Setting, xt: np.ndarray, yt: np.ndarray, seconds: float,
+            cpu: float) -> dict[str, Any]:
+    """Test accuracy and the final kernels (canonical torch layout) of a trained Keras model, summarized."""
+    logits = np.asarray(model.predict(xt[..., None], batch_size=1000, verbose=0))
     acc = float((logits.argmax(1) == yt).mean())
     weights = {}
     for layer in spec.layers(s):
         kernel = np.asarray(model.get_layer(layer.name).get_weights()[0])
         weights[layer.name] = kernel.T if layer.kind == "linear" else np.moveaxis(kernel, (-1, -2), (0, 1))
-    return {**summarize(weights, spec, s, acc, seconds, cpu), "single_thread": single_thread()}
+    return summarize(weights, spec, s, acc, seconds, cpu)
+
+
+def run_keras3(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None, seed: int) -> dict[str, Any]:
+    """Train one run with Keras 3's ``model.fit`` on this process's backend; the record of :func:`run_keras`.
+
+    ``dense`` or a sparsify arm (``sparsify_keras.PruningCallback(config)``, stripped before testing); the
+    peer arms (tfmot, torch.ao) are not Keras 3 and are recorded as ``unsupported``.
+    """
+    import keras
+
+    if arm in PEER_ARMS:
+        return {"status": "unsupported", "reason": f"{arm} does not run on Keras 3 (its framework: "
+                                                   f"{PEER_ARMS[arm]})"}
+    x, y, xt, yt = load_data(spec.name)
+    order = batch_order(spec, len(x), seed).reshape(-1)
+    keras.utils.set_random_seed(seed)
+    model = build_model(spec.layers(s), init_weights(spec, s, seed), x.shape[1:], keras)
+    callbacks: list = []
+    if arm != "dense":
+        from sparsify_keras import PruningCallback
+
+        callbacks = [PruningCallback(config)]
+    model.compile(keras.optimizers.Adam(spec.lr), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    xs, ys = x[order][..., None], y[order]          # the batches in order: step i is rows [i*batch, (i+1)*batch)
+    t0, c0 = time.perf_counter(), time.process_time()
+    model.fit(xs, ys, batch_size=spec.batch, epochs=1, verbose=0, shuffle=False, callbacks=callbacks)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if arm != "dense":
+        from sparsify_keras import strip_pruning
+
+        model = strip_pruning(model)
+    return {**_record(model, spec, s, xt, yt, seconds, cpu), "backend": keras.backend.backend()}

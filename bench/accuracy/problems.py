@@ -1,7 +1,7 @@
 """What one accuracy run trains: data sets, architectures, initial weights, batch order, settings and arms.
 
-Everything framework-independent lives here, so torch and tf-keras runs of one seed start from the same
-NumPy weights (canonical torch layout) and see the same batches.
+Everything framework-independent lives here, so torch, tf-keras and Keras 3 (JAX) runs of one seed start
+from the same NumPy weights (canonical torch layout) and see the same batches.
 
 Example:
     >>> spec = problem("digits")
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import math
 from typing import Any
 
@@ -212,7 +213,8 @@ def sparsify_config(spec: Problem, s: Setting, overrides: dict[str, Any]) -> dic
 def summarize(weights: dict[str, np.ndarray], spec: Problem, s: Setting, acc: float, seconds: float,
               cpu_seconds: float) -> dict:
     """A run's record from its final canonical weights: sparsity over the selected layers, layers pruned,
-    training wall and process CPU seconds.
+    training wall and process CPU seconds, and ``mask_digest`` (SHA-1 of the selected layers' nonzero
+    patterns, canonical layout: equal digests, equal masks across frameworks).
 
     Example:
         >>> w = {"l0": np.zeros((4, 4)), "l1": np.ones((4, 4)), "l2": np.ones((2, 2))}
@@ -223,5 +225,6 @@ def summarize(weights: dict[str, np.ndarray], spec: Problem, s: Setting, acc: fl
     zeros = sum(int((weights[n] == 0).sum()) for n in chosen)
     size = sum(weights[n].size for n in chosen)
     pruned = sorted(n for n, w in weights.items() if (w == 0).mean() > 0.25)
+    digest = hashlib.sha1(b"".join(np.packbits(np.asarray(weights[n]) != 0).tobytes() for n in chosen))
     return {"status": "ok", "accuracy": float(acc), "sparsity": zeros / size, "pruned_layers": pruned,
-            "seconds": float(seconds), "cpu_seconds": float(cpu_seconds)}
+            "seconds": float(seconds), "cpu_seconds": float(cpu_seconds), "mask_digest": digest.hexdigest()[:16]}

@@ -6,6 +6,9 @@ Example:
     ...         for s in range(3) for a, acc in (("default", 0.9), ("torch.ao", 0.8))]
     >>> "+0.1000 +- 0.0000" in render_tables(runs)
     True
+    >>> jax = [dict(r, framework="keras_jax", accuracy=r["accuracy"] + 0.002) for r in runs if r["arm"] == "default"]
+    >>> print(render_frameworks(runs + jax).splitlines()[2])
+    | digits | 90 | default | Keras 3 (JAX) - torch | +0.0020 +- 0.0000 (3) | 0.0000 | no | 0/3, masks n/a |
 """
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ import numpy as np
 
 from .problems import PEER_ARMS, PROBLEMS, SETTINGS
 
-__all__ = ["render_tables", "render_timings", "plot", "paired_difference"]
-FRAMEWORK_TITLES = {"torch": "torch", "tf_keras": "tf-keras"}
+__all__ = ["render_tables", "render_frameworks", "render_timings", "plot", "paired_difference"]
+FRAMEWORK_TITLES = {"torch": "torch", "tf_keras": "tf-keras", "keras_jax": "Keras 3 (JAX)"}
 
 
 def _std(a: np.ndarray) -> float:
@@ -90,11 +93,48 @@ def _setting_rows(idx, dataset: str, fw: str, name: str, runs) -> list[str]:
             verdict = ("yes" if sd < abs(m) else "no") if n > 1 else "n < 2"
         elif arm == best:
             diff = "(best peer)"
+        elif fw not in PEER_ARMS.values():
+            diff = "no peer arm in this framework (across frameworks: below)"
         else:
             diff = "no peer result at this setting"
         out.append(f"| {name} | {arm} | {acc.mean():.4f} +- {_std(acc):.4f} | {len(acc)} | {sp:.4f} | {diff} | "
                    f"{verdict} |")
     return out
+
+
+def render_frameworks(runs: list[dict[str, Any]]) -> str:
+    """Per data set, setting and arm run in several frameworks: the paired difference of each later framework
+    minus each earlier one (``FRAMEWORK_TITLES`` order), whether it is within noise (|mean| < 2 SE), and on how
+    many seeds the two are identical (test accuracy to 1e-6; masks where both records have a ``mask_digest``)."""
+    idx = _index(runs)
+    rows = ["| data set | setting | arm | frameworks | paired difference (mean +- std, pairs) | 2 SE | within noise "
+            "| identical: accuracy, masks |", "|---|---|---|---|---|---|---|---|"]
+    rank = lambda names, n: names.index(n) if n in names else len(names)  # noqa: E731
+    groups = sorted({(k[0], k[2], k[3]) for k in idx}, key=lambda g: (
+        rank(list(PROBLEMS), g[0]), g[2] != "dense", rank(list(SETTINGS), g[1]), g[1], g[2] != "default", g[2]))
+    for dataset, where, arm in groups:
+        fws = _order({k[1] for k in idx if (k[0], k[2], k[3]) == (dataset, where, arm)}, list(FRAMEWORK_TITLES))
+        for j, later in enumerate(fws):
+            for earlier in fws[:j]:
+                a, b = idx[(dataset, later, where, arm)], idx[(dataset, earlier, where, arm)]
+                ok_a = {s: r for s, r in a.items() if r["status"] == "ok"}
+                ok_b = {s: r for s, r in b.items() if r["status"] == "ok"}
+                m, sd, n = paired_difference({s: r["accuracy"] for s, r in ok_a.items()},
+                                             {s: r["accuracy"] for s, r in ok_b.items()})
+                if n == 0:
+                    continue
+                seeds = sorted(set(ok_a) & set(ok_b))
+                same_acc = sum(abs(ok_a[s]["accuracy"] - ok_b[s]["accuracy"]) < 1e-6 for s in seeds)  # float32 torch
+                digests = [s for s in seeds if ok_a[s].get("mask_digest") and ok_b[s].get("mask_digest")]
+                same_mask = (f"{sum(ok_a[s]['mask_digest'] == ok_b[s]['mask_digest'] for s in digests)}/"
+                             f"{len(digests)}" if digests else "n/a")
+                se2 = 2 * sd / np.sqrt(n) if n > 1 else float("nan")
+                noise = ("yes" if abs(m) < se2 else "no") if n > 1 else "n < 2"
+                where_ = f"model {where}" if arm == "dense" else where
+                rows.append(f"| {dataset} | {where_} | {arm} | {FRAMEWORK_TITLES.get(later, later)} - "
+                            f"{FRAMEWORK_TITLES.get(earlier, earlier)} | {m:+.4f} +- {sd:.4f} ({n}) | {se2:.4f} | "
+                            f"{noise} | {same_acc}/{n}, masks {same_mask} |")
+    return "\n".join(rows) if len(rows) > 2 else ""
 
 
 def render_timings(runs: list[dict[str, Any]]) -> str:

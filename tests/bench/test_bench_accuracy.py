@@ -1,6 +1,7 @@
-"""bench/bench_accuracy.py end to end on a very short configuration: digits, torch, 30 steps."""
+"""bench/bench_accuracy.py end to end on very short configurations: digits, torch, 30 steps; one Keras 3 (JAX) run."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
@@ -62,3 +63,18 @@ def test_torch_ao_view_model_equals_the_plain_model_and_batches_are_shared():
     torch.testing.assert_close(plain(x), flat(x), rtol=1e-6, atol=1e-6)
     order = batch_order(spec, 4000, seed=3)
     assert order.shape == (6000, 100) and np.array_equal(np.sort(order[:40].ravel()), np.arange(4000))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None or importlib.util.find_spec("keras") is None,
+                    reason="Keras 3 and jax not installed")
+def test_keras_jax_runs_in_a_jax_process_and_skips_the_peer_arms(tmp_path, capsys):
+    out = tmp_path / "acc.json"
+    data = bench_accuracy.main(["--seeds", "1", "--frameworks", "keras_jax", "--datasets", "digits", "--settings",
+                                "90", "--steps", "20", "--arms", "default,tfmot", "--out-json", str(out), "--plot", "",
+                                "--no-write"])
+    assert "tfmot runs in tf_keras only: not run for keras_jax" in capsys.readouterr().out
+    [r] = data["runs"]
+    assert (r["framework"], r["arm"], r["status"], r["backend"]) == ("keras_jax", "default", "ok", "jax")
+    assert r["sparsity"] == pytest.approx(0.9, abs=1e-3) and len(r["mask_digest"]) == 16
+    assert "| digits | 90 | default | Keras 3 (JAX) - torch |" in bench_accuracy.render(
+        {"runs": data["runs"] + [dict(r, framework="torch")]}, "", write=False)
