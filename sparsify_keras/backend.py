@@ -178,7 +178,7 @@ def compiled(fn: Callable) -> Callable:
     if backend_name() == "tensorflow":
         import tensorflow as tf
 
-        traced = tf.function(fn, reduce_retracing=True)
+        traced = tf.function(fn)      # shapes fixed per model: one trace each
 
         def call(*args: Any) -> Any:
             return traced(*tf.nest.map_structure(lambda x: None if x is None else tf.convert_to_tensor(x), args))
