@@ -40,7 +40,7 @@ import numpy as np
 
 __all__ = ["Criterion", "NEEDS", "register_criterion", "unregister_criterion", "get_criterion",
            "registered_criteria", "oneshot_needs_data",
-           "magnitude", "snip", "snip_momentum", "wanda", "scored_every_step",
+           "magnitude", "snip", "snip_momentum", "wanda", "scored_every_step", "gradient_score",
            "needs_gradients", "CRITERIA", "GRADIENT_CRITERIA"]
 
 #: What a criterion may ask the adapters for.
@@ -186,6 +186,24 @@ def magnitude(weight: Any) -> Any:
     if isinstance(weight, (np.ndarray, np.generic)) and weight.dtype.kind == "i":
         return np.abs(weight).view(weight.dtype.newbyteorder("=").str.replace("i", "u"))   # two's complement: exact
     return abs(weight)
+
+
+def gradient_score(config: Any, previous: Any, weight: Any, grad: Any) -> Any:
+    """The score of a per-step criterion (:func:`scored_every_step`) after a backward pass, on any array type
+    with arithmetic operators (NumPy, torch, JAX, TF): e.g. ``snip`` of this pass, or ``snip_momentum``'s running
+    average from ``previous`` (None before the first pass). A criterion with a running state returns its new
+    state, which is also the next ``previous``. Every adapter scores per-step criteria with this function.
+
+    Example:
+        >>> import numpy as np
+        >>> from sparsify import PruningConfig
+        >>> gradient_score(PruningConfig(criterion="snip"), None, np.array([2.0, -1.0]), np.array([0.5, 3.0])).tolist()
+        [1.0, 3.0]
+    """
+    crit = get_criterion(config.criterion)
+    inputs = {"weight": weight, "grad": grad, "state": previous}
+    out = crit.scores(config=config, **{k: v for k, v in inputs.items() if k in crit.needs})
+    return out[1] if "state" in crit.needs else out
 
 
 def snip(weight: Any, grad: Any) -> Any:

@@ -141,11 +141,15 @@ class KerasAdapter:
 
     def read_grads(self) -> dict[str, np.ndarray]:
         """The canonical dense gradients of the last training step."""
-        return {pw.path: pw.to_canonical(to_numpy(g)) for pw, g in zip(self.state.pweights, self.state.grads)}
+        return self._canonical(self.state.grads)
 
     def read_scores(self) -> dict[str, np.ndarray]:
         """The canonical scores of a per-step criterion (``snip``...) after the last training step."""
-        return {pw.path: pw.to_canonical(to_numpy(sc)) for pw, sc in zip(self.state.pweights, self.state.scores)}
+        return self._canonical(self.state.scores)
+
+    def _canonical(self, variables: list) -> dict[str, np.ndarray]:
+        """Per-weight state variables (Keras layout) as canonical NumPy arrays."""
+        return {pw.path: pw.to_canonical(to_numpy(v)) for pw, v in zip(self.state.pweights, variables)}
 
     def read_activations(self) -> dict[str, np.ndarray]:
         """Per-input-channel L2 norms since the last update, broadcastable to each canonical kernel."""

@@ -37,7 +37,7 @@ from typing import Any
 
 import keras
 
-from sparsify.criteria import get_criterion
+from sparsify.criteria import get_criterion, gradient_score
 from sparsify.patching import patch, patch_of, unpatch
 
 from .backend import StepValues, current_step_values, dense_gradient, wrap_train_step
@@ -73,17 +73,13 @@ def grad_masking_supported(optimizer: Any) -> bool:
 
 
 def step_scores(config: Any, previous: Any, weight: Any, grad: Any, seen: Any) -> Any:
-    """A per-step criterion's scores after a backward pass, on the backend's tensors: e.g. ``snip`` of this
-    step, or ``snip_momentum``'s running average from ``previous`` (ignored while ``seen`` is False: the
-    average starts with this step). ``weight`` is the dense weight, ``grad`` the gradient the optimizer
-    gets (zero at pruned entries unless straight-through), as in every adapter."""
-    crit = get_criterion(config.criterion)
-    inputs = {"weight": weight, "grad": grad}
-    if "state" not in crit.needs:
-        return crit.scores(config=config, **{k: v for k, v in inputs.items() if k in crit.needs})
-    first = crit.scores(config=config, state=None, **inputs)[1]
-    later = crit.scores(config=config, state=previous, **inputs)[1]
-    return keras.ops.where(seen, later, first)
+    """:func:`sparsify.criteria.gradient_score` inside a compiled step: ``previous`` is ignored while ``seen``
+    is False (a running average starts with this step). ``weight`` is the dense weight, ``grad`` the gradient
+    the optimizer gets (zero at pruned entries unless straight-through), as in every adapter."""
+    if "state" not in get_criterion(config.criterion).needs:
+        return gradient_score(config, None, weight, grad)
+    return keras.ops.where(seen, gradient_score(config, previous, weight, grad),
+                           gradient_score(config, None, weight, grad))
 
 
 def _record_scores(state: PruningState, i: int, grad: Any, values: StepValues) -> None:

@@ -18,14 +18,16 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from sparsify import PruningConfig, PruningEngine
+from sparsify import PruningEngine
 from sparsify.adapter import collect_reads
-from sparsify.criteria import get_criterion
+from sparsify.criteria import gradient_score
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from .tensorboard import SparsityWriter
 
 __all__ = ["PrunerBase", "check_state_counters", "check_num_steps", "gradient_score", "dist_group_size"]
+
+# gradient_score is the core's (sparsify.criteria.gradient_score), re-exported for existing imports
 
 _STATE_KEYS = ("step", "done_step", "released", "names", "masks", "scores", "config")
 
@@ -63,24 +65,6 @@ def check_num_steps(num_steps: Any) -> int:
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
         raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
     return num_steps
-
-
-def gradient_score(config: PruningConfig, previous: torch.Tensor | None, weight: torch.Tensor,
-                   grad: torch.Tensor) -> torch.Tensor:
-    """The score of a per-step criterion after a backward pass, evaluated on torch tensors: e.g. ``snip``
-    of this pass, or the ``snip_momentum`` running average from the committed ``previous`` one (None
-    before the first). A criterion with a running state returns its new state as its scores' next
-    ``previous`` (for ``snip_momentum`` they are the same tensor).
-
-    Example:
-        >>> cfg = PruningConfig(criterion="snip")
-        >>> gradient_score(cfg, None, torch.tensor([2.0, -1.0]), torch.tensor([0.5, 3.0])).tolist()
-        [1.0, 3.0]
-    """
-    crit = get_criterion(config.criterion)
-    inputs = {"weight": weight, "grad": grad, "state": previous}
-    out = crit.scores(config=config, **{k: v for k, v in inputs.items() if k in crit.needs})
-    return out[1] if "state" in crit.needs else out
 
 
 def dist_group_size(group: Any) -> int:
