@@ -332,6 +332,30 @@ def run_backends(backends: list[str], seeds: int, models: list[str]) -> dict:
     return out
 
 
+def method_note(args, models: list[str], backends: list[str], loads: list[float], elapsed: float) -> str:
+    """How the figures were measured (appended under the tables)."""
+    import keras
+    import tensorflow as tf
+    import tf_keras
+
+    return (f"Schedule: cubic (gradual) from 0 at step {START} to the target at step {END}, every "
+             f"prunable kernel; tfmot `PolynomialDecay(0, target, begin_step={START + 1}, end_step={END + 1}, "
+             "power=3, frequency=f)` (tfmot adds one to its step before it updates). Per seed: the same initial "
+             f"weights and batch order for every case; {WARMUP} warm-up epoch, {TIMED} timed epochs advanced one "
+             "epoch at a time across all cases in rotating order, then training on until the schedule has "
+             "ended (dense model 12 epochs, CNN 7 in all). Keras 3 on JAX and PyTorch runs in one process per backend "
+             "(a backend is fixed at import), from the same initial weights and batches, its cases rotated the same "
+             "way; machine load may differ between those processes, so compare ratios within a backend. "
+             "Step time: median over the timed epochs of epoch "
+             "wall time / steps; ratio per seed against dense training in the same Keras, median over seeds "
+             "(spread: min-max); CPU ratio likewise on process CPU time. Accuracy: test accuracy after "
+             f"stripping, mean +- std over {args.seeds} seeds. TF {tf.__version__}, tf-keras {tf_keras.__version__}, "
+             f"Keras {keras.__version__}; {os.cpu_count()} cores, load average during the run "
+             f"{min(loads):.1f}-{max(loads):.1f}; run took {elapsed / 60:.1f} min. "
+             f"Command: `python bench/bench_keras.py --seeds {args.seeds} --models {','.join(models)} "
+             f"--backends {','.join(backends)}` (torch's `set_flush_denormal` not used).")
+
+
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5, help="repeats, one seed each (>= 5 for the accuracy figures)")
@@ -353,6 +377,8 @@ def main(argv=None) -> str:
     if args.backend_worker:
         backend_worker(args.backend_worker, args.seeds, models, args.out)
         return ""
+
+    from bench.keras_report import table
 
     tfmot_note = ensure_tfmot()
     import keras
@@ -400,79 +426,13 @@ def main(argv=None) -> str:
                                      f"and rounding) differs from the exact count: {'; '.join(diffs) or 'none'}.")
     elapsed = time.perf_counter() - t0
     body = "\n\n".join(sections)
-    body += (f"\n\nSchedule: cubic (gradual) from 0 at step {START} to the target at step {END}, every "
-             f"prunable kernel; tfmot `PolynomialDecay(0, target, begin_step={START + 1}, end_step={END + 1}, "
-             "power=3, frequency=f)` (tfmot adds one to its step before it updates). Per seed: the same initial "
-             f"weights and batch order for every case; {WARMUP} warm-up epoch, {TIMED} timed epochs advanced one "
-             "epoch at a time across all cases in rotating order, then training on until the schedule has "
-             "ended (dense model 12 epochs, CNN 7 in all). Keras 3 on JAX and PyTorch runs in one process per backend "
-             "(a backend is fixed at import), from the same initial weights and batches, its cases rotated the same "
-             "way; machine load may differ between those processes, so compare ratios within a backend. "
-             "Step time: median over the timed epochs of epoch "
-             "wall time / steps; ratio per seed against dense training in the same Keras, median over seeds "
-             "(spread: min-max); CPU ratio likewise on process CPU time. Accuracy: test accuracy after "
-             f"stripping, mean +- std over {args.seeds} seeds. TF {tf.__version__}, tf-keras {tf_keras.__version__}, "
-             f"Keras {keras.__version__}; {os.cpu_count()} cores, load average during the run "
-             f"{min(loads):.1f}-{max(loads):.1f}; run took {elapsed / 60:.1f} min. "
-             f"Command: `python bench/bench_keras.py --seeds {args.seeds} --models {','.join(models)} "
-             f"--backends {','.join(backends)}` (torch's `set_flush_denormal` not used).")
+    body += "\n\n" + method_note(args, models, backends, loads, elapsed)
     if tfmot_note:
         body += f"\n\n{tfmot_note}"
     from bench._results import publish
 
     publish("bench_keras", body, write=not args.no_write)
     return body
-
-
-def table(arch: str, results: dict, cases, seeds: int) -> str:
-    spec = MODELS[arch]
-    rows = [f"**{spec['title']}** (batch {spec['batch']}, target {spec['target']:.0%})", "",
-            "| Keras | method | pruning_frequency | step (ms) | vs dense (spread) | CPU vs dense | test accuracy "
-            "| final sparsity | kernels == tfmot | step traces / steps per run |", "|---|---|---|---|---|---|---|---|---|---|"]
-    names = {"dense": "dense", "ours": "sparsify PruningCallback", "tfmot": "tfmot prune_low_magnitude"}
-    for key in cases:
-        kind, freq, label, _ = key
-        rs = results.get(key)
-        if not rs:
-            rows.append(f"| {label} | {names[kind]} | {freq or '-'} | n/a | n/a | n/a | n/a | n/a | n/a | n/a |")
-            continue
-        dense = results[("dense", None, label, key[3])]
-        rw = np.array([r["wall"] for r in rs]) / np.array([d["wall"] for d in dense])
-        rc = np.array([r["cpu"] for r in rs]) / np.array([d["cpu"] for d in dense])
-        acc = np.array([r["acc"] for r in rs])
-        same = [r["same_as_tfmot"] for r in rs if "same_as_tfmot" in r]
-        same_txt = (f"{sum(same)}/{len(same)} seeds" if same else "-")
-        traces = [r.get("traces") for r in rs if r.get("traces") is not None]
-        trace_txt = f"{max(traces)} / {rs[0]['steps']}" if traces else "-"
-        rows.append(f"| {label} | {names[kind]} | {freq or '-'} | {1e3 * np.median([r['wall'] for r in rs]):.3f} | "
-                    f"{np.median(rw):.3f}x ({rw.min():.2f}-{rw.max():.2f}) | {np.median(rc):.3f}x | "
-                    f"{acc.mean():.4f} +- {acc.std():.4f} | {np.mean([r['sparsity'] for r in rs]):.4f} | {same_txt} | "
-                    f"{trace_txt} |")
-    rows += ["", verdicts(results, cases)]
-    return "\n".join(rows)
-
-
-def verdicts(results: dict, cases) -> str:
-    """The issue's targets, from the medians: <= 1.05x dense at frequency >= 10, never slower than tfmot."""
-    def ratio(key):
-        rs, dense = results.get(key), results.get(("dense", None, key[2], key[3]))
-        if not rs or not dense:
-            return None
-        return float(np.median(np.array([r["wall"] for r in rs]) / np.array([d["wall"] for d in dense])))
-
-    out = []
-    for label, K in dict.fromkeys((c[2], c[3]) for c in cases):
-        worst = [ratio(("ours", f, label, K)) for f in FREQS if f >= 10]
-        worst = [w for w in worst if w is not None]
-        if worst:
-            out.append(f"{label}: <= 1.05x dense at pruning_frequency >= 10: worst {max(worst):.3f}x "
-                       f"({'met' if max(worst) <= 1.05 else 'not met'})")
-        versus = [(f, ratio(("ours", f, label, K)), ratio(("tfmot", f, label, K))) for f in FREQS]
-        versus = [(f, a, b) for f, a, b in versus if a is not None and b is not None]
-        if versus:
-            out.append(f"{label}: not slower than tfmot: " + ", ".join(
-                f"frequency {f} {a:.3f}x vs {b:.3f}x ({'met' if a <= b else 'not met'})" for f, a, b in versus))
-    return "Targets (medians over seeds): " + "; ".join(out) + "."
 
 
 if __name__ == "__main__":

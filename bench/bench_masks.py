@@ -52,24 +52,8 @@ def resnet50_shapes() -> list[tuple[int, ...]]:
     return [tuple(p.shape) for n, p in model.named_parameters() if p.ndim in (2, 4)]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
-    args = ap.parse_args()
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((4096, 4096), dtype=np.float32)
-    n = w.size
-    rows: list[tuple[str, float, float]] = []
-
-    def floor_fn():
-        return np.abs(w)
-
-    def case(label: str, fn, repeat: int = args.repeat, floor=floor_fn) -> None:
-        rows.append((label, *paired(fn, floor, repeat)))
-
-    rows.append(("np.abs pass (floor)", paired(floor_fn, floor_fn, args.repeat)[0], 1.0))
-
+def single_tensor_cases(case, w: np.ndarray, rng) -> None:
+    """Unstructured, block and N:M masks of one 4096x4096 tensor."""
     scores = np.abs(w)
     earlier = np.abs(w + 0.1 * rng.standard_normal(w.shape, dtype=np.float32))   # the weights one update ago
     for name, ratio in (("1x1", 0.9), ("4x1", 0.9), ("2:4", 0.5), ("2:4", 0.25)):
@@ -80,6 +64,11 @@ def main() -> None:
         case(f"sparsify '{name}' {ratio:.0%}: mask from scores, with previous masks",
              lambda: p.get_mask_single(scores, ratio, pre))
 
+
+
+def peer_cases(case, w: np.ndarray, repeat: int) -> int:
+    """torch and tfmot-style selection of the same tensor; returns torch's thread count."""
+    n = w.size
     k = exact_prune_count(0.9, n)
     import torch
 
@@ -99,7 +88,7 @@ def main() -> None:
         return m.reshape(a.shape)
 
     case(f"torch.kthvalue 90% (abs + threshold + mask, {torch_threads} threads)", torch_kth)
-    case(f"torch.topk 90% (abs + indices + mask, {torch_threads} threads)", torch_topk, max(2, args.repeat // 2))
+    case(f"torch.topk 90% (abs + indices + mask, {torch_threads} threads)", torch_topk, max(2, repeat // 2))
 
     import tensorflow as tf
 
@@ -114,7 +103,14 @@ def main() -> None:
         return tf.cast(tf.greater_equal(a, threshold), x.dtype)
 
     case("tf.math.top_k 90% as tfmot (abs + threshold + mask)", lambda: tfmot_style(tf_w).numpy(),
-         max(2, args.repeat // 2))
+         max(2, repeat // 2))
+
+    return torch_threads
+
+
+def global_cases(case, rows: list, rng, repeat: int, torch_threads: int) -> None:
+    """Global selection over a ResNet-50-sized set of layers."""
+    import torch
 
     # global mask over a ResNet-50-sized set of layers
     shapes = resnet50_shapes()
@@ -139,7 +135,7 @@ def main() -> None:
     def g_floor():
         return [np.abs(v) for v in layers.values()]
 
-    g_repeat = max(3, args.repeat // 2)
+    g_repeat = max(3, repeat // 2)
     rows.append((f"np.abs over ResNet-50 layers ({len(shapes)} tensors, {total / 1e6:.1f}M) (floor)",
                  paired(g_floor, g_floor, g_repeat)[0], 1.0))
     case("sparsify global 90%: masks from scores", lambda: g.get_masks(g_scores, 0.9), g_repeat, g_floor)
@@ -151,6 +147,29 @@ def main() -> None:
          lambda: g.get_masks(scaled, 0.9), g_repeat, g_floor)
     case("sparsify global '2:4' 50%: masks from scores", lambda: g24.get_masks(g_scores, 0.5), g_repeat, g_floor)
     case(f"torch.cat + kthvalue global 90% ({torch_threads} threads)", torch_global, g_repeat, g_floor)
+
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4096, 4096), dtype=np.float32)
+    rows: list[tuple[str, float, float]] = []
+
+    def floor_fn():
+        return np.abs(w)
+
+    def case(label: str, fn, repeat: int = args.repeat, floor=floor_fn) -> None:
+        rows.append((label, *paired(fn, floor, repeat)))
+
+    rows.append(("np.abs pass (floor)", paired(floor_fn, floor_fn, args.repeat)[0], 1.0))
+
+    single_tensor_cases(case, w, rng)
+    torch_threads = peer_cases(case, w, args.repeat)
+    global_cases(case, rows, rng, args.repeat, torch_threads)
 
     table = ["| case (4096x4096 float32 unless noted) | best ms | x floor (median) |", "|---|---:|---:|"]
     table += [f"| {name} | {ms:.1f} | {ratio:.2f} |" for name, ms, ratio in rows]

@@ -25,18 +25,18 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import keras
 import numpy as np
 
 from sparsify.protocol import MaskUpdate
 
-from .backend import backend_name, compiled, to_numpy
+from .backend import compiled, compiled_assign, to_numpy
 from .compat import optimizer_slots
 from .statistics import activation_window, reset_activations
 
-__all__ = ["KerasAdapter", "write_update", "write_updates", "written_values"]
+__all__ = ["KerasAdapter", "MaskWriter", "write_update", "write_updates", "written_values"]
 
 
 def written_values(weight: Any, stored: Any, mask: Any, slots: Sequence[Any], keep: Any,
@@ -44,55 +44,63 @@ def written_values(weight: Any, stored: Any, mask: Any, slots: Sequence[Any], ke
     """The new ``(weight, stored, mask, slots)`` tensors of one weight's mask update (see the module), a pure
     function of the current tensors and the two bool masks (``keras.ops``, so backends can compile it)."""
     ops = keras.ops
+    keep, keep_values = ops.convert_to_tensor(keep), ops.convert_to_tensor(keep_values)
     dense = ops.add(weight, stored)
     nothing = ops.zeros_like(dense)
-    steady = ops.logical_and(keep_values, ops.not_equal(mask, ops.zeros((), mask.dtype)))
+    steady = ops.logical_and(keep_values, ops.cast(mask, "bool"))      # a mask holds exactly 0 or 1
     return (ops.where(keep_values, dense, nothing), ops.where(keep, nothing, dense), ops.cast(keep, mask.dtype),
-            [ops.where(steady, slot, ops.zeros_like(slot)) for slot in slots])
+            [ops.where(steady, slot, nothing if slot.dtype == dense.dtype else ops.zeros_like(slot))
+             for slot in slots])
 
 
-def _all_written(items: list) -> list:
-    out = []
-    for weight, stored, mask, slots, keep, keep_values, scatter in items:
-        if scatter is not None:          # the masks come flat in the canonical layout: one gather each
-            keep = keras.ops.reshape(keras.ops.take(keep, scatter), keras.ops.shape(weight))
-            keep_values = keras.ops.reshape(keras.ops.take(keep_values, scatter), keras.ops.shape(weight))
-        out.append(written_values(weight, stored, mask, slots, keep, keep_values))
+def _new_values(values: list, masks: list, sizes: Sequence[int]) -> list:
+    """The new values of every written variable: ``values`` holds per weight ``[weight, stored, mask,
+    *slots]`` (``sizes[i]`` entries for weight i), ``masks`` per weight ``(keep, keep_values)``."""
+    out, at = [], 0
+    for size, (keep, keep_values) in zip(sizes, masks):
+        weight, stored, mask, *slots = values[at:at + size]
+        new_weight, new_stored, new_mask, new_slots = written_values(weight, stored, mask, slots, keep, keep_values)
+        out += [new_weight, new_stored, new_mask, *new_slots]
+        at += size
     return out
 
 
-def _all_canonical(items: list) -> list:
-    return [keras.ops.take(keras.ops.reshape(keras.ops.add(w, s), (-1,)), gather) for w, s, gather in items]
+def _dense_values(values: list) -> list:
+    """Per weight ``weight + stored`` (``values`` holds the pairs one after the other)."""
+    return [keras.ops.add(values[i], values[i + 1]) for i in range(0, len(values), 2)]
 
 
-_COMPILED: dict[tuple[str, str], Callable] = {}     # compiled writer and reader per backend (made on first use)
+class MaskWriter:
+    """The one Keras 3 writer: writes masks (NumPy bool, each weight's own layout) into several weights'
+    kernels, stored values, masks and optimizer slots (see the module), in one compiled call
+    (:func:`sparsify_keras.backend.compiled_assign`): only the bool masks travel from the host.
+
+    Args:
+        weights: per weight ``(weight, mask, stored, slots)`` (variables).
+    """
+
+    def __init__(self, weights: Sequence[tuple[Any, Any, Any, Sequence[Any]]]) -> None:
+        targets = [v for weight, mask, stored, slots in weights for v in (weight, stored, mask, *slots)]
+        sizes = [3 + len(slots) for *_, slots in weights]
+        self._assign = compiled_assign(lambda values, masks: _new_values(values, masks, sizes), targets)
+        self._shapes = [tuple(weight.shape) for weight, *_ in weights]
+
+    def write(self, masks: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> None:
+        """Per weight ``(keep, keep_values)`` (``keep_values`` None: ``keep``), in the weights' layouts."""
+        pairs = []
+        for shape, (keep, values) in zip(self._shapes, masks):
+            keep = np.asarray(keep, bool).reshape(shape)
+            pairs.append((keep, keep if values is None else np.asarray(values, bool).reshape(shape)))
+        self._assign(pairs)
 
 
-def _compiled(name: str, fn: Callable) -> Callable:
-    key = (name, backend_name())            # keras.config.set_backend may switch backends in a process
-    if key not in _COMPILED:
-        _COMPILED[key] = compiled(fn)
-    return _COMPILED[key]
-
-
-def write_updates(writes: Sequence[tuple], scatters: Sequence[Any] | None = None) -> None:
+def write_updates(writes: Sequence[tuple]) -> None:
     """Write several weights' mask updates at once: ``writes`` holds per weight ``(weight, mask, keep,
     keep_values, stored, slots)`` (variables; the two bool masks as NumPy arrays in the weight's own layout,
-    ``keep_values`` None for ``keep``). With ``scatters`` (per weight a device index tensor or None) the
-    masks come flat in the canonical layout and ``scatter`` puts them into the weight's layout (see
-    :meth:`~sparsify_keras.layers.KerasPrunableWeight.canonical_index`). The arithmetic runs on the device in
-    one compiled call (:func:`sparsify_keras.backend.compiled`); only the bool masks travel from the host."""
-    scatters = [None] * len(writes) if scatters is None else list(scatters)
-    items = [(w.value, s.value, m.value, [slot.value for slot in slots], np.asarray(keep, bool),
-              np.asarray(keep if values is None else values, bool), scatter)
-             for (w, m, keep, values, s, slots), scatter in zip(writes, scatters)]
-    written = _compiled("write", _all_written)(items)
-    for (w, m, _k, _v, s, slots), (new_w, new_s, new_m, new_slots) in zip(writes, written):
-        for slot, value in zip(slots, new_slots):
-            slot.assign(value)
-        w.assign(new_w)
-        s.assign(new_s)
-        m.assign(new_m)
+    ``keep_values`` None for ``keep``). One :class:`MaskWriter` call (a writer used repeatedly is faster:
+    it is compiled once)."""
+    MaskWriter([(w, m, s, list(slots)) for w, m, _k, _v, s, slots in writes]).write(
+        [(k, v) for _w, _m, k, v, _s, _slots in writes])
 
 
 def write_update(weight: Any, mask: Any, keep: np.ndarray, keep_values: np.ndarray | None = None, *,
@@ -114,14 +122,18 @@ class KerasAdapter:
     def __init__(self, model: Any, state: Any, criterion: str = "magnitude") -> None:
         self.model, self.state, self.criterion = model, state, criterion
         self.names: list[str] = [pw.path for pw in state.pweights]
-        self._index: list[tuple[Any, Any]] | None = None     # per weight (gather, scatter) on the device
+        self._reader = compiled(_dense_values)
+        self._writer: tuple[Any, MaskWriter] | None = None     # (the optimizer's slots it writes, the writer)
 
-    def _device_index(self) -> list[tuple[Any, Any]]:
-        """Per weight the layout permutations as device tensors (made once per adapter)."""
-        if self._index is None:
-            self._index = [tuple(keras.ops.convert_to_tensor(i) for i in pw.canonical_index())
-                           for pw in self.state.pweights]
-        return self._index
+    def _mask_writer(self) -> MaskWriter:
+        """The writer of this model's weights and current optimizer slots (made again when they change)."""
+        optimizer = getattr(self.model, "optimizer", None)
+        slots = [optimizer_slots(optimizer, pw.variable) for pw in self.state.pweights]
+        key = [id(v) for vs in slots for v in vs]
+        if self._writer is None or self._writer[0] != key:
+            self._writer = (key, MaskWriter([(pw.variable, mask, stored, vs) for pw, mask, stored, vs in
+                                             zip(self.state.pweights, self.state.masks, self.state.stored, slots)]))
+        return self._writer[1]
 
     def waiting(self) -> bool:
         """True while an update must wait for the first training step (RigL's gradients or Wanda's inputs)."""
@@ -132,12 +144,11 @@ class KerasAdapter:
         return bool(self.state.grads) and int(to_numpy(self.state.grads_seen)) == 0
 
     def read_weights(self) -> dict[str, np.ndarray]:
-        """The canonical kernels, dense under the mask (added and put into the canonical layout on the device,
-        in one compiled call: one transfer per weight)."""
+        """The canonical kernels, dense under the mask (kernel + stored values added on the device in one
+        compiled call, one transfer per weight; the layout changed on the host)."""
         pws = self.state.pweights
-        flat = _compiled("read", _all_canonical)([(pw.variable.value, s.value, gather) for pw, s, (gather, _) in
-                                                  zip(pws, self.state.stored, self._device_index())])
-        return {pw.path: to_numpy(f).reshape(pw.canonical_shape) for pw, f in zip(pws, flat)}
+        dense = self._reader([v.value for pw, s in zip(pws, self.state.stored) for v in (pw.variable, s)])
+        return {pw.path: pw.to_canonical(to_numpy(d)) for pw, d in zip(pws, dense)}
 
     def read_grads(self) -> dict[str, np.ndarray]:
         """The canonical dense gradients of the last training step."""
@@ -157,15 +168,13 @@ class KerasAdapter:
 
     def write_update(self, update: MaskUpdate) -> None:
         """The update into the kernels, stored values, masks and optimizer slots; a new statistics window."""
-        optimizer = getattr(self.model, "optimizer", None)
-        writes = []
-        for pw, mask, stored in zip(self.state.pweights, self.state.masks, self.state.stored):
+        masks = []
+        for pw in self.state.pweights:
             keep = update.masks[pw.path]
             values = update.keep_values[pw.path]
             if pw.path in update.grown:
                 values = values & ~update.grown[pw.path]
-            writes.append((pw.variable, mask, keep.reshape(-1), None if values is keep else values.reshape(-1),
-                           stored, optimizer_slots(optimizer, pw.variable)))
-        write_updates(writes, [scatter for _, scatter in self._device_index()])
+            masks.append((pw.from_canonical(keep), None if values is keep else pw.from_canonical(values)))
+        self._mask_writer().write(masks)
         self.state.last_step.assign(update.step)
         reset_activations(self.state)

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import keras
 import numpy as np
 
 __all__ = ["backend_name", "StepValues", "StatefulValues", "JaxStateValues", "current_step_values",
-           "wrap_train_step", "sync_to_variables", "to_numpy", "compiled", "dense_gradient", "state_scope", "tf_strategy",
+           "wrap_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_assign", "dense_gradient", "state_scope", "tf_strategy",
            "add_to"]
 
 _TLS = threading.local()
@@ -184,6 +184,45 @@ def compiled(fn: Callable) -> Callable:
             return traced(*tf.nest.map_structure(lambda x: None if x is None else tf.convert_to_tensor(x), args))
         return call
     return fn
+
+
+def compiled_assign(fn: Callable, targets: Sequence[Any]) -> Callable[..., None]:
+    """A function of ``*args`` that assigns ``fn([t.value for t in targets], *args)`` (new values, one per
+    target, in order) to the variables ``targets``, in one compiled call where the backend has one:
+    ``jax.jit`` then the assigns on JAX; on TensorFlow one ``tf.function`` that reads and assigns the
+    variables inside the graph (no eager op per variable); eagerly on PyTorch.
+
+    Example:
+        >>> import keras
+        >>> a, b = keras.Variable([1.0]), keras.Variable([2.0])
+        >>> swap = compiled_assign(lambda values, k: [keras.ops.multiply(values[1], k), values[0]], [a, b])
+        >>> swap(3.0)
+        >>> [keras.ops.convert_to_numpy(v.value).tolist() for v in (a, b)]
+        [[6.0], [1.0]]
+    """
+    targets = list(targets)
+    if backend_name() == "tensorflow":
+        import tensorflow as tf
+
+        @tf.function
+        def graph(*args: Any) -> None:       # shapes fixed per writer: one trace
+            values = [tf.convert_to_tensor(t.value) for t in targets]      # read all before any assign
+            for variable, value in zip(targets, fn(values, *args)):
+                variable.assign(value)
+
+        def call_graph(*args: Any) -> None:
+            graph(*tf.nest.map_structure(lambda x: None if x is None else tf.convert_to_tensor(x), args))
+        return call_graph
+    compute = fn
+    if backend_name() == "jax":
+        import jax
+
+        compute = jax.jit(fn)
+
+    def call(*args: Any) -> None:
+        for variable, value in zip(targets, compute([t.value for t in targets], *args)):
+            variable.assign(value)
+    return call
 
 
 def dense_gradient(gradient: Any) -> Any:

@@ -6,9 +6,9 @@ Keras's internals is fixed here once. Nothing here imports TensorFlow, JAX or to
 
 Example:
     >>> import keras
-    >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc")])
+    >>> m = keras.Sequential([keras.layers.InputLayer((3,), name="x"), keras.layers.Dense(2, name="fc")])
     >>> keras_flavor(m), [path for path, _ in iter_tree(m)]
-    ('keras3', ['input_layer', 'fc'])
+    ('keras3', ['x', 'fc'])
 """
 from __future__ import annotations
 

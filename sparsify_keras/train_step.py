@@ -109,7 +109,8 @@ def _masked_gradients(state: PruningState, grads: list, variables: list, values:
                 g = keras.ops.add(g, keras.ops.multiply(keras.ops.cast(values.read(state.stored[i]), g.dtype),
                                                         state.pruned_decay))
         else:
-            g = keras.ops.multiply(g, keras.ops.cast(values.read(state.masks[i]), g.dtype))
+            m = values.read(state.masks[i])        # the backend's own operator: one op per step on eager torch
+            g = g * (m if m.dtype == g.dtype else keras.ops.cast(m, g.dtype))
             masked.add(id(v))
         if state.scores:
             _record_scores(state, i, g, values)
