@@ -179,11 +179,15 @@ def compiled(fn: Callable) -> Callable:
         import tensorflow as tf
 
         traced = tf.function(fn)      # shapes fixed per model: one trace each
-
-        def call(*args: Any) -> Any:
-            return traced(*tf.nest.map_structure(lambda x: None if x is None else tf.convert_to_tensor(x), args))
-        return call
+        return lambda *args: traced(*_as_tf_tensors(args))
     return fn
+
+
+def _as_tf_tensors(args: tuple) -> tuple:
+    """``args`` with every leaf read as a TF tensor (a strategy's mirrored variables pass their value)."""
+    import tensorflow as tf
+
+    return tf.nest.map_structure(lambda x: None if x is None else tf.convert_to_tensor(x), args)
 
 
 def compiled_assign(fn: Callable, targets: Sequence[Any]) -> Callable[..., None]:
@@ -210,14 +214,8 @@ def compiled_assign(fn: Callable, targets: Sequence[Any]) -> Callable[..., None]
             for variable, value in zip(targets, fn(values, *args)):
                 variable.assign(value)
 
-        def call_graph(*args: Any) -> None:
-            graph(*tf.nest.map_structure(lambda x: None if x is None else tf.convert_to_tensor(x), args))
-        return call_graph
-    compute = fn
-    if backend_name() == "jax":
-        import jax
-
-        compute = jax.jit(fn)
+        return lambda *args: graph(*_as_tf_tensors(args))
+    compute = compiled(fn)
 
     def call(*args: Any) -> None:
         for variable, value in zip(targets, compute([t.value for t in targets], *args)):

@@ -112,7 +112,6 @@ class KerasPrunableWeight:
     tf_shape: tuple[int, ...]
     _perm: tuple[int, ...] | None = field(default=None, repr=False)
     _n_in: int = field(default=0, repr=False)
-    _index: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _canonical_shape: tuple[int, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -151,15 +150,6 @@ class KerasPrunableWeight:
         if self._canonical_shape is None:
             self._canonical_shape = tuple(self.to_canonical(np.zeros(self.tf_shape, dtype=np.int8)).shape)
         return self._canonical_shape
-
-    def canonical_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(gather, scatter)``: int32 flat indices with ``to_canonical(k).ravel() == k.ravel()[gather]`` and
-        ``from_canonical(c).ravel() == c.ravel()[scatter]``, so a device can change layouts with one gather
-        (the layout change is a permutation of the entries)."""
-        if self._index is None:
-            gather = self.to_canonical(np.arange(int(np.prod(self.tf_shape))).reshape(self.tf_shape)).reshape(-1)
-            self._index = (gather.astype(np.int32), np.argsort(gather).astype(np.int32))
-        return self._index
 
 
 def find_prunable_weights(model: Any) -> list[KerasPrunableWeight]:
