@@ -62,9 +62,29 @@ class PrunedParam:
     zero_pruned: bool = False
 
 
-def _remove_all(handles: list[Any]) -> None:
-    for h in handles:
-        h.remove()
+# Objects with no optimizer of their own. One pair of global hooks, registered once and never removed, serves
+# them all: they are held weakly, so a pruner dropped with its model ends its part. Removing a global hook
+# from a finalizer instead would mutate torch's hook dict while an optimizer step may be iterating it (a
+# garbage collection inside a hook runs finalizers): "OrderedDict mutated during iteration".
+_EVERY_OPTIMIZER: weakref.WeakSet[FrozenPruned] = weakref.WeakSet()
+_GLOBAL_HOOKS: list[Any] = []
+
+
+def _pre_every(optimizer: Any, args: Any, kwargs: Any) -> None:
+    for frozen in list(_EVERY_OPTIMIZER):
+        frozen._pre(optimizer)
+
+
+def _post_every(optimizer: Any, args: Any, kwargs: Any) -> None:
+    for frozen in list(_EVERY_OPTIMIZER):
+        frozen._post(optimizer)
+
+
+def _watch_every_optimizer(frozen: FrozenPruned) -> None:
+    if not _GLOBAL_HOOKS:
+        _GLOBAL_HOOKS.extend([register_optimizer_step_pre_hook(_pre_every),
+                              register_optimizer_step_post_hook(_post_every)])
+    _EVERY_OPTIMIZER.add(frozen)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -84,20 +104,10 @@ class FrozenPruned:
         self._params = params
         self._before: dict[int, list[tuple[PrunedParam, Any]]] = {}
         self._buffers: dict[int, list[Any]] = {}
-        if optimizer is None:       # global hooks hold this object weakly: a pruner dropped with its model ends them
-            ref = weakref.ref(self)
-
-            def pre(opt: Any, args: Any, kwargs: Any) -> None:
-                me = ref()
-                if me is not None:
-                    me._pre(opt)
-
-            def post(opt: Any, args: Any, kwargs: Any) -> None:
-                me = ref()
-                if me is not None:
-                    me._post(opt)
-            self._handles = [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
-            weakref.finalize(self, _remove_all, list(self._handles))
+        self._global = optimizer is None
+        if self._global:
+            _watch_every_optimizer(self)
+            self._handles: list[Any] = []
         else:
             self._handles = [optimizer.register_step_pre_hook(self._pre),
                              optimizer.register_step_post_hook(self._post)]
@@ -136,8 +146,10 @@ class FrozenPruned:
 
     def remove(self) -> None:
         """Drop the hooks."""
+        _EVERY_OPTIMIZER.discard(self)
         for h in self._handles:
             h.remove()
+        self._handles = []
         self._handles.clear()
         self._before.clear()
         self._buffers.clear()

@@ -108,6 +108,34 @@ def test_frozen_pruned_hooks_only_optimizers_holding_the_parameter():
     assert p.tolist() == [0.25, 1.0]
 
 
+def test_a_dropped_global_freeze_collected_during_an_optimizer_step_does_not_break_the_step():
+    """Regression (CI, the demo's fault tests): a pruner dropped in a reference cycle was collected while an
+    optimizer iterated torch's global hooks, and its finalizer removed hooks from that dict mid-iteration."""
+    import gc
+
+    p = nn.Parameter(torch.tensor([1.0, 2.0]))
+
+    def params_collecting_garbage():
+        gc.collect()                                                 # as a collection inside the step would
+        return [PrunedParam(p, p, torch.tensor([1.0, 0.0]))]
+
+    gc.disable()
+    try:
+        dropped = FrozenPruned(lambda: [])
+        dropped.cycle = dropped                                      # only the cycle collector frees it
+        del dropped
+        live = FrozenPruned(params_collecting_garbage)
+        after = FrozenPruned(lambda: [])                             # a hook still to come in the iteration
+        opt = torch.optim.SGD([p], lr=0.5, weight_decay=1.0)
+        p.grad = torch.zeros(2)
+        opt.step()
+    finally:
+        gc.enable()
+    assert p.tolist() == [0.5, 2.0]
+    live.remove()
+    after.remove()
+
+
 def test_a_mask_changed_or_replaced_between_steps_is_read_afresh():
     p = nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
     entry = {"keep": torch.tensor([1.0, 0.0, 1.0])}
