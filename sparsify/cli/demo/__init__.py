@@ -273,6 +273,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
         run_dir = RunDirectory(out, planned=demo_outputs(framework, plots))   # refuses before any training
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     backend = FRAMEWORKS[framework]
+    backend.IMPORT_FRAMEWORK()          # before the staging directory: an interrupt during a slow import is one
     data = load_digits_split(int(seed))
     t0 = time.perf_counter()
     if run_dir is None:

@@ -22,8 +22,10 @@ from ..frameworks import import_tensorflow
 from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
 
-__all__ = ["OUTPUTS", "train"]
+__all__ = ["IMPORT_FRAMEWORK", "OUTPUTS", "train"]
 
+#: Imports the framework :func:`train` needs (ImportError naming the extra to install when it is missing).
+IMPORT_FRAMEWORK = import_tensorflow
 #: What :func:`train` writes into ``out``.
 OUTPUTS: tuple[str, ...] = ("model.keras",)
 

@@ -221,3 +221,18 @@ def test_an_interrupted_first_run_leaves_no_directory(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_demo("torch", second_config(), steps=5, out=out, progress=False)
     assert not out.exists()
+
+
+def test_a_missing_framework_is_refused_before_the_staging_directory_exists(tmp_path, monkeypatch):
+    """The framework is imported before staging: a missing one leaves D untouched, and an interrupt during
+    a slow import (TensorFlow's takes seconds) is an interrupt of a run that has not started."""
+    out = tmp_path / "D"
+    monkeypatch.setitem(sys.modules, "torch", None)            # `import torch` raises ImportError
+
+    def staging(self):
+        raise AssertionError("the staging directory was made before the framework was imported")
+
+    monkeypatch.setattr(atomic.RunDirectory, "__enter__", staging)
+    with pytest.raises(ImportError, match=r"torch is not installed .*pip install 'sparsify\[torch\]'"):
+        run_demo("torch", second_config(), steps=20, out=out, progress=False)
+    assert not out.exists() or list(out.iterdir()) == []
