@@ -38,7 +38,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["sum_of_squares", "ActivationWindow"]
+__all__ = ["sum_of_squares", "ActivationWindow", "UNSEEN"]
+
+#: What :meth:`ActivationWindow.read` says of the weights without input (``{names}``: their list).
+UNSEEN = "{names} saw no input since the last update: run the model on data before the update"
 
 
 def sum_of_squares(x: np.ndarray, channel_axis: int = -1) -> np.ndarray:
@@ -82,6 +85,8 @@ class ActivationWindow:
         criterion: the criterion's name, for the errors.
         groups: ``{name: groups}`` of grouped convolutions (default 1): the layer has
             ``groups * in / groups`` input channels and row ``o`` reads group ``o // (out / groups)``.
+        unseen: the end of :meth:`read`'s error, after "but " (default :data:`UNSEEN`); ``{names}``
+            is replaced by the list of weights without input (an adapter names how it collects).
 
     Example:
         >>> w = ActivationWindow({"conv": (4, 1, 3, 3)}, groups={"conv": 2})
@@ -91,7 +96,7 @@ class ActivationWindow:
     """
 
     def __init__(self, shapes: Mapping[str, tuple[int, ...]], criterion: str = "wanda",
-                 groups: Mapping[str, int] | None = None) -> None:
+                 groups: Mapping[str, int] | None = None, *, unseen: str = UNSEEN) -> None:
         if not isinstance(shapes, Mapping):
             raise TypeError(f"shapes must be a dict of shapes keyed by weight name, got {type(shapes).__name__}")
         groups = dict(groups or {})
@@ -108,7 +113,7 @@ class ActivationWindow:
             if shape[0] % g:
                 raise ValueError(f"groups[{name!r}]={g} does not divide the {shape[0]} output rows of {shape}")
             self._shapes[name], self._groups[name] = shape, g
-        self.criterion = criterion
+        self.criterion, self._unseen = criterion, unseen
         self._sums = {n: np.zeros(s[1] * self._groups[n], dtype=np.float32) for n, s in self._shapes.items()}
         self._calls = {n: 0 for n in self._shapes}
 
@@ -202,8 +207,8 @@ class ActivationWindow:
         """
         missing = self.unseen()
         if missing:
-            raise ValueError(f"criterion {self.criterion!r} needs the inputs of every pruned weight, but {missing} "
-                             "saw no input since the last update: run the model on data before the update")
+            raise ValueError(f"criterion {self.criterion!r} needs the inputs of every pruned weight, but "
+                             + self._unseen.format(names=missing))
         return {n: self._norms(n) for n in self._shapes}
 
     def _norms(self, name: str) -> np.ndarray:

@@ -73,7 +73,7 @@ from .setup import (
     MASKING_MODES, Selection, StateVariables, add_masks, add_state_variables, add_stored_values,
     check_arguments, check_free_to_prune, check_gradients_not_built, collected, select_layers, warn_unmaskable,
 )
-from .statistics import Collectors, activation_norms, add_collectors
+from .statistics import Collectors, activation_window, add_collectors
 
 __all__ = ["prune_graph", "GraphPruning", "MASKING_MODES"]
 
@@ -216,14 +216,10 @@ def _host_function(selection: Selection, collectors: Collectors, ks_group: str, 
     names, cfg = selection.names, selection.protocol.config
     core_fn = core_update_fn(selection.protocol, ks_group, core_errors)
     n_acts = 2 * len(collectors.sums)
+    shapes, groups = [selection.shapes[n] for n in names], [collectors.groups.get(n, 1) for n in names]
 
     def norms(sums: Sequence[np.ndarray], calls: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-        unseen = [n for n, c in zip(names, calls) if int(c) == 0]
-        if unseen:
-            raise ValueError(f"criterion {cfg.criterion!r} needs the inputs of every pruned weight, but the ops "
-                             f"of {unseen} computed no gradient since the last update (not trained)")
-        return dict(zip(names, activation_norms(sums, [selection.shapes[n] for n in names],
-                                                [collectors.groups[n] for n in names])))
+        return activation_window(names, shapes, groups, sums, calls, cfg.criterion).read()
 
     def host(step, done_step, fp, *arrays):
         arrays, acts = arrays[:len(arrays) - n_acts], arrays[len(arrays) - n_acts:]
@@ -253,7 +249,9 @@ def _guarded_update(host: Callable, layers: Sequence[GuardedLayer], state: State
 
     One comparison per step: the protocol's next due step (update point or release) is kept in a variable
     next to the done step; the core re-checks when the branch runs. The statistics wait for a training step:
-    none since the last update (or no gradient kept yet for RigL) leaves the update for the next step.
+    none since the last update (or no gradient kept yet for RigL) leaves the update for the next step. That
+    is the core's wait-for-data rule (:meth:`sparsify.activation_stats.ActivationWindow.waiting`: no weight
+    had a call), evaluated here in the graph because it is the conditional's predicate.
     """
     with tf1.name_scope(PruningScope.general(ks_group, PruningScope.OPS_UPDATE, trailing_slash=True)):
         step = global_step_tensor(gs)

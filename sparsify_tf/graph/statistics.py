@@ -10,9 +10,12 @@ identity (built when the optimizer builds the gradients, so only training steps 
 the data input's per-channel sums of squares to a float32 variable of the weight, counts the
 call, and keeps the incoming gradient, which is the dense one (the mask multiplies it further
 down), in a variable of the op. The update (:func:`sparsify_tf.prune_graph`) hands the core
-their square roots (:func:`activation_norms`, canonical layout) and the gradients summed over
-the ops reading the weight, then starts the sums again from zero. The variables are global
-variables of the pruning scope, so a ``tf.compat.v1.train.Saver`` checkpoint resumes exactly.
+their square roots and the gradients summed over the ops reading the weight, then starts the
+sums again from zero. The norms (canonical layout, grouped too) and the error for a weight no
+training step reached are the core's (:func:`activation_window`,
+:class:`sparsify.activation_stats.ActivationWindow`); only the sums of squares are computed
+here, with TF ops in the graph. The variables are global variables of the pruning scope, so a
+``tf.compat.v1.train.Saver`` checkpoint resumes exactly.
 
 :func:`input_channels` says where the input channels of a pruned op's data input are: MatMul and
 BatchMatMul (any transposition, 2-D weight), Conv2D/Conv3D (NHWC or NCHW, grouped too),
@@ -29,7 +32,8 @@ Example:
     >>> data, axis, groups = input_channels(get_prunable_ops_and_inputs(g)[0])
     >>> data.name, axis, groups
     ('Placeholder:0', 1, 1)
-    >>> activation_norms([np.array([9.0, 16.0, 0.0], np.float32)], [(2, 3)], [1])[0].tolist()
+    >>> window = activation_window(["fc"], [(2, 3)], [1], [np.array([9.0, 16.0, 0.0], np.float32)], [np.int64(2)])
+    >>> window.read()["fc"].tolist()
     [[3.0, 4.0, 0.0]]
     >>> activation_norms([np.array([1.0, 4.0, 9.0, 16.0])], [(2, 2, 1)], [2])[0][:, :, 0].tolist()   # 2 groups
     [[1.0, 2.0], [3.0, 4.0]]
@@ -43,16 +47,21 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
+from sparsify.activation_stats import ActivationWindow
+
 from ..common.graph_utils import PrunableInput, replace_op_input
 from ..common.pruning_scope import PruningScope
 
-__all__ = ["COLLECTED_GRADIENT", "input_channels", "check_input_channels", "Collectors", "add_collectors",
-           "activation_norms"]
+__all__ = ["COLLECTED_GRADIENT", "UNSEEN", "input_channels", "check_input_channels", "Collectors", "add_collectors",
+           "activation_window", "activation_norms"]
 
 tf1 = tf.compat.v1
 
 #: Gradient function name of the collectors' ``IdentityN([weight_input, data_input])`` ops.
 COLLECTED_GRADIENT = "SparsifyCollectedGradient"
+#: The end of the core's error for weights without input (:class:`~sparsify.activation_stats.ActivationWindow`):
+#: here a weight's sums grow in the gradient of its ops, so it had no training step.
+UNSEEN = "the ops of {names} computed no gradient since the last update (not trained)"
 _MATMULS = ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 _CONVS = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput")
 #: collector op -> what its gradient adds (per graph, so the gradient function finds it)
@@ -227,22 +236,25 @@ except KeyError:  # pragma: no cover - already registered (module reloaded)
     pass
 
 
+def activation_window(names: Sequence[str], shapes: Sequence[tuple[int, ...]], groups: Sequence[int],
+                      sums: Sequence[Any], calls: Sequence[Any], criterion: str = "wanda") -> ActivationWindow:
+    """The core's window (:class:`sparsify.activation_stats.ActivationWindow`) holding the collectors' sums
+    of squares and call counts (as the update reads them), per weight in ``names`` order; it owns the norms
+    (grouped too) and the error for a weight whose ops computed no gradient (:data:`UNSEEN`)."""
+    window = ActivationWindow(dict(zip(names, shapes)), criterion, dict(zip(names, groups)), unseen=UNSEEN)
+    window.load(dict(zip(names, sums)), {n: int(c) for n, c in zip(names, calls)})
+    return window
+
+
 def activation_norms(sums: Sequence[np.ndarray], shapes: Sequence[tuple[int, ...]],
                      groups: Sequence[int]) -> list[np.ndarray]:
-    """The per-input-channel L2 norms, shaped to broadcast against each canonical weight (torch's layout).
+    """The per-input-channel L2 norms, shaped to broadcast against each canonical weight (torch's layout):
+    :meth:`sparsify.activation_stats.ActivationWindow.read` of these sums.
 
     ``(1, in, 1, ...)`` without groups; with groups (canonical ``(out, in / groups, ...)``; a depthwise
     kernel is ``(in * mult, 1, kh, kw)`` with ``in`` groups) ``(out, in / groups, 1, ...)``: output
     channel ``o`` reads the input channels of its group, ``o // (out / groups)``.
     """
-    out = []
-    for s, shape, g in zip(sums, shapes, groups):
-        norms = np.sqrt(np.asarray(s, np.float32))
-        spatial = (1,) * (len(shape) - 2)
-        if g == 1:
-            out.append(norms.reshape(1, norms.size, *spatial))
-            continue
-        rows, per = shape[0] // g, shape[1]
-        idx = (np.arange(shape[0])[:, None] // rows) * per + np.arange(per)[None, :]
-        out.append(norms[idx].reshape(shape[0], per, *spatial))
-    return out
+    names = [str(i) for i in range(len(sums))]
+    norms = activation_window(names, shapes, groups, sums, [1] * len(names)).read()
+    return [norms[n] for n in names]

@@ -114,3 +114,14 @@ def test_window_sum_of_calls_is_the_sum_of_their_sums(parts):
         want += p
     assert w.sums["fc"].tolist() == want.tolist() and w.calls["fc"] == len(parts)
     np.testing.assert_array_equal(w.read()["fc"], np.sqrt(want).reshape(1, 3))
+
+
+def test_window_unseen_wording_is_the_adapters_and_the_default_is_unchanged():
+    from sparsify.activation_stats import UNSEEN
+    w = ActivationWindow({"a": (1, 2), "b": (1, 2)}, "wanda", unseen="the ops of {names} ran no step")
+    w.add("b", [1.0, 1.0])
+    with pytest.raises(ValueError) as err:
+        w.read()
+    assert str(err.value) == "criterion 'wanda' needs the inputs of every pruned weight, but the ops of ['a'] ran no step"
+    assert UNSEEN.format(names=["a"]) == ("['a'] saw no input since the last update: run the model on data before "
+                                          "the update")
