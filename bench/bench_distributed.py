@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -150,8 +151,10 @@ def _rank(rank: int, world: int, port: int, layers: int, dim: int, out_dir: str)
         result["local_weight_bytes"] = sum(p.to_local().numel() * 4 for p in model.parameters())
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
             json.dump(result, fh)
+        del model, pruner, counting       # they hold FSDP2's device mesh (docs/distributed.md, "Teardown")
     finally:
         dist.destroy_process_group()
+        gc.collect()                      # free what still holds the group while the interpreter is alive
 
 
 def _single(layers: int, dim: int, out_dir: str) -> None:

@@ -274,6 +274,8 @@ def test_bad_input_is_a_clear_error_with_nothing_attached_or_correct_masks(resul
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_backend_switched_after_import_is_a_clear_error(backend):
     got = scenarios(backend, "switch_backend")["switch_backend"]
+    if "skip" in got:
+        pytest.skip(got["skip"])
     assert got["old_model"].startswith("TypeError: model 'twobranch' was made before the Keras backend was switched "
                                        f"to {got['to']!r}")
     assert got["new_model"].startswith(f"TypeError: the Keras backend was switched to {got['to']!r} "

@@ -126,6 +126,9 @@ def _entry(rank: int, world: int, port: int, module: str, name: str, out_dir: st
     try:
         result = getattr(importlib.import_module(module), name)(rank, world, *args)
         torch.save(result, os.path.join(out_dir, f"{name}-{world}-rank{rank}.pt"))
+        # Every rank's result is on disk before any rank tears down. Not what prevents the teardown abort:
+        # sparsify's collectives are waited before they return, and the measured scripts without a barrier
+        # (docs/distributed.md, "Teardown": prune, one step, destroy_process_group: 0 of 40) need none.
         dist.barrier()
     finally:
         # gloo aborts ("terminate called without an active exception") when a process group outlives
