@@ -138,19 +138,22 @@ def stats_run(rank: int, world: int) -> dict:
             warnings.simplefilter("ignore", FutureWarning)
             return DDP(model, broadcast_buffers=False)
 
-    def fsdp_wanda() -> dict[str, np.ndarray]:
+    def fsdp(key: str) -> dict[str, np.ndarray]:
         model = stats_mlp()
         for layer in (model[0], model[2]):
             fully_shard(layer)
         fully_shard(model)
-        pruner = prune(model, STATS["wanda"])
-        with torch.no_grad():
-            model(part)
+        pruner = prune(model, STATS[key])
+        if key == "wanda":
+            with torch.no_grad():
+                model(part)
+        else:                   # FSDP2 averages the ranks' gradients, as DDP does
+            (model(part).pow(2).sum() / (2 * HALF) * 2).backward()
         pruner.step()
         return {n: m.full_tensor().numpy().copy() for n, m in pruner.masks().items()}
 
     return {"ddp_wanda": stats_masks("wanda", part, ddp), "ddp_snip": stats_masks("snip", part, ddp),
-            "fsdp_wanda": fsdp_wanda()}
+            "fsdp_wanda": fsdp("wanda"), "fsdp_snip": fsdp("snip")}
 
 
 def old_rule_masks(key: str) -> dict[str, np.ndarray]:
@@ -186,6 +189,7 @@ def test_ddp_and_fsdp2_statistics_give_the_masks_of_one_process_on_the_whole_bat
         for res in ranks:
             for n, m in want.items():
                 np.testing.assert_array_equal(res[f"ddp_{key}"][n], m, err_msg=f"ddp {key} {n}")
-    for res in ranks:
-        for n, m in stats_masks("wanda", stats_batch()).items():
-            np.testing.assert_array_equal(res["fsdp_wanda"][n], m, err_msg=f"fsdp2 wanda {n}")
+    for key in ("wanda", "snip"):
+        for res in ranks:
+            for n, m in stats_masks(key, stats_batch()).items():
+                np.testing.assert_array_equal(res[f"fsdp_{key}"][n], m, err_msg=f"fsdp2 {key} {n}")
