@@ -44,6 +44,7 @@ from .lm_data import calibration_windows, load_corpus, validation_windows
 from .lm_gradual import GRADUAL_ARMS, gradual_attach
 from .lm_model import CharLM, LMConfig, bits_per_char
 from .lm_oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
+from .lm_plot import FIGURE, plot
 from .lm_report import render
 from .lm_train import train_dense
 
@@ -148,12 +149,20 @@ def _load(path: str) -> dict[str, Any]:
     return {"runs": [], "dense": {}}
 
 
+def _publish(data: dict[str, Any], write: bool) -> None:
+    """The RESULTS.md section, and the headline figure when it is written."""
+    body = render(data)
+    if write and plot(data, FIGURE):
+        body += "\n\n![bits per character vs sparsity](../docs/img/lm_bpc_vs_sparsity.png)"
+    publish("bench_lm", body, write=write)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the modes asked for and return the results (also written to ``--out-json``)."""
     args = _parse(argv)
     if args.report:
         data = _load(args.out_json)
-        publish("bench_lm", render(data), write=not args.no_write)
+        _publish(data, write=not args.no_write)
         return data
     torch.set_num_threads(1)
     corpus = load_corpus()
@@ -187,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         _save(args.out_json, data)
         if args.gradual:
             _gradual(args, cfg, corpus, seed, (val_x, val_y), data)
-    publish("bench_lm", render(data), write=not args.no_write)
+    _publish(data, write=not args.no_write)
     return data
 
 
