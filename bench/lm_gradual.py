@@ -11,7 +11,7 @@ is SR-STE: straight-through gradients plus ``pruned_decay`` on the pruned weight
 
 Example:
     >>> sorted(GRADUAL_ARMS)
-    ['default', 'erk_wanda', 'global', 'global_sr_ste', 'rigl', 'sr_ste', 'torch.ao']
+    ['default', 'erk_wanda', 'sr_ste', 'torch.ao']
     >>> window(1800)
     (180, 1260, 45)
     >>> setting_target("2:4"), setting_target("90")
@@ -37,10 +37,6 @@ GRADUAL_ARMS: dict[str, dict[str, Any]] = {
     "erk_wanda": {"pruning_scope": "erk", "criterion": "wanda"},
     # the MNIST-1D accuracy benchmark's SR-STE arm (bench/accuracy/problems.py), tuned there
     "sr_ste": {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1, "monotone": False},
-    "global": {"pruning_scope": "global"},
-    "rigl": {"regrowth": "rigl"},
-    "global_sr_ste": {"pruning_scope": "global", "pruned_gradient": "straight_through", "pruned_decay": 6e-4,
-                      "pruning_frequency": 1, "monotone": False},
     "torch.ao": {},
 }
 

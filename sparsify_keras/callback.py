@@ -214,7 +214,7 @@ class PruningCallback(keras.callbacks.Callback):
                              f"on model {model.name!r}; create one PruningCallback per model "
                              "(or strip_pruning the first model)")
         self._check_flavor(model)
-        self._model = model
+        super().set_model(model)          # Keras's own binding (Callback.model)
         if bound is None and getattr(model, "built", False):
             self.attach(model)
 
@@ -257,7 +257,7 @@ class PruningCallback(keras.callbacks.Callback):
         self._install(model, state)
         self.protocol = protocol
         self._bound = weakref.ref(model)
-        self._model = model
+        super().set_model(model)          # Keras's own binding (Callback.model)
         self._refresh = True
         self._seen_fingerprint = self._seen_state = None     # a new protocol: restore it from the state
 

@@ -22,7 +22,8 @@ from sparsify.patching import patch, patch_of, unpatch
 
 __all__ = ["FLAVORS", "keras_flavor", "keras_module", "child_layers", "own_variables", "short_name",
            "iter_tree", "unwrap_optimizer", "optimizer_class", "optimizer_slots", "optimizer_built",
-           "steps_per_execution", "add_model_variables", "remove_model_variables", "same_variable"]
+           "steps_per_execution", "add_model_variables", "remove_model_variables", "same_variable",
+           "backend_variable", "optimizer_trainable_variables"]
 
 FLAVORS = ("tf_keras", "keras3")
 
@@ -65,9 +66,14 @@ def keras_module(flavor: str) -> Any:
     raise ValueError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
 
 
+def backend_variable(variable: Any) -> Any:
+    """The backend variable inside a Keras 3 variable (``_value``): Keras 3 only; None for tf-keras variables."""
+    return getattr(variable, "_value", None)
+
+
 def same_variable(a: Any, b: Any) -> bool:
     """True when ``a`` and ``b`` are one variable (a Keras 3 variable or the backend variable inside it)."""
-    return a is b or getattr(a, "_value", None) is b or getattr(b, "_value", None) is a
+    return a is b or backend_variable(a) is b or backend_variable(b) is a
 
 
 def _functional_order(model: Any) -> list[Any] | None:
@@ -224,6 +230,11 @@ def optimizer_class(optimizer: Any) -> type | None:
             continue
         return cls
     return type(opt)  # pragma: no cover
+
+
+def optimizer_trainable_variables(optimizer: Any) -> Any:
+    """The variables a Keras 3 optimizer was built for (what its ``apply`` updates when given none): Keras 3 only."""
+    return optimizer._trainable_variables
 
 
 def optimizer_built(optimizer: Any) -> bool:

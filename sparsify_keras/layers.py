@@ -37,7 +37,7 @@ import numpy as np
 
 from sparsify.layout import canonical_to_tf, tf_to_canonical
 
-from .compat import iter_tree, own_variables, short_name
+from .compat import backend_variable, iter_tree, own_variables, short_name
 
 __all__ = ["KerasPrunableWeight", "find_prunable_weights", "weight_kinds", "in_model_order"]
 
@@ -198,7 +198,7 @@ def in_model_order(model: Any, weights: list[KerasPrunableWeight]) -> list[Keras
     for layer in [model, *(layer for _, layer in iter_tree(model))]:
         for v in own_variables(layer):
             position.setdefault(id(v), len(position))
-            inner = getattr(v, "_value", None)          # a Keras 3 variable's backend variable
+            inner = backend_variable(v)                 # a Keras 3 variable's backend variable
             if inner is not None:
                 position.setdefault(id(inner), len(position))
     big = len(position)

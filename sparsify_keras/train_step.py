@@ -41,7 +41,7 @@ from sparsify.criteria import get_criterion, gradient_score
 from sparsify.patching import patch, patch_of, unpatch
 
 from .backend import StepValues, current_step_values, dense_gradient, wrap_train_step
-from .compat import optimizer_class, optimizer_slots, unwrap_optimizer
+from .compat import optimizer_class, optimizer_slots, optimizer_trainable_variables, unwrap_optimizer
 from .state import PruningState, model_state
 from .statistics import recording_activations
 
@@ -134,7 +134,8 @@ def _install_grad_hook(model: Any, state: PruningState, masked: set) -> None:
         def apply(grads: Any, trainable_variables: Any = None) -> Any:
             st, values = state_ref[0](), current_step_values()
             if st is not None and values is not None:
-                tv = trainable_variables if trainable_variables is not None else optimizer._trainable_variables
+                tv = trainable_variables if trainable_variables is not None \
+                    else optimizer_trainable_variables(optimizer)
                 grads, seen = _masked_gradients(st, list(grads), list(tv), values)
                 masked_ref[0].update(seen)
             return orig(grads, trainable_variables)

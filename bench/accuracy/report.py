@@ -180,14 +180,15 @@ def headline_arms(runs: list[dict[str, Any]], dataset: str, framework: str, min_
 def plot(runs: list[dict[str, Any]], path: str, datasets: Iterable[str] = ("mnist1d",)) -> bool:
     """Accuracy vs unstructured sparsity of our default, our best arm and the peers (:func:`headline_arms`;
     error bars: std over seeds), one panel per framework of each of ``datasets`` (by default MNIST-1D only:
-    digits is saturated); dense as a dotted line. Returns False when there is nothing to plot."""
+    digits is saturated; every data set when none of them ran); dense as a dotted line. Returns False when there is nothing to plot."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     unstructured = [n for n, s in SETTINGS.items() if not s.structured]
     idx = _index(runs)
-    panels = [(d, f) for d in _order({k[0] for k in idx if k[0] in set(datasets)}, list(PROBLEMS))
+    chosen = {k[0] for k in idx if k[0] in set(datasets)} or {k[0] for k in idx}   # none of them: every data set
+    panels = [(d, f) for d in _order(chosen, list(PROBLEMS))
               for f in _order({k[1] for k in idx if k[0] == d}, list(FRAMEWORK_TITLES))
               if any(k[:2] == (d, f) and k[2] in unstructured and k[3] != "dense" for k in idx)]
     if not panels:

@@ -39,6 +39,8 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
+from sparsify.patching import patch
+
 __all__ = ["reraise_core_errors", "raise_core_errors_from_session_runs"]
 
 # op types of ``tf.numpy_function`` / ``tf.compat.v1.py_func`` in a graph: the ops that can run the core.
@@ -103,9 +105,11 @@ def raise_core_errors_from_session_runs(graph: tf.Graph, errors: dict) -> None:
     registered = _GRAPH_ERRORS.setdefault(graph, [])
     if not any(e is errors for e in registered):
         registered.append(errors)
+    # Installed once, on the first registration, for every session, and never removed (intentionally
+    # permanent: it only acts on graphs with registered errors); through the one monkeypatch helper.
     for cls in (tf.compat.v1.Session, tf.compat.v1.InteractiveSession):
         if not getattr(cls.run, "raises_core_errors", False):
-            cls.run = _run_raising_core_errors(cls.run)
+            patch(cls, "run", _run_raising_core_errors)
 
 
 def _run_raising_core_errors(run: Callable) -> Callable:

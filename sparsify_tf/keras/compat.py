@@ -4,9 +4,10 @@ attribute :mod:`sparsify_tf.keras` reads or writes is touched here, and only her
 The TF variable inside a Keras variable (:func:`tf_variable`), the callback protocol flags tf-keras reads
 (:func:`declare_callback_protocol`), a model's XLA and steps-per-execution autotuning settings
 (:func:`jit_compiled`, :func:`autotunes_steps_per_execution`), building an optimizer's slots
-(:func:`build_optimizer`) and the model's checkpoint dependency on the pruning state
-(:func:`track_dependency`, :func:`untrack_dependency`). The Keras 3 private attributes are read in
-:mod:`sparsify_keras.compat`; its names are re-exported here for existing imports.
+(:func:`build_optimizer`), the optimizer's variable list (:func:`optimizer_variables`) and the model's
+checkpoint dependency on the pruning state (:func:`track_dependency`, :func:`untrack_dependency`). The
+Keras 3 private attributes are read in :mod:`sparsify_keras.compat`; its names are re-exported here for
+existing imports.
 
 Example:
     >>> import keras
@@ -26,7 +27,7 @@ from sparsify_keras.compat import (FLAVORS, child_layers, iter_tree, keras_flavo
 __all__ = ["FLAVORS", "keras_flavor", "keras_module", "child_layers", "own_variables", "short_name", "tf_variable",
            "optimizer_slots", "unwrap_optimizer", "steps_per_execution", "iter_tree", "declare_callback_protocol",
            "jit_compiled", "autotunes_steps_per_execution", "build_optimizer", "track_dependency",
-           "untrack_dependency"]
+           "untrack_dependency", "optimizer_variables"]
 
 
 def tf_variable(variable: Any) -> tf.Variable:
@@ -35,6 +36,14 @@ def tf_variable(variable: Any) -> tf.Variable:
     if isinstance(inner, tf.Variable):
         return inner
     return variable
+
+
+def optimizer_variables(optimizer: Any) -> list | None:
+    """The optimizer's variable list: ``_variables`` (Keras 3, tf-keras), ``_weights`` (tf-keras legacy); else None."""
+    found = getattr(optimizer, "_variables", None)
+    if not isinstance(found, list):
+        found = getattr(optimizer, "_weights", None)
+    return found if isinstance(found, list) else None
 
 
 def declare_callback_protocol(callback: Any) -> None:

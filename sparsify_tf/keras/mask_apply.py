@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..common.mask_write import dense_value, write_update
-from .compat import build_optimizer, optimizer_slots, tf_variable, unwrap_optimizer
+from .compat import build_optimizer, optimizer_slots, optimizer_variables, tf_variable, unwrap_optimizer
 
 __all__ = ["MaskApplier", "build_optimizer_slots"]
 
@@ -41,11 +41,8 @@ class MaskApplier:
         optimizer's variables change (slots created, optimizer replaced).
         """
         st, opt = state, optimizer
-        inner = unwrap_optimizer(opt)
-        nvars = getattr(inner, "_variables", None)
-        if not isinstance(nvars, list):
-            nvars = getattr(inner, "_weights", None)
-        cheap = (id(st), id(opt), len(nvars)) if isinstance(nvars, list) else None
+        nvars = optimizer_variables(unwrap_optimizer(opt))
+        cheap = (id(st), id(opt), len(nvars)) if nvars is not None else None
         if cheap is not None and self.cache is not None and self.cache[0] == cheap:
             return self.cache[2], self.cache[3]
         slots = [optimizer_slots(opt, pw.variable) for pw in st.pweights]

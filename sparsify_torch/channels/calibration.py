@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparsify.patching import patch, unpatch
+
 from .graph import analyze_channel_groups, build_dependency_graph, resolve_entry_point
 from .info import ModelPruningInfo
 from .model_state import ModelSnapshot
@@ -88,9 +90,6 @@ class PruningCalibrator:
         if self._active:
             raise RuntimeError("PruningCalibrator is already active; it cannot be entered twice")
         self._owner, self._method = resolve_entry_point(self.model, self.entry_point)
-        self._had_instance_attr = self._method in self._owner.__dict__
-        self._old_attr = self._owner.__dict__.get(self._method)
-        self._original = getattr(self._owner, self._method)
         self._groups = None
         self._example = None
         self._gates: Dict[int, torch.Tensor] = {}
@@ -100,17 +99,21 @@ class PruningCalibrator:
         self._info = None
         self._snapshot = ModelSnapshot(self.model, ignore=[(self._owner, self._method)])
         self._active = True
-        original = self._original
 
-        def entry(*args, **kwargs):
-            if self._groups is None:
-                self._setup(args, kwargs)
-            self._snapshot.restore_attributes()  # every step starts from the user's module state
-            self._fold_gradients()
-            self._n_steps += 1
-            return original(*args, **kwargs)
+        def make(original):
+            self._original = original
 
-        object.__setattr__(self._owner, self._method, entry)
+            def entry(*args, **kwargs):
+                if self._groups is None:
+                    self._setup(args, kwargs)
+                self._snapshot.restore_attributes()  # every step starts from the user's module state
+                self._fold_gradients()
+                self._n_steps += 1
+                return original(*args, **kwargs)
+            return entry
+
+        # nest=True: an entry point wrapped already (by another calibrator) is wrapped as it is, and given back
+        patch(self._owner, self._method, make, nest=True)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -120,10 +123,7 @@ class PruningCalibrator:
             for handle in self._handles:
                 handle.remove()
             self._handles = []
-            if self._had_instance_attr:
-                object.__setattr__(self._owner, self._method, self._old_attr)
-            else:
-                self._owner.__dict__.pop(self._method, None)
+            unpatch(self._owner, self._method)
             self._active = False
             snapshot, self._snapshot = self._snapshot, None
             snapshot.restore()
