@@ -1,14 +1,5 @@
-"""Deprecated path: ``sparsify_tf.export`` is now :mod:`sparsify_tf.common.export` (kept as a re-export).
-
-Importing it warns with a ``DeprecationWarning``; the names are those of the new module.
-``__deprecated__`` keeps it out of the API pages (``bench/update_readme.py``).
-"""
-import warnings
-
-from .common.export import *  # noqa: F401,F403
-from .common.export import __all__  # noqa: F401
+"""Deprecated path: now :mod:`sparsify_tf.common.export` (a re-export that warns; :mod:`sparsify_tf.common.moved_module`)."""
+from .common.moved_module import reexport
 
 __deprecated__ = True
-
-warnings.warn("sparsify_tf.export moved to sparsify_tf.common.export; import from there",
-              DeprecationWarning, stacklevel=2)
+reexport(globals(), "sparsify_tf.common.export")

@@ -1,14 +1,5 @@
-"""Deprecated path: ``sparsify_tf.graph_statistics`` is now :mod:`sparsify_tf.graph.statistics` (kept as a re-export).
-
-Importing it warns with a ``DeprecationWarning``; the names are those of the new module.
-``__deprecated__`` keeps it out of the API pages (``bench/update_readme.py``).
-"""
-import warnings
-
-from .graph.statistics import *  # noqa: F401,F403
-from .graph.statistics import __all__  # noqa: F401
+"""Deprecated path: now :mod:`sparsify_tf.graph.statistics` (a re-export that warns; :mod:`sparsify_tf.common.moved_module`)."""
+from .common.moved_module import reexport
 
 __deprecated__ = True
-
-warnings.warn("sparsify_tf.graph_statistics moved to sparsify_tf.graph.statistics; import from there",
-              DeprecationWarning, stacklevel=2)
+reexport(globals(), "sparsify_tf.graph.statistics")

@@ -1,14 +1,5 @@
-"""Deprecated path: ``sparsify_tf.mask_creator`` is now :mod:`sparsify_tf.seed.mask_creator` (kept as a re-export).
-
-Importing it warns with a ``DeprecationWarning``; the names are those of the new module.
-``__deprecated__`` keeps it out of the API pages (``bench/update_readme.py``).
-"""
-import warnings
-
-from .seed.mask_creator import *  # noqa: F401,F403
-from .seed.mask_creator import __all__  # noqa: F401
+"""Deprecated path: now :mod:`sparsify_tf.seed.mask_creator` (a re-export that warns; :mod:`sparsify_tf.common.moved_module`)."""
+from .common.moved_module import reexport
 
 __deprecated__ = True
-
-warnings.warn("sparsify_tf.mask_creator moved to sparsify_tf.seed.mask_creator; import from there",
-              DeprecationWarning, stacklevel=2)
+reexport(globals(), "sparsify_tf.seed.mask_creator")

@@ -53,3 +53,30 @@ def run_workers(script: str, tmp_path: Path, n: int = 2, timeout: float = 240, a
     for i, p in enumerate(procs):
         assert p.returncode == 0, f"worker {i} failed:\n{logs[i][-4000:]}"
     return [json.loads(o.read_text()) for o in outs]
+
+
+#: Worker-script code (needs numpy as np): the Wanda configs (local, global), the initial kernels and the
+#: global batches of the multi-worker reference tests, whose two halves differ in scale.
+WANDA_HALVES = """
+GLOBAL, HALF, STEPS = 16, 8, 5
+CONFIGS = {scope: {"criterion": "wanda", "pruning_scope": scope, "init_sparsity": 0.25,
+                   "target_sparsity": 0.5, "start_step": 0, "end_step": 4, "pruning_frequency": 2}
+           for scope in ("local", "global")}
+NAMES = ("fc1/kernel", "fc2/kernel")
+
+
+def init():
+    rng = np.random.default_rng(0)
+    return [(rng.standard_normal((16, 32)) * 0.3).astype(np.float32),
+            (rng.standard_normal((32, 8)) * 0.3).astype(np.float32)]
+
+
+def global_batches():
+    rng = np.random.default_rng(1)
+    out = []
+    for _ in range(STEPS):
+        x = rng.standard_normal((GLOBAL, 16)).astype(np.float32)
+        x[HALF:] *= 5.0                                # worker 1's half: 5 times the scale
+        out.append((x, rng.integers(0, 8, GLOBAL).astype(np.int32)))
+    return out
+"""

@@ -13,7 +13,6 @@ update, which the test computes here with the core (``PruningEngine.compute_mask
 comparison decides something. Graph mode refuses ``snip`` (``criterion 'snip' needs ['grad'], which graph-mode
 pruning does not collect``), so Wanda is the statistic tested.
 """
-import json
 import os
 import textwrap
 
@@ -22,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 from sparsify import PruningEngine  # noqa: E402
-from tf_workers import run_workers  # noqa: E402
+from tf_workers import WANDA_HALVES, run_workers  # noqa: E402
 
 # shared by the worker script and the single-process reference (run here, in a tf.Graph)
 COMMON = textwrap.dedent("""
@@ -31,28 +30,7 @@ COMMON = textwrap.dedent("""
     from sparsify_tf import prune_graph
     tf1 = tf.compat.v1
 
-    GLOBAL, HALF, STEPS = 16, 8, 5
-    CONFIGS = {scope: {"criterion": "wanda", "pruning_scope": scope, "init_sparsity": 0.25,
-                       "target_sparsity": 0.5, "start_step": 0, "end_step": 4, "pruning_frequency": 2}
-               for scope in ("local", "global")}
-    NAMES = ("fc1/kernel", "fc2/kernel")
-
-
-    def init():
-        rng = np.random.default_rng(0)
-        return [(rng.standard_normal((16, 32)) * 0.3).astype(np.float32),
-                (rng.standard_normal((32, 8)) * 0.3).astype(np.float32)]
-
-
-    def global_batches():
-        rng = np.random.default_rng(1)
-        out = []
-        for _ in range(STEPS):
-            x = rng.standard_normal((GLOBAL, 16)).astype(np.float32)
-            x[HALF:] *= 5.0                                # worker 1's half: 5 times the scale
-            out.append((x, rng.integers(0, 8, GLOBAL).astype(np.int32)))
-        return out
-
+""") + WANDA_HALVES + textwrap.dedent("""
 
     def build(cfg, strategy=None):
         g = tf.Graph()

@@ -22,7 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 from sparsify import PruningEngine  # noqa: E402
-from tf_workers import run_workers  # noqa: E402
+from tf_workers import WANDA_HALVES, run_workers  # noqa: E402
 
 # shared by the worker script and the single-process reference (run here)
 COMMON = textwrap.dedent("""
@@ -30,27 +30,7 @@ COMMON = textwrap.dedent("""
     import tf_keras as K
     from sparsify_tf.keras import PruningCallback
 
-    GLOBAL, HALF, STEPS = 16, 8, 5
-    CONFIGS = {scope: {"criterion": "wanda", "pruning_scope": scope, "init_sparsity": 0.25, "target_sparsity": 0.5,
-                       "start_step": 0, "end_step": 4, "pruning_frequency": 2} for scope in ("local", "global")}
-    NAMES = ("fc1/kernel", "fc2/kernel")
-
-
-    def init():
-        rng = np.random.default_rng(0)
-        return [(rng.standard_normal((16, 32)) * 0.3).astype(np.float32),
-                (rng.standard_normal((32, 8)) * 0.3).astype(np.float32)]
-
-
-    def global_batches():
-        rng = np.random.default_rng(1)
-        out = []
-        for _ in range(STEPS):
-            x = rng.standard_normal((GLOBAL, 16)).astype(np.float32)
-            x[HALF:] *= 5.0                                # worker 1's half: 5 times the scale
-            out.append((x, rng.integers(0, 8, GLOBAL).astype(np.int32)))
-        return out
-
+""") + WANDA_HALVES + textwrap.dedent("""
 
     def build():
         K.utils.set_random_seed(0)
