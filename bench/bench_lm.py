@@ -56,8 +56,8 @@ RESULTS_JSON = HERE / "lm_results.json"
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dense", action="store_true", help="train (or load) the dense models; every mode does, "
-                   "and records their figures")
+    p.add_argument("--dense", action="store_true", help="train (or load) the dense models and record "
+                   "their figures; every mode does, except --gradual alone when --out-json has them already")
     p.add_argument("--oneshot", action="store_true", help="one-shot arms on the dense models")
     p.add_argument("--peer", action="store_true", help="llm-compressor's one-shot modifiers")
     p.add_argument("--gradual", action="store_true", help="prune while training (bench/lm_gradual.py)")
@@ -168,17 +168,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     corpus = load_corpus()
     cfg = LMConfig(vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.layers, context=args.context)
     data = _load(args.out_json)
+    train = {"steps": args.steps, "batch_size": args.batch_size}
+    same_runs = data.get("model") == cfg.to_dict() and data.get("train") == train
     command = "python -m bench.bench_lm " + shlex.join(sys.argv[1:] if argv is None else argv)
     data["commands"] = [c for c in data.get("commands", []) if c != command] + [command]
     data.update(corpus={"source": "pydoc_data/topics.py", "python": corpus.python, "sha256": corpus.sha256,
                         "characters": len(corpus.text), "vocab": corpus.vocab_size},
-                model=cfg.to_dict(), train={"steps": args.steps, "batch_size": args.batch_size},
+                model=cfg.to_dict(), train=train,
                 torch=torch.__version__, machine=platform.machine(), calibration_windows=args.calib)
     val_x, val_y = validation_windows(corpus, cfg.context, args.val_limit)
     for seed in args.seeds:
-        dense = _dense(cfg, corpus, args, seed, data)
-        _record(data, seed, "dense", "0", bits_per_char(dense, val_x, val_y),
-                {"seconds": data["dense"][str(seed)]["seconds"]})
+        if args.dense or args.oneshot or args.peer or not (same_runs and str(seed) in data["dense"]):
+            dense = _dense(cfg, corpus, args, seed, data)   # gradual runs alone reuse a recorded dense figure
+            _record(data, seed, "dense", "0", bits_per_char(dense, val_x, val_y),
+                    {"seconds": data["dense"][str(seed)]["seconds"]})
         windows = calibration_windows(corpus, seed, args.calib, cfg.context)
         if args.oneshot:
             calib = calibration_batches(windows)

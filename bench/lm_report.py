@@ -95,6 +95,22 @@ def _ppl_table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _gap_lines(runs: list[dict]) -> list[str]:
+    """Per gradual setting: dense, torch.ao, our best gradual arm and the share of the gap it closes."""
+    dense = list(_values(runs, "dense", "0").values())
+    out = []
+    for setting in ("50", "80", "90", "2:4"):
+        peer = list(_values(runs, "gradual/torch.ao", setting).values())
+        ours = [(float(np.mean(v)), a) for a in ("default", "erk_wanda", "sr_ste")
+                if (v := list(_values(runs, f"gradual/{a}", setting).values()))]
+        if not (dense and peer and ours):
+            continue
+        d, p = float(np.mean(dense)), float(np.mean(peer))
+        best, arm = min(ours)
+        out.append(f"| {setting} | {d:.3f} | {p:.3f} | {best:.3f} ({arm}) | {(p - best) / (p - d):.0%} |")
+    return out
+
+
 def render(data: dict[str, Any]) -> str:
     """Markdown for the ``bench_lm`` section of bench/RESULTS.md."""
     runs = data["runs"]
@@ -133,6 +149,11 @@ def render(data: dict[str, Any]) -> str:
     if pairs:
         parts.append("Paired differences (bits/char, per seed; negative: the first is better):\n\n"
                      "| pair | setting | mean ± std | first better |\n|---|---|---|---|\n" + "\n".join(pairs))
+    closed = _gap_lines(runs)
+    if closed:
+        parts.append("Share of the gap between torch.ao and dense that our best gradual arm closes (means over "
+                     "seeds, bits/char):\n\n| setting | dense | torch.ao | ours best | share closed |\n"
+                     "|---|---|---|---|---|\n" + "\n".join(closed))
     if any(r["arm"].startswith("llmc_") for r in runs):
         parts.append(f"Against llm-compressor ({data.get('peer_versions', '')}), per-character perplexity "
                      f"`2 ** bpc`, mean over seeds:\n\n" + _ppl_table(runs) + "\n\n"

@@ -258,7 +258,9 @@ class PruningEngine:
         if not self.pattern.skip_incompatible_layers:       # every misfit named at once, before any selection
             check_pattern_fit(self.pattern, {n: w.shape for n, w in weights.items()}, self.pattern.pattern)
         empty = [n for n, w in weights.items() if w.size == 0]
-        masks = self.pattern.get_masks({n: s for n, s in scores.items() if n not in empty}, sparsity,
+        # C order: adapters hand in transposed views of their kernels, and selection on a view is slower
+        masks = self.pattern.get_masks({n: np.ascontiguousarray(s) for n, s in scores.items() if n not in empty},
+                                       sparsity,
                                        None if pre is None else {n: m for n, m in pre.items() if n not in empty})
         masks.update({n: np.ones(weights[n].shape, dtype=bool) for n in empty})
         return {n: masks[n] for n in weights}
