@@ -111,6 +111,30 @@ def _gap_lines(runs: list[dict]) -> list[str]:
     return out
 
 
+def _keras_part(data: dict[str, Any]) -> str:
+    """The Keras 3 runs (``keras/...`` arms, ``bench/lm_keras.py``) beside the torch runs of the same seeds."""
+    runs = data["runs"]
+    keras = [r for r in runs if r["arm"].startswith("keras/")]
+    if not keras:
+        return ""
+    rows = ["| arm | setting | Keras 3 | torch | Keras 3 - torch (paired) |", "|---|---|---|---|---|"]
+    for arm, setting in sorted({(r["arm"], r["setting"]) for r in keras},
+                               key=lambda a: (SETTING_ORDER.index(a[1]) if a[1] in SETTING_ORDER else 99, a[0])):
+        torch_arm = arm[len("keras/"):]
+        k, t = _values(runs, arm, setting), _values(runs, torch_arm, setting)
+        pair = paired_line(runs, arm, torch_arm, setting)
+        diff = pair.split(" | ")[2] if pair else ""
+        rows.append(f"| {torch_arm} | {setting} | {_cell(list(k.values()))} | {_cell(list(t.values()))} | {diff} |")
+    pairs = [p for p in (paired_line(runs, "keras/gradual/sr_ste", "keras/gradual/default", s)
+                         for s in ("50", "80", "90", "2:4")) if p]
+    text = (f"Keras 3 ({data.get('keras', '')}, backend {data.get('keras_backend', '')}): the same model, initial "
+            "weights and batches (`bench/lm_keras.py`), pruned by `sparsify_keras.PruningCallback`; bits per "
+            "character beside the torch runs of the same seeds:\n\n" + "\n".join(rows))
+    if pairs:
+        text += ("\n\n| pair | setting | mean ± std | first better |\n|---|---|---|---|\n" + "\n".join(pairs))
+    return text
+
+
 def render(data: dict[str, Any]) -> str:
     """Markdown for the ``bench_lm`` section of bench/RESULTS.md."""
     runs = data["runs"]
@@ -154,6 +178,9 @@ def render(data: dict[str, Any]) -> str:
         parts.append("Share of the gap between torch.ao and dense that our best gradual arm closes (means over "
                      "seeds, bits/char):\n\n| setting | dense | torch.ao | ours best | share closed |\n"
                      "|---|---|---|---|---|\n" + "\n".join(closed))
+    keras = _keras_part(data)
+    if keras:
+        parts.append(keras)
     if any(r["arm"].startswith("llmc_") for r in runs):
         parts.append(f"Against llm-compressor ({data.get('peer_versions', '')}), per-character perplexity "
                      f"`2 ** bpc`, mean over seeds:\n\n" + _ppl_table(runs) + "\n\n"

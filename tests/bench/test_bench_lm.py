@@ -6,6 +6,7 @@ import json
 import math
 import platform
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -126,3 +127,32 @@ def test_gpt2_export_computes_the_same_logits(tmp_path):
     x = torch.from_numpy(lm_data.calibration_windows(corpus, 0, 4, 16))
     with torch.no_grad():
         assert float((hf(input_ids=x).logits - model(x)).abs().max()) < 1e-5
+
+
+def test_gradual_alone_reuses_the_recorded_dense_figures(tmp_path):
+    out, cache = tmp_path / "lm.json", tmp_path / "cache"
+    args = TINY + ["--gradual", "--gradual-targets", "50", "--gradual-arms", "default", "--out-json", str(out),
+                   "--cache", str(cache)]
+    first = bench_lm.main(args)
+    shutil.rmtree(cache)
+    again = bench_lm.main(args)             # no dense training: nothing is cached anew
+    assert not cache.exists()
+    assert again["dense"] == first["dense"]
+    assert [r["bpc"] for r in again["runs"]] == [r["bpc"] for r in first["runs"]]
+    longer = bench_lm.main(args + ["--steps", "7"])
+    assert cache.exists() and longer["train"]["steps"] == 7   # other settings: the dense model is trained
+
+
+def test_report_shows_the_share_of_the_gap_closed_and_the_keras_runs():
+    runs = [{"seed": s, "arm": a, "setting": st, "bpc": b + 0.01 * s} for s in (0, 1) for a, st, b in
+            [("dense", "0", 1.8), ("gradual/torch.ao", "90", 1.9), ("gradual/default", "90", 1.9),
+             ("gradual/sr_ste", "90", 1.875), ("keras/dense", "0", 1.81), ("keras/gradual/sr_ste", "90", 1.88)]]
+    data = {"runs": runs, "corpus": {"vocab": 11, "python": "3.11", "characters": 9, "sha256": "0" * 64},
+            "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "context": 8}, "train": {"steps": 3, "batch_size": 2},
+            "dense": {"0": {"seconds": 1.0}}, "torch": "x", "calibration_windows": 4, "keras": "3.15.1",
+            "keras_backend": "jax"}
+    text = lm_report.render(data)
+    assert "| 90 | 1.805 | 1.905 | 1.880 (sr_ste) | 25% |" in text
+    assert "| gradual/sr_ste | 90 | 1.885 ± 0.007 | 1.880 ± 0.007 | +0.0050 ± 0.0000 |" in text
+    assert "| dense | 0 | 1.815 ± 0.007 | 1.805 ± 0.007 | +0.0100 ± 0.0000 |" in text
+    assert "backend jax" in text
