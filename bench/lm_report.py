@@ -97,15 +97,16 @@ def _ppl_table(runs: list[dict]) -> str:
 
 def _gap_lines(runs: list[dict]) -> list[str]:
     """Per gradual setting: dense, torch.ao, our best gradual arm and the share of the gap it closes."""
-    dense = list(_values(runs, "dense", "0").values())
+    dense = _values(runs, "dense", "0")
     out = []
     for setting in ("50", "80", "90", "2:4"):
-        peer = list(_values(runs, "gradual/torch.ao", setting).values())
-        ours = [(float(np.mean(v)), a) for a in ("default", "erk_wanda", "sr_ste")
-                if (v := list(_values(runs, f"gradual/{a}", setting).values()))]
-        if not (dense and peer and ours):
+        peer = _values(runs, "gradual/torch.ao", setting)
+        seeds = sorted(set(dense) & set(peer))           # means over the seeds every column has
+        ours = [(float(np.mean([v[s] for s in seeds])), a) for a in ("default", "erk_wanda", "sr_ste")
+                if seeds and set(seeds) <= set(v := _values(runs, f"gradual/{a}", setting))]
+        if not ours:
             continue
-        d, p = float(np.mean(dense)), float(np.mean(peer))
+        d, p = float(np.mean([dense[s] for s in seeds])), float(np.mean([peer[s] for s in seeds]))
         best, arm = min(ours)
         out.append(f"| {setting} | {d:.3f} | {p:.3f} | {best:.3f} ({arm}) | {(p - best) / (p - d):.0%} |")
     return out
