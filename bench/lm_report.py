@@ -151,7 +151,7 @@ def render(data: dict[str, Any]) -> str:
         f"{np.mean(secs):.0f} s per run (torch {data['torch']}). One-shot on the trained model with "
         f"{data['calibration_windows']} calibration windows of the training text; the blocks' linear weights "
         f"are pruned (not embeddings or the tied head). Validation bits per character, mean ± std over "
-        f"seeds {seeds} (lower is better).",
+        f"the seeds each cell ran, of {seeds} (lower is better).",
         _main_table([r for r in runs if not r["arm"].startswith("gradual/")]),
     ]
     gradual = [r for r in runs if r["arm"].startswith("gradual/")]
