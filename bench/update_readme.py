@@ -6,9 +6,10 @@
   docstring's ``Attributes:`` section;
 * ``docs/benchmarks.md``, between ``<!-- bench-results:start -->`` and ``<!-- bench-results:end -->``:
   a copy of ``bench/RESULTS.md`` (its title dropped);
-* ``docs/api/<module>.md``: one API page (a mkdocstrings ``::: module`` directive) per public module of
-  ``sparsify``, ``sparsify_tf`` and ``sparsify_torch``, and the ``API reference`` part of ``mkdocs.yml``'s
-  nav, between ``# api-nav:start`` and ``# api-nav:end``;
+* ``docs/api/``: the public surface users import, grouped by framework (``API_SURFACE``): one page per
+  package (a mkdocstrings ``::: package`` directive, which renders the names of its ``__all__``), an
+  index page listing every name, and the ``API reference`` part of ``mkdocs.yml``'s nav, between
+  ``# api-nav:start`` and ``# api-nav:end``. Internal modules get no page of their own;
 * the ``Guides`` part of that nav (between ``# guides-nav:start`` and ``# guides-nav:end``): the guides of
   ``GUIDES`` that exist, in that order, then any other page of ``docs/`` under its first heading.
 
@@ -20,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import re
@@ -42,9 +44,16 @@ GUIDES = (("The core and its masks", "core.md"), ("Config reference", "config.md
           ("Shipping a pruned model", "export.md"), ("Migrating from other libraries", "migrating.md"))
 # Pages of docs/ with their own place in the navigation (not guides).
 OTHER_PAGES = ("index.md", "design.md", "benchmarks.md")
+# The packages users import, by framework: the API reference documents their ``__all__``.
+API_SURFACE = (("Core (NumPy only)", ("sparsify", "sparsify.patterns", "sparsify.schedules", "sparsify.distributed",
+                                      "sparsify.channel_selection")),
+               ("PyTorch", ("sparsify_torch", "sparsify_torch.channels")),
+               ("Keras 3 on every backend, and tf-keras", ("sparsify_keras", "sparsify_tf.keras")),
+               ("TensorFlow graphs", ("sparsify_tf",)),
+               ("The sparsify command", ("sparsify.cli",)))
 
-__all__ = ["config_reference", "bench_section", "public_modules", "api_page", "api_nav", "guides_nav", "render",
-           "outputs", "main"]
+__all__ = ["config_reference", "bench_section", "public_modules", "exported_names", "api_page", "api_index",
+           "api_nav", "guides_nav", "render", "outputs", "main"]
 
 
 def _descriptions(doc: str) -> dict[str, str]:
@@ -146,14 +155,47 @@ def public_modules(root: Path = ROOT) -> list[str]:
     return sorted(names)
 
 
-def api_page(module: str) -> str:
-    """The Markdown of ``docs/api/<module>.md``: a title and the mkdocstrings directive."""
-    return f"# `{module}`\n\n::: {module}\n"
+def exported_names(package: str, root: Path = ROOT) -> list[str]:
+    """The literal ``__all__`` of ``package``'s ``__init__.py``, read without importing it (no TF or torch).
+
+    Example:
+        >>> "PruningConfig" in exported_names("sparsify")
+        True
+    """
+    init = root.joinpath(*package.split("."), "__init__.py")
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise ValueError(f"{init} has no literal __all__")
 
 
-def api_nav(modules: list[str]) -> str:
-    """The ``API reference`` entries of ``mkdocs.yml``'s nav, one per module."""
-    return "\n".join(f"      - {m}: api/{m}.md" for m in modules)
+def api_page(package: str) -> str:
+    """The Markdown of ``docs/api/<package>.md``: a title and the mkdocstrings directive (its ``__all__``)."""
+    return f"# `{package}`\n\n::: {package}\n"
+
+
+def api_index(surface=API_SURFACE) -> str:
+    """The Markdown of ``docs/api/index.md``: every exported name, by framework and package, linked."""
+    lines = ["# API reference", "",
+             "The names each package exports (its `__all__`), grouped by framework. Import them from the package",
+             "named, not from the modules they live in: those may move.", ""]
+    for group, packages in surface:
+        lines += [f"## {group}", ""]
+        for package in packages:
+            names = ", ".join(f"[`{n}`]({package}.md#{package}.{n})" for n in exported_names(package)
+                              if not n.startswith("_"))          # the site hides _names (mkdocs.yml filters)
+            lines += [f"- [`{package}`]({package}.md): {names}"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def api_nav(surface=API_SURFACE) -> str:
+    """The ``API reference`` entries of ``mkdocs.yml``'s nav: the index, then one section per framework."""
+    lines = ["      - Index: api/index.md"]
+    for group, packages in surface:
+        lines.append(f"      - {json.dumps(group)}:")
+        lines += [f"          - {p}: api/{p}.md" for p in packages]
+    return "\n".join(lines)
 
 
 def guides_nav(docs: Path = ROOT / "docs") -> str:
@@ -184,15 +226,17 @@ def render(path: Path, text: str) -> str:
         return _replace(text, "bench-results", bench_section(), where=path.name)
     if path == MKDOCS:
         text = _replace(text, "guides-nav", guides_nav(), comment="# {}", where=path.name)
-        return _replace(text, "api-nav", api_nav(public_modules()), comment="# {}", where=path.name)
+        return _replace(text, "api-nav", api_nav(), comment="# {}", where=path.name)
     raise ValueError(f"no generated section in {path}")
 
 
 def outputs() -> dict[Path, str]:
     """Every generated file and the content it should have now."""
     out = {path: render(path, path.read_text()) for path in (CONFIG_PAGE, BENCH_PAGE, MKDOCS)}
-    for module in public_modules():
-        out[API_DIR / f"{module}.md"] = api_page(module)
+    out[API_DIR / "index.md"] = api_index()
+    for _, packages in API_SURFACE:
+        for package in packages:
+            out[API_DIR / f"{package}.md"] = api_page(package)
     return out
 
 

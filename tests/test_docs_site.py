@@ -1,5 +1,6 @@
-"""The documentation site (mkdocs.yml): the guides of docs/ and one API page per public module build with
-warnings as errors, so a renamed module, function or parameter cannot leave a broken reference."""
+"""The documentation site (mkdocs.yml): the guides of docs/ and the API reference (one page per package users
+import, by framework, and an index of every exported name) build with warnings as errors, so a renamed module,
+function or parameter cannot leave a broken reference."""
 from __future__ import annotations
 
 import importlib.util
@@ -35,14 +36,22 @@ def _nav_pages(nav) -> list[str]:
     return out
 
 
-def test_every_public_module_and_guide_is_in_the_nav():
+def test_the_api_reference_is_the_public_surface_by_framework():
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
     pages = _nav_pages(config["nav"])
-    modules = _updater().public_modules()
-    assert {"sparsify", "sparsify_tf", "sparsify_torch", "sparsify_tf.keras", "sparsify_torch.channels"} <= set(modules)
-    assert [p for p in pages if p.startswith("api/")] == [f"api/{m}.md" for m in modules]
-    for module in modules:
-        assert (ROOT / "docs" / "api" / f"{module}.md").read_text() == f"# `{module}`\n\n::: {module}\n"
+    updater = _updater()
+    packages = [p for _, group in updater.API_SURFACE for p in group]
+    assert {"sparsify", "sparsify_tf", "sparsify_torch", "sparsify_keras", "sparsify_tf.keras",
+            "sparsify_torch.channels"} <= set(packages)
+    assert [p for p in pages if p.startswith("api/")] == ["api/index.md"] + [f"api/{p}.md" for p in packages]
+    assert sorted(p.name for p in (ROOT / "docs" / "api").glob("*.md")) == sorted(["index.md"] + [f"{p}.md" for p in
+                                                                                                  packages])
+    for package in packages:
+        assert (ROOT / "docs" / "api" / f"{package}.md").read_text() == f"# `{package}`\n\n::: {package}\n"
+    index = (ROOT / "docs" / "api" / "index.md").read_text()
+    assert "[`PruningConfig`](sparsify.md#sparsify.PruningConfig)" in index
+    assert "[`PruningCallback`](sparsify_keras.md#sparsify_keras.PruningCallback)" in index
+    assert "npz_stream" not in index                       # internal modules are not the reference
     guides = {p.name for p in (ROOT / "docs").glob("*.md")}
     assert guides <= set(pages), f"pages missing from the nav (run python bench/update_readme.py): " \
                                  f"{sorted(guides - set(pages))}"
@@ -55,6 +64,8 @@ def test_site_builds_strict(tmp_path):
     assert not re.search(r"^WARNING", res.stderr, flags=re.M), res.stderr[-5000:]
     page = (tmp_path / "site" / "api" / "sparsify_tf" / "index.html").read_text()
     assert 'id="sparsify_tf.prune_graph"' in page                 # rendered from the docstrings
+    keras = (tmp_path / "site" / "api" / "sparsify_keras" / "index.html").read_text()
+    assert all(f'id="sparsify_keras.{n}"' in keras for n in _updater().exported_names("sparsify_keras"))
     core = (tmp_path / "site" / "api" / "sparsify" / "index.html").read_text()
     assert 'id="sparsify.PruningConfig"' in core and "&gt;&gt;&gt;" in core   # the Example: doctests as code
 

@@ -53,7 +53,7 @@ from .atomic import check_destination, write_text
 from .demo import DEFAULT_STEPS as DEFAULT_DEMO_STEPS
 from .demo import FRAMEWORKS, MAX_SEED, default_config, format_result, run_demo
 from .export import TARGETS, export_model, format_export
-from .interrupts import interrupts_outside_gc_callbacks
+from .interrupts import interrupts_not_swallowed
 from .plots import check_plot_path, plot_path, plot_schedule, schedule_points
 from .report import FORMATS, build_report, format_report
 from .report.readers import DEFAULT_MAX_BYTES
@@ -387,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("SPARSIFY_DEBUG"):
         return int(args.func(args))
     try:
-        with interrupts_outside_gc_callbacks():
+        with interrupts_not_swallowed():
             return int(args.func(args))
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")

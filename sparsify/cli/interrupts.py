@@ -1,58 +1,54 @@
-"""Ctrl-C that is never lost in a garbage-collector callback.
+"""Ctrl-C that is never swallowed where Python drops exceptions.
 
 Python raises ``KeyboardInterrupt`` in whatever Python code runs when SIGINT is handled. When that
-code is a ``gc.callbacks`` function (JAX registers one, and TensorFlow 2.21 imports JAX), the
-collector reports the exception as "Exception ignored in ..." with a traceback and drops it: the
-interrupt is lost and the user sees a traceback. :func:`interrupts_outside_gc_callbacks` installs a
-SIGINT handler that, inside such a callback, has the signal sent again a moment later from another
-thread (``_thread.interrupt_main``), so it is raised in the code the collection interrupted.
+code is a ``gc.callbacks`` function (JAX registers one, and TensorFlow 2.21 imports JAX), a weakref
+callback or a ``__del__`` method, Python cannot raise it there: it reports "Exception ignored in ..."
+with a traceback and drops it, so the interrupt is lost. Inside :func:`interrupts_not_swallowed`, such
+a dropped ``KeyboardInterrupt`` is sent again to the main thread a moment later from another thread
+(``signal.pthread_kill``, which also wakes a sleeping main thread), so it is raised in the code that
+was running; any other unraisable exception goes to the hook that was there before.
 
 Example:
-    >>> import signal
-    >>> with interrupts_outside_gc_callbacks():
-    ...     signal.getsignal(signal.SIGINT).__name__
-    'interrupt_outside_gc_callbacks'
+    >>> import sys
+    >>> with interrupts_not_swallowed():
+    ...     sys.unraisablehook.__name__
+    'send_swallowed_interrupts_again'
 """
 from __future__ import annotations
 
 import _thread
 import contextlib
-import gc
 import signal
+import sys
 import threading
-from types import FrameType
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["interrupts_outside_gc_callbacks", "interrupt_outside_gc_callbacks"]
-
-
-def _in_gc_callback(frame: FrameType | None) -> bool:
-    codes = {getattr(cb, "__code__", None) for cb in gc.callbacks}
-    while frame is not None:
-        if frame.f_code in codes:
-            return True
-        frame = frame.f_back
-    return False
+__all__ = ["interrupts_not_swallowed"]
 
 
-def interrupt_outside_gc_callbacks(signum: int, frame: FrameType | None) -> None:
-    """SIGINT handler: ``KeyboardInterrupt`` now, or once the running gc callback has returned."""
-    if _in_gc_callback(frame):      # again from another thread: from this one it would come back at once
-        threading.Timer(0.001, _thread.interrupt_main, (signum,)).start()
-        return
-    raise KeyboardInterrupt
+def _send_again(signum: int) -> None:
+    if hasattr(signal, "pthread_kill"):
+        signal.pthread_kill(threading.main_thread().ident, signum)
+    else:                           # pragma: no cover - Windows: raised at the next bytecode, not in a sleep
+        _thread.interrupt_main(signum)
+
+
+def _hook_sending_interrupts_again(previous: Callable[[Any], object]) -> Callable[[Any], None]:
+    def send_swallowed_interrupts_again(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):   # from another thread: here it would be dropped again
+            threading.Timer(0.001, _send_again, (signal.SIGINT,)).start()
+        else:
+            previous(unraisable)
+    return send_swallowed_interrupts_again
 
 
 @contextlib.contextmanager
-def interrupts_outside_gc_callbacks() -> Iterator[None]:
-    """Use :func:`interrupt_outside_gc_callbacks` for SIGINT inside the block (main thread only; a handler
-    someone else installed is kept)."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-    signal.signal(signal.SIGINT, interrupt_outside_gc_callbacks)
+def interrupts_not_swallowed() -> Iterator[None]:
+    """Inside the block, a ``KeyboardInterrupt`` that Python would drop as unraisable (in a gc callback, a
+    weakref callback, ``__del__``) is raised again in the main thread's running code."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = _hook_sending_interrupts_again(previous)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = previous

@@ -1,56 +1,99 @@
-"""sparsify.cli.interrupts: SIGINT inside a gc callback is raised after it, not swallowed by the collector."""
+"""sparsify.cli.interrupts: a Ctrl-C that Python would drop as unraisable is raised in the running code."""
 from __future__ import annotations
 
 import gc
 import signal
 import sys
 import time
+import weakref
 
 import pytest
 
-from sparsify.cli.interrupts import interrupt_outside_gc_callbacks, interrupts_outside_gc_callbacks
+from sparsify.cli.interrupts import interrupts_not_swallowed
 
 
-def test_outside_a_gc_callback_the_interrupt_is_raised_at_once():
-    with pytest.raises(KeyboardInterrupt):
-        interrupt_outside_gc_callbacks(signal.SIGINT, sys._getframe())
+@pytest.fixture
+def sigint_raises():
+    """The interpreter's own SIGINT handler, whatever an earlier test left."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
 
 
-def test_inside_a_gc_callback_it_is_raised_after_the_collection():
-    inside: list = []
+def _interrupted_within(seconds: float, start_trouble) -> float:
+    started = time.perf_counter()
+    with interrupts_not_swallowed(), pytest.raises(KeyboardInterrupt):
+        start_trouble()
+        time.sleep(seconds)           # the signal sent again wakes it long before this ends
+    return time.perf_counter() - started
 
-    def callback(phase, info):        # a callback like JAX's: the handler runs while it does
-        if phase == "start" and not inside:
-            try:
-                interrupt_outside_gc_callbacks(signal.SIGINT, sys._getframe())
-                inside.append("deferred")
-            except KeyboardInterrupt:  # pragma: no cover - the bug: the collector would drop this
-                inside.append("raised inside")
 
-    unraisable: list = []
-    old_hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+def test_an_interrupt_in_a_gc_callback_is_raised_after_the_collection(sigint_raises):
+    armed = False                     # only the collection below: one the allocator starts earlier is not it
+    calls: list = []
+
+    def callback(phase, info):        # like JAX's callback, running when Ctrl-C comes
+        if phase == "start" and armed and not calls:
+            calls.append(phase)
+            raise KeyboardInterrupt
+
+    def collect():
+        nonlocal armed
+        armed = True
+        gc.collect()
+        armed = False
+
     gc.callbacks.append(callback)
     try:
-        with interrupts_outside_gc_callbacks(), pytest.raises(KeyboardInterrupt):
-            gc.collect()
-            time.sleep(5)             # the signal sent again arrives long before this ends
+        assert _interrupted_within(5, collect) < 4
     finally:
         gc.callbacks.remove(callback)
-        sys.unraisablehook = old_hook
-    assert inside == ["deferred"] and unraisable == []
+    assert calls == ["start"]
 
 
-def test_the_handler_is_installed_only_inside_the_block():
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with interrupts_outside_gc_callbacks():
-        assert signal.getsignal(signal.SIGINT) is interrupt_outside_gc_callbacks
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+def test_an_interrupt_in_a_weakref_callback_or_del_is_raised_after_it(sigint_raises):
+    class Finalized:
+        def __del__(self):
+            raise KeyboardInterrupt
+
+    class Referent:
+        pass
+
+    def drop_one_referent():
+        r = Referent()
+        drop_one_referent.ref = weakref.ref(r, lambda _: (_ for _ in ()).throw(KeyboardInterrupt()))
+        del r
+
+    assert _interrupted_within(5, drop_one_referent) < 4
+    assert _interrupted_within(5, lambda: Finalized()) < 4
 
 
-def test_a_handler_someone_else_installed_is_kept():
-    mine = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def test_other_unraisable_exceptions_go_to_the_hook_that_was_there(sigint_raises):
+    seen: list = []
+    old_hook, sys.unraisablehook = sys.unraisablehook, seen.append
     try:
-        with interrupts_outside_gc_callbacks():
-            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        class Finalized:
+            def __del__(self):
+                raise ValueError("in __del__")
+
+        with interrupts_not_swallowed():
+            Finalized()
+        assert sys.unraisablehook == seen.append     # restored
     finally:
-        signal.signal(signal.SIGINT, mine)
+        sys.unraisablehook = old_hook
+    assert [type(u.exc_value) for u in seen] == [ValueError]
+
+
+def test_without_the_block_the_interrupt_is_lost(sigint_raises):
+    dropped: list = []
+    old_hook, sys.unraisablehook = sys.unraisablehook, dropped.append
+    try:
+        class Finalized:
+            def __del__(self):
+                raise KeyboardInterrupt
+
+        Finalized()
+        time.sleep(0.05)              # nothing comes
+    finally:
+        sys.unraisablehook = old_hook
+    assert [type(u.exc_value) for u in dropped] == [KeyboardInterrupt]
