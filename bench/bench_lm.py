@@ -14,8 +14,9 @@ Modes:
     2:4 (with and without channel permutation) on each trained dense model, the same
     calibration windows (64 training windows from the seed) for every arm.
     ``--gradual``: prune while training (``bench/lm_gradual.py``): our default, ``erk_wanda``, ``sr_ste``
-    (SR-STE) and torch.ao's WeightNormSparsifier at ``--gradual-targets`` (percent, or ``2:4``), same initial
-    weights and batches.
+    (SR-STE), ``rigl``, ``erk_rigl`` and torch.ao's WeightNormSparsifier at ``--gradual-targets`` (percent, or
+    ``2:4``; ERK scope and RigL are unstructured only), same initial weights and batches. The Keras arms run
+    apart: Keras 3 in ``bench/lm_keras.py``, tf-keras and tfmot (the Keras peer) in ``bench/lm_tfkeras.py``.
     ``--peer``: llm-compressor's SparseGPTModifier and WandaPruningModifier on the same weights
     exported as a Hugging Face ``GPT2LMHeadModel`` (``bench/lm_peer.py``, run in a child process
     with ``--peer-path`` on its ``PYTHONPATH``); a failure is recorded with its command and error.
@@ -41,7 +42,7 @@ import torch
 
 from ._results import publish
 from .lm_data import calibration_windows, load_corpus, validation_windows
-from .lm_gradual import GRADUAL_ARMS, gradual_attach
+from .lm_gradual import GRADUAL_ARMS, gradual_attach, gradual_config, setting_target
 from .lm_model import CharLM, LMConfig, bits_per_char
 from .lm_oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
 from .lm_plot import FIGURE, plot
@@ -78,7 +79,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out-json", default=str(RESULTS_JSON))
     p.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
     p.add_argument("--report", action="store_true", help="only render --out-json into bench/RESULTS.md")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.gradual:                          # every pair checked before any training
+        for target in args.gradual_targets:
+            for arm in args.gradual_arms:
+                if arm not in GRADUAL_ARMS:
+                    p.error(f"--gradual-arms: one of {', '.join(GRADUAL_ARMS)}, got {arm!r}")
+                try:
+                    setting_target(target)
+                    if arm != "torch.ao":
+                        gradual_config(arm, target, args.steps)
+                except ValueError as exc:
+                    p.error(f"--gradual-arms {arm} at --gradual-targets {target}: {exc}")
+    return args
 
 
 def _dense(cfg: LMConfig, corpus, args, seed: int, data: dict) -> CharLM:

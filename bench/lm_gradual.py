@@ -1,5 +1,5 @@
-"""Gradual pruning while training the benchmark LM: our default, ``erk_wanda``, ``sr_ste`` and torch.ao's
-WeightNormSparsifier.
+"""Gradual pruning while training the benchmark LM: our default, ``erk_wanda``, ``sr_ste``, ``rigl``,
+``erk_rigl`` and torch.ao's WeightNormSparsifier.
 
 Every arm starts from the same NumPy initial weights and sees the same batches as the dense
 run of its seed; only the blocks' linear weights are pruned (:data:`bench.lm_model.PRUNABLE`).
@@ -11,11 +11,15 @@ is SR-STE: straight-through gradients plus ``pruned_decay`` on the pruned weight
 
 Example:
     >>> sorted(GRADUAL_ARMS)
-    ['default', 'erk_wanda', 'sr_ste', 'torch.ao']
+    ['default', 'erk_rigl', 'erk_wanda', 'rigl', 'sr_ste', 'torch.ao']
     >>> window(1800)
     (180, 1260, 45)
     >>> setting_target("2:4"), setting_target("90")
     ((0.5, '2:4'), (0.9, '1x1'))
+    >>> gradual_config("rigl", "2:4", 1800)
+    Traceback (most recent call last):
+    ...
+    ValueError: regrowth='rigl' works on single weights: pattern must be '1x1', got '2:4'
 """
 from __future__ import annotations
 
@@ -25,18 +29,22 @@ from typing import Any, Callable
 import torch
 
 import sparsify_torch
-from sparsify import GradualSchedule
+from sparsify import GradualSchedule, PruningConfig
 
 from .lm_model import PRUNABLE, CharLM
 from .lm_train import Attach
 
-__all__ = ["GRADUAL_ARMS", "window", "setting_target", "gradual_attach"]
+__all__ = ["GRADUAL_ARMS", "window", "setting_target", "gradual_config", "gradual_attach"]
 
 GRADUAL_ARMS: dict[str, dict[str, Any]] = {
     "default": {},
     "erk_wanda": {"pruning_scope": "erk", "criterion": "wanda"},
     # the MNIST-1D accuracy benchmark's SR-STE arm (bench/accuracy/problems.py), tuned there
     "sr_ste": {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1, "monotone": False},
+    # dynamic sparsity: the gradual schedule, and at each update the same number of pruned weights regrown
+    # where the gradient is largest (RigL), locally or with ERK's layer densities
+    "rigl": {"regrowth": "rigl"},
+    "erk_rigl": {"pruning_scope": "erk", "regrowth": "rigl"},
     "torch.ao": {},
 }
 
@@ -81,11 +89,25 @@ def _torch_ao(target: float, steps: int, pattern: str = "1x1") -> Attach:
     return attach
 
 
+def gradual_config(arm: str, setting: str, steps: int) -> dict[str, Any]:
+    """Our config of arm ``arm`` (not ``torch.ao``) at ``setting`` over ``steps`` steps, checked.
+
+    Raises:
+        ValueError: the arm cannot run the setting (e.g. RigL regrowth at 2:4), with the config's reason.
+    """
+    if arm not in GRADUAL_ARMS or arm == "torch.ao":
+        raise ValueError(f"arm: one of {[a for a in GRADUAL_ARMS if a != 'torch.ao']}, got {arm!r}")
+    target, pattern = setting_target(setting)
+    start, end, freq = window(steps)
+    config = {"target_sparsity": target, "pattern": pattern, "start_step": start, "end_step": end,
+              "pruning_frequency": freq, "op_names": [PRUNABLE], **GRADUAL_ARMS[arm]}
+    PruningConfig.from_dict(config)
+    return config
+
+
 def gradual_attach(arm: str, setting: str, steps: int) -> Attach:
     """The :data:`bench.lm_train.Attach` of an arm at ``setting`` (a percent or ``"2:4"``) over ``steps`` steps."""
-    target, pattern = setting_target(setting)
     if arm == "torch.ao":
+        target, pattern = setting_target(setting)
         return _torch_ao(target, steps, pattern)
-    start, end, freq = window(steps)
-    return _ours({"target_sparsity": target, "pattern": pattern, "start_step": start, "end_step": end,
-                  "pruning_frequency": freq, "op_names": [PRUNABLE], **GRADUAL_ARMS[arm]})
+    return _ours(gradual_config(arm, setting, steps))

@@ -56,6 +56,7 @@ from sparsify import exact_prune_count  # noqa: E402
 from .lm_data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
 from .lm_gradual import GRADUAL_ARMS, setting_target, window  # noqa: E402
 from .lm_model import LMConfig, init_weights  # noqa: E402
+from .lm_records import record_run, save_results  # noqa: E402
 from .lm_train import TrainSettings, lr_at  # noqa: E402
 
 __all__ = ["PRUNABLE_KERAS", "KERAS_ARMS", "KerasCharLM", "build_keras_model", "load_weights", "TorchSchedule",
@@ -293,20 +294,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _save(path: str, data: dict[str, Any]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1)
-    os.replace(tmp, path)
-
-
-def _record(data: dict, seed: int, arm: str, setting: str, bpc: float, info: dict) -> None:
-    data["runs"] = [r for r in data["runs"] if (r["seed"], r["arm"], r["setting"]) != (seed, arm, setting)]
-    data["runs"].append({"seed": seed, "arm": arm, "setting": setting, "bpc": bpc, **info})
-    print(f"seed {seed} {arm:>22} {setting:>5}: {bpc:.4f} bits/char, {info['seconds']:.0f} s", flush=True)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the asked arms per seed, appending each record to ``--out-json`` as it ends; return the results.
 
@@ -343,9 +330,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 model, info = train_keras(cfg, corpus, seed, args.steps, args.batch_size, config)
                 extra = {"sparsity": info["sparsity"]["total"]} if config else {}
                 name = "keras/dense" if arm == "dense" else f"keras/gradual/{arm}"
-                _record(data, seed, name, setting, bits_per_char_keras(model, *val),
+                record_run(data, seed, name, setting, bits_per_char_keras(model, *val),
                         {"seconds": info["seconds"], **extra})
-                _save(args.out_json, data)
+                save_results(args.out_json, data)
                 keras.backend.clear_session()
     return data
 

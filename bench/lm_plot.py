@@ -6,7 +6,7 @@ line (lower is better; error bars: std over seeds).
 * **one-shot** on the trained dense model at 50-70% and 2:4: magnitude (our default criterion), SparseGPT
   (our best; at 2:4 after the activation-aware permutation) and llm-compressor's SparseGPT and Wanda;
 * **gradual** pruning while training: our default, our best gradual arm (the lowest mean bits per character
-  at the sparsest target where it ran) and torch.ao's WeightNormSparsifier.
+  at the sparsest target where it ran), torch.ao's WeightNormSparsifier and tfmot (tf-keras).
 
 Example:
     >>> runs = [{"seed": s, "arm": a, "setting": t, "bpc": b + 0.01 * s} for s in range(2)
@@ -29,6 +29,7 @@ FIGURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 ONESHOT_X = {"50": 50.0, "60": 60.0, "70": 70.0, "2:4": 80.0}       # 2:4 drawn at its own tick
 GRADUAL_X = {"50": 50.0, "80": 80.0, "90": 90.0, "2:4": 100.0}
 GRADUAL_PEER = "gradual/torch.ao"
+KERAS_PEER = "tfkeras/gradual/tfmot"
 
 
 def _stats(runs: list[dict], arm: str, setting: str) -> tuple[float, float] | None:
@@ -113,6 +114,7 @@ def plot(data: dict[str, Any], path: str = FIGURE) -> bool:
         _line(right, runs, f"{best.split('/', 1)[1]} (our best)", [(GRADUAL_X[s], best, s) for s in gradual],
               False, "^")
     _line(right, runs, "torch.ao", [(GRADUAL_X[s], GRADUAL_PEER, s) for s in gradual], True, "s", 0.8)
+    _line(right, runs, "tfmot (tf-keras)", [(GRADUAL_X[s], KERAS_PEER, s) for s in gradual], True, "D", 1.6)
     _dense(right, runs)
     _axes(right, "gradual, while training", GRADUAL_X, set(gradual))
     fig.tight_layout()

@@ -15,7 +15,9 @@ import numpy as np
 __all__ = ["render", "paired_line", "ARM_ORDER"]
 
 ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt", "gradual/default",
-             "gradual/erk_wanda", "gradual/sr_ste", "gradual/torch.ao")
+             "gradual/erk_wanda", "gradual/sr_ste", "gradual/rigl", "gradual/erk_rigl", "gradual/torch.ao")
+OUR_GRADUAL = ("default", "erk_wanda", "sr_ste", "rigl", "erk_rigl")
+TFMOT = "tfkeras/gradual/tfmot"
 PEER_NOTES = (
     "The peer runs on the same trained weights exported as a `GPT2LMHeadModel` built from a `GPT2Config` "
     "(largest logit difference from ours {diff:.1e}), with the same calibration windows (batches of 16), "
@@ -95,20 +97,22 @@ def _ppl_table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _gap_lines(runs: list[dict]) -> list[str]:
-    """Per gradual setting: dense, torch.ao, our best gradual arm and the share of the gap it closes."""
-    dense = _values(runs, "dense", "0")
+def _gap_lines(runs: list[dict], framework: str, dense_arm: str, peer_arm: str, ours: tuple[str, ...]) -> list[str]:
+    """Per gradual setting: dense, the peer, our best arm among ``ours`` and the share of the gap it closes
+    (means over the seeds every column ran)."""
+    dense = _values(runs, dense_arm, "0")
     out = []
     for setting in ("50", "80", "90", "2:4"):
-        peer = _values(runs, "gradual/torch.ao", setting)
-        seeds = sorted(set(dense) & set(peer))           # means over the seeds every column has
-        ours = [(float(np.mean([v[s] for s in seeds])), a) for a in ("default", "erk_wanda", "sr_ste")
-                if seeds and set(seeds) <= set(v := _values(runs, f"gradual/{a}", setting))]
-        if not ours:
+        peer = _values(runs, peer_arm, setting)
+        seeds = sorted(set(dense) & set(peer))
+        cands = [(float(np.mean([v[s] for s in seeds])), a) for a in ours
+                 if seeds and set(seeds) <= set(v := _values(runs, a, setting))]
+        if not cands:
             continue
         d, p = float(np.mean([dense[s] for s in seeds])), float(np.mean([peer[s] for s in seeds]))
-        best, arm = min(ours)
-        out.append(f"| {setting} | {d:.3f} | {p:.3f} | {best:.3f} ({arm}) | {(p - best) / (p - d):.0%} |")
+        best, arm = min(cands)
+        out.append(f"| {framework} | {setting} | {d:.3f} | {p:.3f} ({peer_arm.rsplit('/', 1)[-1]}) | {best:.3f} "
+                   f"({arm}) | {(p - best) / (p - d):.0%} | {len(seeds)} |")
     return out
 
 
@@ -136,6 +140,31 @@ def _keras_part(data: dict[str, Any]) -> str:
     return text
 
 
+def _tfkeras_part(data: dict[str, Any]) -> str:
+    """The tf-keras runs (``tfkeras/...``, ``bench/lm_tfkeras.py``): tfmot, the Keras peer, beside ours."""
+    runs = data["runs"]
+    arms = [a for a in ("tfkeras/dense", TFMOT, *(f"tfkeras/gradual/{a}" for a in OUR_GRADUAL))
+            if any(r["arm"] == a for r in runs)]
+    if TFMOT not in arms:
+        return ""
+    settings = [s for s in SETTING_ORDER if any(r["setting"] == s and r["arm"] in arms for r in runs)]
+    rows = ["| arm | " + " | ".join("dense" if s == "0" else (s + "%" if s.isdigit() else s) for s in settings)
+            + " |", "|---" * (len(settings) + 1) + "|"]
+    for arm in arms:
+        rows.append(f"| {arm} | " + " | ".join(_cell(list(_values(runs, arm, s).values())) for s in settings) + " |")
+    pairs = [p for s in ("50", "80", "90", "2:4") for p in (
+        paired_line(runs, "tfkeras/gradual/default", TFMOT, s), paired_line(runs, "keras/gradual/default", TFMOT, s),
+        paired_line(runs, "keras/gradual/sr_ste", TFMOT, s), paired_line(runs, TFMOT, "gradual/torch.ao", s),
+        paired_line(runs, "tfkeras/dense", "dense", "0") if s == "50" else None) if p]
+    return (f"tf-keras ({data.get('tf_keras', '')}) with tfmot {data.get('tfmot', '')}: the same model, initial "
+            "weights and batches (`bench/lm_tfkeras.py`); tfmot's `prune_low_magnitude` on each pruned Dense with "
+            "`PolynomialDecay(0, target, begin_step=start + 1, end_step=end + 1, power=3, frequency)` (its masks "
+            "change between the same updates as ours), our `sparsify_tf.keras.PruningCallback` at the torch "
+            "settings. tf-keras cannot train pruned weights straight-through, so SR-STE runs in Keras 3 "
+            "(rows above):\n\n" + "\n".join(rows)
+            + "\n\n| pair | setting | mean ± std | first better |\n|---|---|---|---|\n" + "\n".join(pairs))
+
+
 def render(data: dict[str, Any]) -> str:
     """Markdown for the ``bench_lm`` section of bench/RESULTS.md."""
     runs = data["runs"]
@@ -160,8 +189,8 @@ def render(data: dict[str, Any]) -> str:
                      "schedule from 10% to 70% of the steps, an update every 2.5%; unstructured or 2:4, every "
                      "layer of the blocks; `default`: local magnitude, `erk_wanda`: ERK scope + Wanda scores, "
                      "`sr_ste`: SR-STE (straight-through gradients, `pruned_decay=6e-4`, masks every step, "
-                     "`monotone=False`), `torch.ao`: WeightNormSparsifier at the same steps and values, 2:4 as "
-                     "2 zeros per (1, 4) block):\n\n"
+                     "`monotone=False`), `rigl`/`erk_rigl`: RigL regrowth (local or ERK scope), `torch.ao`: "
+                     "WeightNormSparsifier at the same steps and values, 2:4 as 2 zeros per (1, 4) block):\n\n"
                      + _main_table(gradual + [r for r in runs if r["arm"] == "dense"]))
     pairs = [paired_line(runs, *p) for p in
              (("sparsegpt", "wanda", "50"), ("sparsegpt", "wanda", "2:4"), ("sparsegpt", "llmc_sparsegpt", "50"),
@@ -169,19 +198,22 @@ def render(data: dict[str, Any]) -> str:
               ("sparsegpt", "sparsegpt", "2:4+perm", "2:4"), ("sparsegpt", "sparsegpt", "2:4+aperm", "2:4"),
               ("sparsegpt", "llmc_sparsegpt", "2:4+aperm", "2:4"))]
     pairs += [paired_line(runs, f"gradual/{a}", "gradual/torch.ao", t) for t in ("50", "80", "90", "2:4")
-              for a in ("default", "erk_wanda", "sr_ste")]
+              for a in OUR_GRADUAL]
     pairs = [p for p in pairs if p]
     if pairs:
         parts.append("Paired differences (bits/char, per seed; negative: the first is better):\n\n"
                      "| pair | setting | mean ± std | first better |\n|---|---|---|---|\n" + "\n".join(pairs))
-    closed = _gap_lines(runs)
+    closed = _gap_lines(runs, "torch", "dense", "gradual/torch.ao", tuple(f"gradual/{a}" for a in OUR_GRADUAL))
+    closed += _gap_lines(runs, "Keras", "tfkeras/dense", TFMOT,
+                         tuple(f"{k}/gradual/{a}" for k in ("keras", "tfkeras") for a in OUR_GRADUAL))
     if closed:
-        parts.append("Share of the gap between torch.ao and dense that our best gradual arm closes (means over "
-                     "seeds, bits/char):\n\n| setting | dense | torch.ao | ours best | share closed |\n"
-                     "|---|---|---|---|---|\n" + "\n".join(closed))
-    keras = _keras_part(data)
-    if keras:
-        parts.append(keras)
+        parts.append("Share of the gap between the peer and dense that our best gradual arm closes (means over "
+                     "the seeds every column ran, bits/char; Keras: dense and tfmot in tf-keras, ours the best of "
+                     "Keras 3 and tf-keras):\n\n| framework | setting | dense | peer | ours best | share closed | "
+                     "seeds |\n|---|---|---|---|---|---|---|\n" + "\n".join(closed))
+    for part in (_keras_part(data), _tfkeras_part(data)):
+        if part:
+            parts.append(part)
     if any(r["arm"].startswith("llmc_") for r in runs):
         parts.append(f"Against llm-compressor ({data.get('peer_versions', '')}), per-character perplexity "
                      f"`2 ** bpc`, mean over seeds:\n\n" + _ppl_table(runs) + "\n\n"

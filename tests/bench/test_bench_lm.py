@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from bench import (bench_lm, lm_data, lm_model, lm_oneshot, lm_peer, lm_permutation, lm_report,  # noqa: E402
-                   lm_train, lm_gradual)
+                   lm_plot, lm_records, lm_train, lm_gradual)
 from sparsify import exact_prune_count  # noqa: E402
 
 TINY = ["--seeds", "0", "--steps", "5", "--d-model", "32", "--layers", "1", "--calib", "16", "--val-limit", "4",
@@ -22,7 +22,7 @@ TINY = ["--seeds", "0", "--steps", "5", "--d-model", "32", "--layers", "1", "--c
 
 
 @pytest.mark.parametrize("module", [lm_data, lm_model, lm_train, lm_oneshot, lm_report, lm_peer, lm_permutation,
-                                    lm_gradual],
+                                    lm_gradual, lm_records, lm_plot],
                          ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
@@ -50,9 +50,20 @@ def test_gradual_arms_reach_their_target(tmp_path):
     args = TINY + ["--gradual", "--gradual-targets", "50", "--out-json", str(tmp_path / "lm.json"),
                    "--cache", str(tmp_path / "cache")]
     data = bench_lm.main(args)
-    assert sorted(r["arm"] for r in data["runs"]) == ["dense", "gradual/default", "gradual/erk_wanda",
-                                                      "gradual/sr_ste", "gradual/torch.ao"]
-    assert "| gradual/erk_wanda |" in lm_report.render(data)
+    assert sorted(r["arm"] for r in data["runs"]) == ["dense", "gradual/default", "gradual/erk_rigl",
+                                                      "gradual/erk_wanda", "gradual/rigl", "gradual/sr_ste",
+                                                      "gradual/torch.ao"]
+    assert "| gradual/erk_wanda |" in lm_report.render(data) and "| gradual/erk_rigl |" in lm_report.render(data)
+
+
+def test_an_arm_that_cannot_run_a_setting_is_refused_before_training(tmp_path, capsys):
+    out = tmp_path / "lm.json"
+    with pytest.raises(SystemExit):
+        bench_lm.main(TINY + ["--gradual", "--gradual-targets", "90", "2:4", "--gradual-arms", "default", "rigl",
+                              "--out-json", str(out), "--cache", str(tmp_path / "cache")])
+    assert "--gradual-arms rigl at --gradual-targets 2:4: regrowth='rigl' works on single weights" \
+        in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "cache").exists()
 
 
 def test_gradual_two_of_four_arms_end_two_of_four():
@@ -146,13 +157,19 @@ def test_gradual_alone_reuses_the_recorded_dense_figures(tmp_path):
 def test_report_shows_the_share_of_the_gap_closed_and_the_keras_runs():
     runs = [{"seed": s, "arm": a, "setting": st, "bpc": b + 0.01 * s} for s in (0, 1) for a, st, b in
             [("dense", "0", 1.8), ("gradual/torch.ao", "90", 1.9), ("gradual/default", "90", 1.9),
-             ("gradual/sr_ste", "90", 1.875), ("keras/dense", "0", 1.81), ("keras/gradual/sr_ste", "90", 1.88)]]
+             ("gradual/sr_ste", "90", 1.875), ("keras/dense", "0", 1.81), ("keras/gradual/sr_ste", "90", 1.88),
+             ("tfkeras/dense", "0", 1.82), ("tfkeras/gradual/tfmot", "90", 1.93),
+             ("tfkeras/gradual/default", "90", 1.925)]]
     data = {"runs": runs, "corpus": {"vocab": 11, "python": "3.11", "characters": 9, "sha256": "0" * 64},
             "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "context": 8}, "train": {"steps": 3, "batch_size": 2},
             "dense": {"0": {"seconds": 1.0}}, "torch": "x", "calibration_windows": 4, "keras": "3.15.1",
             "keras_backend": "jax"}
     text = lm_report.render(data)
-    assert "| 90 | 1.805 | 1.905 | 1.880 (sr_ste) | 25% |" in text
+    assert "| torch | 90 | 1.805 | 1.905 (torch.ao) | 1.880 (gradual/sr_ste) | 25% | 2 |" in text
+    assert "| Keras | 90 | 1.825 | 1.935 (tfmot) | 1.885 (keras/gradual/sr_ste) | 45% | 2 |" in text
+    assert "| tfkeras/gradual/tfmot |  | 1.935 ± 0.007 |" in text
+    assert "| tfkeras/gradual/default - tfkeras/gradual/tfmot | 90 | -0.0050 ± 0.0000 | 2/2 |" in text
+    assert "| tfkeras/gradual/tfmot - gradual/torch.ao | 90 | +0.0300 ± 0.0000 | 0/2 |" in text
     assert "| gradual/sr_ste | 90 | 1.885 ± 0.007 | 1.880 ± 0.007 | +0.0050 ± 0.0000 |" in text
     assert "| dense | 0 | 1.815 ± 0.007 | 1.805 ± 0.007 | +0.0100 ± 0.0000 |" in text
     assert "backend jax" in text
