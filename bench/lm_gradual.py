@@ -89,8 +89,9 @@ def _torch_ao(target: float, steps: int, pattern: str = "1x1") -> Attach:
     return attach
 
 
-def gradual_config(arm: str, setting: str, steps: int) -> dict[str, Any]:
-    """Our config of arm ``arm`` (not ``torch.ao``) at ``setting`` over ``steps`` steps, checked.
+def gradual_config(arm: str, setting: str, steps: int, op_names: str = PRUNABLE) -> dict[str, Any]:
+    """Our config of arm ``arm`` (not ``torch.ao``) at ``setting`` over ``steps`` steps, checked; ``op_names``:
+    the regex of the pruned weights' names (another framework's names for the same linears).
 
     Raises:
         ValueError: the arm cannot run the setting (e.g. RigL regrowth at 2:4), with the config's reason.
@@ -100,7 +101,7 @@ def gradual_config(arm: str, setting: str, steps: int) -> dict[str, Any]:
     target, pattern = setting_target(setting)
     start, end, freq = window(steps)
     config = {"target_sparsity": target, "pattern": pattern, "start_step": start, "end_step": end,
-              "pruning_frequency": freq, "op_names": [PRUNABLE], **GRADUAL_ARMS[arm]}
+              "pruning_frequency": freq, "op_names": [op_names], **GRADUAL_ARMS[arm]}
     PruningConfig.from_dict(config)
     return config
 

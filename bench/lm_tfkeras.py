@@ -43,12 +43,13 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 from .lm_data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
-from .lm_gradual import GRADUAL_ARMS, setting_target, window  # noqa: E402
+from .lm_gradual import GRADUAL_ARMS, gradual_config, setting_target, window  # noqa: E402
 from .lm_model import LMConfig, init_weights  # noqa: E402
 from .lm_records import record_run, save_results  # noqa: E402
 from .lm_train import TrainSettings, lr_at  # noqa: E402
 
-__all__ = ["PRUNED", "TFKERAS_ARMS", "TfKerasCharLM", "build_tfkeras_model", "train_tfkeras", "main"]
+__all__ = ["PRUNED", "PRUNABLE_TFKERAS", "TFKERAS_ARMS", "TfKerasCharLM", "build_tfkeras_model", "train_tfkeras",
+           "pruned_kernels", "bits_per_char_tfkeras", "main"]
 
 PRUNED = ("q", "k", "v", "o", "fc1", "fc2")
 """The pruned Dense layers of each block (:data:`bench.lm_model.PRUNABLE`'s linears)."""
@@ -163,13 +164,6 @@ def _tfmot_wrap(setting: str, steps: int) -> Callable[[Any], Any]:
     return lambda layer: tfmot.sparsity.keras.prune_low_magnitude(layer, pruning_schedule=sched, **extra)
 
 
-def _config(arm: str, setting: str, steps: int) -> dict[str, Any]:
-    target, pattern = setting_target(setting)
-    start, end, freq = window(steps)
-    return {"target_sparsity": target, "pattern": pattern, "start_step": start, "end_step": end,
-            "pruning_frequency": freq, "op_names": [PRUNABLE_TFKERAS], **GRADUAL_ARMS[arm]}
-
-
 def pruned_kernels(model: TfKerasCharLM) -> dict[str, np.ndarray]:
     """``{"block_<i>/<name>": kernel}`` of the pruned Dense layers."""
     return {f"{block.name}/{name}": _inner(getattr(block, name)).kernel.numpy()
@@ -201,7 +195,7 @@ def train_tfkeras(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, arm: str
     elif arm != "dense":
         from sparsify_tf.keras import PruningCallback
 
-        callbacks.append(PruningCallback(_config(arm, setting, steps)))
+        callbacks.append(PruningCallback(gradual_config(arm, setting, steps, PRUNABLE_TFKERAS)))
     start = time.perf_counter()
     hist = model.fit(x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
     info: dict[str, Any] = {"steps": int(opt.iterations.numpy()), "seconds": time.perf_counter() - start,

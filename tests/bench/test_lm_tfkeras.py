@@ -41,7 +41,7 @@ def checks(tmp_path_factory) -> dict:
     other.write_text(json.dumps({"runs": [], "model": {"d_model": 32}, "train": {"steps": 6, "batch_size": 4}}))
     before = other.read_text()
     code = textwrap.dedent(f"""
-        import doctest, importlib.util, json
+        import doctest, json
         import numpy as np, torch
         from bench import lm_tfkeras
         from bench.lm_data import load_corpus, validation_windows
