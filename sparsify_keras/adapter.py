@@ -25,6 +25,8 @@ Example:
 """
 from __future__ import annotations
 
+import math
+import weakref
 from typing import Any, Sequence
 
 import keras
@@ -32,7 +34,7 @@ import numpy as np
 
 from sparsify.protocol import MaskUpdate
 
-from .backend import compiled, compiled_assign, to_numpy
+from .backend import compiled_assign, compiled_read, to_numpy
 from .compat import optimizer_slots
 from .statistics import activation_window, reset_activations
 
@@ -53,15 +55,22 @@ def written_values(weight: Any, stored: Any, mask: Any, slots: Sequence[Any], ke
              for slot in slots])
 
 
-def _new_values(values: list, masks: list, sizes: Sequence[int]) -> list:
+def _new_values(values: list, packed: Any, shapes: Sequence[tuple[int, ...]], sizes: Sequence[int]) -> list:
     """The new values of every written variable: ``values`` holds per weight ``[weight, stored, mask,
-    *slots]`` (``sizes[i]`` entries for weight i), ``masks`` per weight ``(keep, keep_values)``."""
-    out, at = [], 0
-    for size, (keep, keep_values) in zip(sizes, masks):
+    *slots]`` (``sizes[i]`` entries for weight i); ``packed`` the bool masks of every weight in one flat
+    array, first every ``keep`` (weight by weight, each in its own layout), then every ``keep_values``
+    (:meth:`MaskWriter.write`)."""
+    out, at, offset = [], 0, 0
+    total = sum(math.prod(shape) for shape in shapes)
+    for shape, size in zip(shapes, sizes):
+        n = math.prod(shape)
+        keep = keras.ops.reshape(packed[offset:offset + n], shape)
+        keep_values = keras.ops.reshape(packed[total + offset:total + offset + n], shape)
         weight, stored, mask, *slots = values[at:at + size]
         new_weight, new_stored, new_mask, new_slots = written_values(weight, stored, mask, slots, keep, keep_values)
         out += [new_weight, new_stored, new_mask, *new_slots]
         at += size
+        offset += n
     return out
 
 
@@ -73,7 +82,8 @@ def _dense_values(values: list) -> list:
 class MaskWriter:
     """The one Keras 3 writer: writes masks (NumPy bool, each weight's own layout) into several weights'
     kernels, stored values, masks and optimizer slots (see the module), in one compiled call
-    (:func:`sparsify_keras.backend.compiled_assign`): only the bool masks travel from the host.
+    (:func:`sparsify_keras.backend.compiled_assign`): only the bool masks travel from the host, packed into
+    one array (one argument to convert and transfer instead of two per weight).
 
     Args:
         weights: per weight ``(weight, mask, stored, slots)`` (variables).
@@ -82,16 +92,21 @@ class MaskWriter:
     def __init__(self, weights: Sequence[tuple[Any, Any, Any, Sequence[Any]]]) -> None:
         targets = [v for weight, mask, stored, slots in weights for v in (weight, stored, mask, *slots)]
         sizes = [3 + len(slots) for *_, slots in weights]
-        self._assign = compiled_assign(lambda values, masks: _new_values(values, masks, sizes), targets)
-        self._shapes = [tuple(weight.shape) for weight, *_ in weights]
+        self._shapes = [tuple(int(d) for d in weight.shape) for weight, *_ in weights]
+        shapes = self._shapes
+        self._assign = compiled_assign(lambda values, packed: _new_values(values, packed, shapes, sizes), targets)
 
     def write(self, masks: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> None:
-        """Per weight ``(keep, keep_values)`` (``keep_values`` None: ``keep``), in the weights' layouts."""
-        pairs = []
-        for shape, (keep, values) in zip(self._shapes, masks):
+        """Per weight ``(keep, keep_values)`` (``keep_values`` None: ``keep``), in the weights' layouts; they
+        travel as one bool array (one transfer, one argument)."""
+        if len(masks) != len(self._shapes):
+            raise ValueError(f"masks: one (keep, keep_values) pair per weight ({len(self._shapes)}), got {len(masks)}")
+        keeps, values = [], []
+        for shape, (keep, kept_values) in zip(self._shapes, masks):
             keep = np.asarray(keep, bool).reshape(shape)
-            pairs.append((keep, keep if values is None else np.asarray(values, bool).reshape(shape)))
-        self._assign(pairs)
+            keeps.append(keep.reshape(-1))
+            values.append(keeps[-1] if kept_values is None else np.asarray(kept_values, bool).reshape(-1))
+        self._assign(np.concatenate(keeps + values))
 
 
 def write_updates(writes: Sequence[tuple]) -> None:
@@ -122,17 +137,24 @@ class KerasAdapter:
     def __init__(self, model: Any, state: Any, criterion: str = "magnitude") -> None:
         self.model, self.state, self.criterion = model, state, criterion
         self.names: list[str] = [pw.path for pw in state.pweights]
-        self._reader = compiled(_dense_values)
+        self._reader: Any = None
         self._writer: tuple[Any, MaskWriter] | None = None     # (the optimizer's slots it writes, the writer)
+        self._writer_key: Any = None
 
     def _mask_writer(self) -> MaskWriter:
         """The writer of this model's weights and current optimizer slots (made again when they change)."""
         optimizer = getattr(self.model, "optimizer", None)
+        # the slots only change with the optimizer (a new one compiled in) or its variables (built)
+        count = len(getattr(optimizer, "variables", None) or ())
+        if self._writer is not None and self._writer_key is not None and self._writer_key[0]() is optimizer \
+                and self._writer_key[1] == count:
+            return self._writer[1]
         slots = [optimizer_slots(optimizer, pw.variable) for pw in self.state.pweights]
         key = [id(v) for vs in slots for v in vs]
         if self._writer is None or self._writer[0] != key:
             self._writer = (key, MaskWriter([(pw.variable, mask, stored, vs) for pw, mask, stored, vs in
                                              zip(self.state.pweights, self.state.masks, self.state.stored, slots)]))
+        self._writer_key = None if optimizer is None else (weakref.ref(optimizer), count)
         return self._writer[1]
 
     def waiting(self) -> bool:
@@ -147,7 +169,10 @@ class KerasAdapter:
         """The canonical kernels, dense under the mask (kernel + stored values added on the device in one
         compiled call, one transfer per weight; the layout changed on the host)."""
         pws = self.state.pweights
-        dense = self._reader([v.value for pw, s in zip(pws, self.state.stored) for v in (pw.variable, s)])
+        if self._reader is None:        # the same variables for the adapter's life: compiled once
+            self._reader = compiled_read(_dense_values, [v for pw, s in zip(pws, self.state.stored)
+                                                         for v in (pw.variable, s)])
+        dense = self._reader()
         return {pw.path: pw.to_canonical(to_numpy(d)) for pw, d in zip(pws, dense)}
 
     def read_grads(self) -> dict[str, np.ndarray]:

@@ -26,8 +26,8 @@ import keras
 import numpy as np
 
 __all__ = ["backend_name", "StepValues", "StatefulValues", "JaxStateValues", "current_step_values",
-           "wrap_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_assign", "dense_gradient", "state_scope", "tf_strategy",
-           "add_to"]
+           "wrap_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_read", "compiled_assign", "dense_gradient",
+           "state_scope", "tf_strategy", "add_to"]
 
 _TLS = threading.local()
 
@@ -188,6 +188,32 @@ def _as_tf_tensors(args: tuple) -> tuple:
     import tensorflow as tf
 
     return tf.nest.map_structure(lambda x: None if x is None else tf.convert_to_tensor(x), args)
+
+
+def compiled_read(fn: Callable, sources: Sequence[Any]) -> Callable[[], Any]:
+    """A function of no arguments returning ``fn([s.value for s in sources])`` (``fn`` written with
+    ``keras.ops``), compiled once: on TensorFlow one ``tf.function`` that reads the variables inside the graph
+    (no argument to convert and match at each call: about a third of the cost of :func:`compiled` there);
+    ``jax.jit`` of the values on JAX; eagerly on PyTorch.
+
+    Example:
+        >>> import keras
+        >>> a, b = keras.Variable([1.0]), keras.Variable([2.0])
+        >>> total = compiled_read(lambda values: keras.ops.add(values[0], values[1]), [a, b])
+        >>> keras.ops.convert_to_numpy(total()).tolist()
+        [3.0]
+    """
+    sources = list(sources)
+    if backend_name() == "tensorflow":
+        import tensorflow as tf
+
+        @tf.function
+        def graph() -> Any:                  # no arguments: one trace
+            return fn([tf.convert_to_tensor(s.value) for s in sources])
+
+        return graph
+    compute = compiled(fn)
+    return lambda: compute([s.value for s in sources])
 
 
 def compiled_assign(fn: Callable, targets: Sequence[Any]) -> Callable[..., None]:

@@ -45,3 +45,45 @@ def test_a_pruned_weight_is_read_back_dense_and_returns_when_its_mask_comes_back
     back = {"d/kernel": np.ones((2, 4), bool)}
     adapter.write_update(type(update)(1, back, back, False, {}))
     assert model.layers[-1].kernel.numpy().T.tolist() == [[1.0, 2.0, -3.0, 4.0], [-8.0, 7.0, 6.0, 5.0]]
+
+
+def test_keras3_writer_slices_each_weights_masks_out_of_the_packed_array():
+    import keras
+    from sparsify_keras.adapter import MaskWriter, write_updates
+
+    a, sa, ma = keras.Variable([[1.0, -2.0, 3.0]]), keras.Variable([[0.0, 0.0, 0.0]]), keras.Variable([[1.0, 1.0, 1.0]])
+    b, sb, mb = keras.Variable([4.0, 5.0]), keras.Variable([0.0, -6.0]), keras.Variable([1.0, 0.0])
+    slot = keras.Variable([0.5, 0.5])
+    write_updates([(a, ma, np.array([[True, False, True]]), None, sa, []),
+                   # b: index 1 comes back but was grown (kept, not a value to keep): starts at zero
+                   (b, mb, np.array([True, True]), np.array([True, False]), sb, [slot])])
+    assert a.numpy().tolist() == [[1.0, 0.0, 3.0]] and sa.numpy().tolist() == [[0.0, -2.0, 0.0]]
+    assert ma.numpy().tolist() == [[1.0, 0.0, 1.0]]
+    assert b.numpy().tolist() == [4.0, 0.0] and sb.numpy().tolist() == [0.0, 0.0]
+    assert mb.numpy().tolist() == [1.0, 1.0] and slot.numpy().tolist() == [0.5, 0.0]
+    writer = MaskWriter([(a, ma, sa, [])])
+    try:
+        writer.write([(np.ones((1, 3), bool), None), (np.ones(2, bool), None)])
+    except ValueError as e:
+        assert "one (keep, keep_values) pair per weight (1), got 2" in str(e)
+    else:
+        raise AssertionError("a writer of one weight took two masks")
+    assert ma.numpy().tolist() == [[1.0, 0.0, 1.0]]          # nothing written
+
+
+def test_keras3_adapter_writes_the_slots_of_an_optimizer_compiled_in_later():
+    import keras
+
+    model, cb, adapter = _attached(keras, {"target_sparsity": 0.5, "end_step": 0})
+    x, y = np.ones((2, 4), np.float32), np.ones((2, 2), np.float32)
+    model.train_on_batch(x, y)                                  # Adam's slots exist
+    update = cb.protocol.advance(0, **collect_reads(cb.protocol, adapter))
+    adapter.write_update(update)
+    model.compile(keras.optimizers.SGD(0.1, momentum=0.9), "mse")
+    model.optimizer.build(model.trainable_variables)
+    momentum = [v for v in model.optimizer.variables if tuple(v.shape) == (4, 2)][0]
+    momentum.assign(np.ones((4, 2), np.float32))
+    back = {"d/kernel": np.ones((2, 4), bool)}
+    adapter.write_update(type(update)(1, back, back, False, {}))
+    # row 0 (canonical) was pruned: its momentum starts from zero; row 1 stayed kept
+    assert momentum.numpy().T.tolist() == [[0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]
