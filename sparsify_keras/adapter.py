@@ -34,7 +34,7 @@ import numpy as np
 
 from sparsify.protocol import MaskUpdate
 
-from .backend import compiled_assign, compiled_read, to_numpy
+from .backend import backend_name, compiled_assign, compiled_read, to_numpy
 from .compat import optimizer_slots
 from .statistics import activation_window, reset_activations
 
@@ -55,23 +55,29 @@ def written_values(weight: Any, stored: Any, mask: Any, slots: Sequence[Any], ke
              for slot in slots])
 
 
-def _new_values(values: list, packed: Any, shapes: Sequence[tuple[int, ...]], sizes: Sequence[int]) -> list:
+def _new_values(values: list, masks: Sequence[tuple[Any, Any]], sizes: Sequence[int]) -> list:
     """The new values of every written variable: ``values`` holds per weight ``[weight, stored, mask,
-    *slots]`` (``sizes[i]`` entries for weight i); ``packed`` the bool masks of every weight in one flat
-    array, first every ``keep`` (weight by weight, each in its own layout), then every ``keep_values``
-    (:meth:`MaskWriter.write`)."""
-    out, at, offset = [], 0, 0
-    total = sum(math.prod(shape) for shape in shapes)
-    for shape, size in zip(shapes, sizes):
-        n = math.prod(shape)
-        keep = keras.ops.reshape(packed[offset:offset + n], shape)
-        keep_values = keras.ops.reshape(packed[total + offset:total + offset + n], shape)
+    *slots]`` (``sizes[i]`` entries for weight i), ``masks`` per weight ``(keep, keep_values)``."""
+    out, at = [], 0
+    for size, (keep, keep_values) in zip(sizes, masks):
         weight, stored, mask, *slots = values[at:at + size]
         new_weight, new_stored, new_mask, new_slots = written_values(weight, stored, mask, slots, keep, keep_values)
         out += [new_weight, new_stored, new_mask, *new_slots]
         at += size
-        offset += n
     return out
+
+
+def _unpacked(packed: Any, shapes: Sequence[tuple[int, ...]]) -> list[tuple[Any, Any]]:
+    """Per weight ``(keep, keep_values)`` out of one flat bool array holding every ``keep`` (weight by weight,
+    each in its own layout), then every ``keep_values`` (:meth:`MaskWriter.write`)."""
+    total = sum(math.prod(shape) for shape in shapes)
+    pairs, offset = [], 0
+    for shape in shapes:
+        n = math.prod(shape)
+        pairs.append((keras.ops.reshape(packed[offset:offset + n], shape),
+                      keras.ops.reshape(packed[total + offset:total + offset + n], shape)))
+        offset += n
+    return pairs
 
 
 def _dense_values(values: list) -> list:
@@ -82,8 +88,8 @@ def _dense_values(values: list) -> list:
 class MaskWriter:
     """The one Keras 3 writer: writes masks (NumPy bool, each weight's own layout) into several weights'
     kernels, stored values, masks and optimizer slots (see the module), in one compiled call
-    (:func:`sparsify_keras.backend.compiled_assign`): only the bool masks travel from the host, packed into
-    one array (one argument to convert and transfer instead of two per weight).
+    (:func:`sparsify_keras.backend.compiled_assign`): only the bool masks travel from the host (on JAX and
+    TensorFlow packed into one array: one argument to convert and transfer instead of two per weight).
 
     Args:
         weights: per weight ``(weight, mask, stored, slots)`` (variables).
@@ -92,21 +98,28 @@ class MaskWriter:
     def __init__(self, weights: Sequence[tuple[Any, Any, Any, Sequence[Any]]]) -> None:
         targets = [v for weight, mask, stored, slots in weights for v in (weight, stored, mask, *slots)]
         sizes = [3 + len(slots) for *_, slots in weights]
-        self._shapes = [tuple(int(d) for d in weight.shape) for weight, *_ in weights]
-        shapes = self._shapes
-        self._assign = compiled_assign(lambda values, packed: _new_values(values, packed, shapes, sizes), targets)
+        shapes = self._shapes = [tuple(int(d) for d in weight.shape) for weight, *_ in weights]
+        # packed where each argument of a compiled call costs (tf.function's conversion and matching, JAX's
+        # transfers); eager PyTorch takes the arrays as they are (slicing one array costs more ops there)
+        self._packed = backend_name() != "torch"
+        if self._packed:
+            self._assign = compiled_assign(lambda values, packed: _new_values(values, _unpacked(packed, shapes), sizes),
+                                           targets)
+        else:
+            self._assign = compiled_assign(lambda values, pairs: _new_values(values, pairs, sizes), targets)
 
     def write(self, masks: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> None:
-        """Per weight ``(keep, keep_values)`` (``keep_values`` None: ``keep``), in the weights' layouts; they
-        travel as one bool array (one transfer, one argument)."""
+        """Per weight ``(keep, keep_values)`` (``keep_values`` None: ``keep``), in the weights' layouts."""
         if len(masks) != len(self._shapes):
             raise ValueError(f"masks: one (keep, keep_values) pair per weight ({len(self._shapes)}), got {len(masks)}")
-        keeps, values = [], []
-        for shape, (keep, kept_values) in zip(self._shapes, masks):
+        pairs = []
+        for shape, (keep, values) in zip(self._shapes, masks):
             keep = np.asarray(keep, bool).reshape(shape)
-            keeps.append(keep.reshape(-1))
-            values.append(keeps[-1] if kept_values is None else np.asarray(kept_values, bool).reshape(-1))
-        self._assign(np.concatenate(keeps + values))
+            pairs.append((keep, keep if values is None else np.asarray(values, bool).reshape(shape)))
+        if self._packed:
+            self._assign(np.concatenate([k.reshape(-1) for k, _ in pairs] + [v.reshape(-1) for _, v in pairs]))
+        else:
+            self._assign(pairs)
 
 
 def write_updates(writes: Sequence[tuple]) -> None:

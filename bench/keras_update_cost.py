@@ -1,0 +1,190 @@
+"""Where the time of a Keras 3 mask update goes, per backend, on bench_keras's CNN.
+
+``bench_keras`` measures the end-to-end cost of pruning against dense training; this benchmark splits
+the cost of one mask update, so the ``<= 1.05x at pruning_frequency >= 10`` target can be read
+against what each part costs. Per backend (one process each, ``KERAS_BACKEND`` set before Keras is
+imported): the CNN of ``bench_keras`` (digits, batch 32) trained densely and with
+``sparsify_keras.PruningCallback`` (gradual to 90% over 10,000 steps, an update every 10 steps, so
+every timed epoch updates), the two advanced one epoch at a time. Timed, per update:
+
+* ``read``: ``KerasAdapter.read_weights`` (kernel + stored values, to the host, canonical layout);
+* ``select``: ``PruningProtocol.advance`` less its read: the core's exact selection;
+* ``write``: ``KerasAdapter.write_update`` (kernels, stored values, masks, optimizer slots);
+* ``batch start``: the callback's whole ``on_train_batch_begin`` at an update; beyond the three parts
+  it syncs the trainer's state and reads the step. On JAX that includes waiting for the steps
+  dispatched ahead, compute dense training needs as well, so it is reported, not counted as cost.
+
+``budget`` is 5% of 10 dense steps (the target at frequency 10); ``f for 5%`` is the smallest
+frequency at which read + select + write is within 5% of the dense steps in between (the update's
+own cost only: the per-step overhead and, on JAX, restarting the dispatch pipeline come on top).
+
+Usage:
+    python bench/keras_update_cost.py [--epochs 6] [--backends jax,torch,tensorflow] [--no-write]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+
+BACKENDS = ("jax", "torch", "tensorflow")
+FREQUENCY = 10
+PARTS = ("read", "select", "write")
+
+
+class PartTimer:
+    """Wraps public methods of a class so each call's wall time is recorded under a name."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = {}
+        self._undo: list = []
+
+    def wrap(self, owner: type, method: str, name: str) -> None:
+        original = getattr(owner, method)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.times.setdefault(name, []).append(time.perf_counter() - start)
+
+        setattr(owner, method, timed)
+        self._undo.append((owner, method, original))
+
+    def restore(self) -> None:
+        for owner, method, original in reversed(self._undo):
+            setattr(owner, method, original)
+        self._undo.clear()
+
+
+def worker(epochs: int) -> dict:
+    """Runs under one backend: the parts' medians (ms) over the updates of the timed epochs, and the dense step."""
+    import keras
+
+    from bench.bench_keras import build, compile_, data
+    from sparsify import PruningProtocol
+    from sparsify_keras import PruningCallback
+    from sparsify_keras.adapter import KerasAdapter
+
+    (X, y), _ = data()
+    batch, steps = 32, len(X) // 32
+    dense = compile_(build("cnn", keras, 0), keras)
+    pruned = compile_(build("cnn", keras, 0), keras)
+    callback = PruningCallback({"target_sparsity": 0.9, "start_step": 0, "end_step": 10_000,
+                                "pruning_frequency": FREQUENCY, "sparsity_decay_type": "gradual", "exponent": 3.0})
+    timer = PartTimer()
+    timer.wrap(KerasAdapter, "read_weights", "read")
+    timer.wrap(KerasAdapter, "write_update", "write")
+    timer.wrap(PruningProtocol, "advance", "advance")
+    starts: list[float] = []
+    original_begin = callback.on_train_batch_begin
+
+    def begin(batch_index, logs=None):
+        writes = len(timer.times.get("write", ()))        # an update writes once (read without a device sync)
+        t = time.perf_counter()
+        original_begin(batch_index, logs)
+        if len(timer.times.get("write", ())) != writes:
+            starts.append(time.perf_counter() - t)
+
+    callback.on_train_batch_begin = begin
+    dense_steps: list[float] = []
+    first_timed = {}
+    try:
+        for epoch in range(epochs):
+            perm = np.random.RandomState(epoch).permutation(len(X))
+            for model, callbacks in ((dense, []), (pruned, [callback])):
+                if epoch == 1 and callbacks:
+                    first_timed = {k: len(v) for k, v in timer.times.items()}
+                    first_timed["batch start"] = len(starts)
+                t = time.perf_counter()
+                model.fit(X[perm], y[perm], batch_size=batch, epochs=epoch + 1, initial_epoch=epoch, verbose=0,
+                          shuffle=False, callbacks=callbacks)
+                if not callbacks and epoch >= 1:
+                    dense_steps.append((time.perf_counter() - t) / steps * 1e3)
+    finally:
+        timer.restore()
+
+    def timed(name: str, values: list[float]) -> np.ndarray:
+        return np.asarray(values[first_timed.get(name, 0):], float) * 1e3
+
+    read, write, advance = timed("read", timer.times["read"]), timed("write", timer.times["write"]), \
+        timed("advance", timer.times["advance"])
+    n = min(len(read), len(write), len(advance))
+    parts = {"read": read[:n], "select": advance[:n] - read[:n], "write": write[:n]}
+    batch_start = timed("batch start", starts)
+    return {"backend": keras.backend.backend(), "updates": int(n), "dense_step_ms": float(np.median(dense_steps)),
+            **{k: float(np.median(v)) for k, v in parts.items()},
+            "host_ms": float(np.median(sum(parts.values()))), "batch_start_ms": float(np.median(batch_start))}
+
+
+def table(rows: list[dict]) -> str:
+    """The Markdown table of the workers' results."""
+    lines = ["| backend | dense step (ms) | read | select | write | read + select + write | batch start at an update "
+             "| budget at f=10 | within it | f for 5% | updates timed |", "|---|" + "---|" * 10]
+    for r in rows:
+        budget = 0.05 * FREQUENCY * r["dense_step_ms"]
+        needed = math.ceil(r["host_ms"] / (0.05 * r["dense_step_ms"]))
+        lines.append(f"| Keras 3 ({r['backend']}) | {r['dense_step_ms']:.3f} | {r['read']:.3f} | {r['select']:.3f} | "
+                     f"{r['write']:.3f} | {r['host_ms']:.3f} | {r['batch_start_ms']:.3f} | {budget:.3f} | "
+                     f"{'yes' if r['host_ms'] <= budget else 'no'} | {needed} | "
+                     f"{r['updates']} |")
+    return "\n".join(lines)
+
+
+def run_backend(backend: str, epochs: int) -> dict:
+    """One worker process under ``backend``; its result."""
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", "--epochs", str(epochs)],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"backend {backend}: the worker failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--epochs", type=int, default=6, help="epochs per case (the first is warm-up), >= 2")
+    ap.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated subset of {','.join(BACKENDS)}")
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.epochs < 2:
+        ap.error(f"--epochs: at least 2 (one warm-up, one timed), got {args.epochs}")
+    if args.worker:
+        print(json.dumps(worker(args.epochs)))
+        return ""
+    backends = [b for b in args.backends.split(",") if b]
+    bad = [b for b in backends if b not in BACKENDS]
+    if bad or not backends:
+        ap.error(f"--backends: a comma-separated subset of {','.join(BACKENDS)}, got {args.backends!r}")
+    started = time.perf_counter()
+    rows = [run_backend(b, args.epochs) for b in backends]
+    import keras
+
+    body = (table(rows) + "\n\n"
+            f"Milliseconds, medians over the updates of the timed epochs ({args.epochs - 1} timed epochs of 44 "
+            f"steps, an update every {FREQUENCY} steps; gradual to 90% over steps 0..10000). One process per "
+            "backend; dense step: median over the timed epochs of dense training in the same process. "
+            f"Keras {keras.__version__}; 2 cores, load average {os.getloadavg()[0]:.1f}; run took "
+            f"{(time.perf_counter() - started) / 60:.1f} min. Command: `python bench/keras_update_cost.py "
+            f"--epochs {args.epochs} --backends {','.join(backends)}`.")
+    from bench._results import publish
+
+    publish("keras_update_cost", body, write=not args.no_write)
+    return body
+
+
+if __name__ == "__main__":
+    main()
