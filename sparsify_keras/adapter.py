@@ -34,7 +34,7 @@ import numpy as np
 
 from sparsify.protocol import MaskUpdate
 
-from .backend import backend_name, compiled_assign, compiled_read, to_numpy
+from .backend import backend_name, compiled_assign, compiled_read, keep_where, selector, to_numpy
 from .compat import optimizer_slots
 from .statistics import activation_window, reset_activations
 
@@ -44,15 +44,21 @@ __all__ = ["KerasAdapter", "MaskWriter", "write_update", "write_updates", "writt
 def written_values(weight: Any, stored: Any, mask: Any, slots: Sequence[Any], keep: Any,
                    keep_values: Any) -> tuple[Any, Any, Any, list[Any]]:
     """The new ``(weight, stored, mask, slots)`` tensors of one weight's mask update (see the module), a pure
-    function of the current tensors and the two bool masks (``keras.ops``, so backends can compile it)."""
+    function of the current tensors and the two bool masks (``keras.ops``, so backends can compile it).
+    Zeros are ``+0.0`` (:func:`sparsify_keras.backend.keep_where`)."""
     ops = keras.ops
     keep, keep_values = ops.convert_to_tensor(keep), ops.convert_to_tensor(keep_values)
     dense = ops.add(weight, stored)
-    nothing = ops.zeros_like(dense)
     steady = ops.logical_and(keep_values, ops.cast(mask, "bool"))      # a mask holds exactly 0 or 1
-    return (ops.where(keep_values, dense, nothing), ops.where(keep, nothing, dense), ops.cast(keep, mask.dtype),
-            [ops.where(steady, slot, nothing if slot.dtype == dense.dtype else ops.zeros_like(slot))
-             for slot in slots])
+    chosen: dict[Any, Any] = {}                  # steady's selector per slot dtype
+
+    def new_slot(slot: Any) -> Any:
+        if slot.dtype not in chosen:
+            chosen[slot.dtype] = selector(steady, slot)
+        return keep_where(chosen[slot.dtype], slot)
+
+    return (keep_where(selector(keep_values, dense), dense), keep_where(selector(ops.logical_not(keep), dense), dense),
+            ops.cast(keep, mask.dtype), [new_slot(slot) for slot in slots])
 
 
 def _new_values(values: list, masks: Sequence[tuple[Any, Any]], sizes: Sequence[int]) -> list:

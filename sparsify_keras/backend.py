@@ -26,7 +26,7 @@ import keras
 import numpy as np
 
 __all__ = ["backend_name", "StepValues", "StatefulValues", "JaxStateValues", "current_step_values",
-           "wrap_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_read", "compiled_assign", "dense_gradient",
+           "wrap_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_read", "compiled_assign", "selector", "keep_where", "dense_gradient",
            "state_scope", "tf_strategy", "add_to"]
 
 _TLS = threading.local()
@@ -162,8 +162,8 @@ def to_numpy(variable_or_tensor: Any) -> np.ndarray:
 def compiled(fn: Callable) -> Callable:
     """``fn``, a pure function of (nested lists of) tensors written with ``keras.ops``, compiled once per
     input structure: ``jax.jit`` on JAX, ``tf.function`` on TensorFlow (its arguments read as tensors first, so
-    a ``tf.distribute`` strategy's mirrored variables pass their value), ``fn`` itself on PyTorch (its eager
-    ops are cheap). One dispatch instead of one per op.
+    a ``tf.distribute`` strategy's mirrored variables pass their value), ``fn`` eagerly under
+    ``torch.no_grad()`` on PyTorch (its eager ops are cheap). One dispatch instead of one per op.
 
     Example:
         >>> import keras
@@ -180,7 +180,12 @@ def compiled(fn: Callable) -> Callable:
 
         traced = tf.function(fn)      # shapes fixed per model: one trace each
         return lambda *args: traced(*_as_tf_tensors(args))
-    return fn
+    import torch
+
+    def eager(*args: Any) -> Any:
+        with torch.no_grad():        # values between steps: no autograd graph to record
+            return fn(*args)
+    return eager
 
 
 def _as_tf_tensors(args: tuple) -> tuple:
@@ -247,6 +252,49 @@ def compiled_assign(fn: Callable, targets: Sequence[Any]) -> Callable[..., None]
         for variable, value in zip(targets, compute([t.value for t in targets], *args)):
             variable.assign(value)
     return call
+
+
+def selector(mask: Any, like: Any) -> Any:
+    """``mask`` (bool, a tensor or NumPy array) prepared for :func:`keep_where` on tensors of ``like``'s type: on
+    PyTorch the integers as wide as ``like``'s float type, all bits set where True (0 elsewhere); else the
+    bool mask itself."""
+    bits = _torch_bits(like)
+    if bits is None:
+        return keras.ops.convert_to_tensor(mask)
+    import torch
+
+    m = torch.as_tensor(mask, device=like.device)
+    return torch.neg(m.to(bits))
+
+
+def keep_where(selected: Any, x: Any) -> Any:
+    """``where(mask, x, +0.0)`` with ``selected = selector(mask, x)``, bit for bit (``-0.0``, NaN and inf kept
+    where the mask holds). On PyTorch a bitwise AND of ``x``'s bit pattern: its CPU select kernel takes
+    about 5 times as long (0.17 ms for 131,072 floats against 0.03 ms); a select elsewhere.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> x = keras.ops.convert_to_tensor(np.array([-1.5, -0.0, 2.0], np.float32))
+        >>> y = keep_where(selector(np.array([False, True, True]), x), x)
+        >>> keras.ops.convert_to_numpy(y).tolist(), np.signbit(keras.ops.convert_to_numpy(y)).tolist()
+        ([0.0, -0.0, 2.0], [False, True, False])
+    """
+    bits = _torch_bits(x)
+    if bits is None:
+        return keras.ops.where(selected, x, keras.ops.zeros_like(x))
+    import torch
+
+    return torch.bitwise_and(x.view(bits), selected).view(x.dtype)
+
+
+def _torch_bits(x: Any) -> Any:
+    """The signed integer dtype as wide as ``x``'s float dtype on PyTorch (None elsewhere, or not a float)."""
+    if backend_name() != "torch":
+        return None
+    import torch
+
+    return {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16,
+            torch.float64: torch.int64}.get(getattr(x, "dtype", None))
 
 
 def dense_gradient(gradient: Any) -> Any:

@@ -281,3 +281,41 @@ def test_a_backend_switched_after_import_is_a_clear_error(backend):
     assert got["new_model"].startswith(f"TypeError: the Keras backend was switched to {got['to']!r} "
                                        "(keras.config.set_backend) after sparsify_keras was imported")
     assert got["new_model_weights_untouched"]
+
+
+_WRITE_CODE = r"""
+import json
+import keras, numpy as np
+from sparsify_keras.adapter import write_updates
+from sparsify_keras.backend import keep_where, selector
+
+x = np.array([-1.5, -0.0, 2.0, np.nan, np.inf, -np.inf, 0.0, -7.0], np.float32)
+mask = np.array([False, True, True, False, True, False, True, True])
+out = {}
+for dtype in ("float16", "bfloat16", "float32", "float64"):
+    if dtype == "float64" and keras.backend.backend() == "jax":
+        continue                                        # JAX without x64 has no float64
+    t = keras.ops.cast(keras.ops.convert_to_tensor(x), dtype)
+    y = keras.ops.convert_to_numpy(keras.ops.cast(keep_where(selector(mask, t), t), "float32"))
+    out[dtype] = [repr(float(v)) for v in y]
+# one weight of each kind of update: pruned, kept, brought back, grown (kept, its value not kept)
+w, s, m = keras.Variable([1.0, -2.0, 0.0, 0.0]), keras.Variable([0.0, 0.0, -3.0, 4.0]), keras.Variable([1.0, 1.0, 0.0, 0.0])
+slot = keras.Variable([0.5, -0.5, 0.25, 0.25])
+write_updates([(w, m, np.array([False, True, True, True]), np.array([False, True, True, False]), s, [slot])])
+out["write"] = [[repr(float(v)) for v in keras.ops.convert_to_numpy(var.value)] for var in (w, s, m, slot)]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_writer_writes_the_same_bits_on_every_backend(backend):
+    got = json.loads(run_python(["-c", _WRITE_CODE], backend).stdout.strip().splitlines()[-1])
+    # where(mask, x, +0.0): -0.0 and NaN/inf kept where the mask holds, +0.0 elsewhere
+    expected = ["0.0", "-0.0", "2.0", "0.0", "inf", "0.0", "0.0", "-7.0"]
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        if dtype in got:
+            assert got[dtype] == expected, dtype
+    assert got["write"] == [["0.0", "-2.0", "-3.0", "0.0"],      # kernel: dense where values are kept
+                            ["1.0", "0.0", "0.0", "0.0"],        # stored: what the new mask prunes
+                            ["0.0", "1.0", "1.0", "1.0"],        # mask
+                            ["0.0", "-0.5", "0.0", "0.0"]]       # slots: only where kept throughout
