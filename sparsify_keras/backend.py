@@ -8,6 +8,10 @@ variables as arrays) that returns the new state. :func:`wrap_train_step` wraps a
 every backend. Outside ``fit``, :func:`sync_to_variables` makes the variables hold the trainer's
 current state (JAX keeps it outside them between steps) so the host can read and assign them.
 
+The rest is how each backend runs the host update's tensor work fastest with the same results: one
+compiled call (:func:`compiled`, :func:`compiled_read`, :func:`compiled_assign`) and, on PyTorch, the
+writer's selects as bitwise operations (:func:`keep_where`).
+
 Example:
     >>> import keras
     >>> v = keras.Variable([1.0, 2.0])
@@ -26,8 +30,8 @@ import keras
 import numpy as np
 
 __all__ = ["backend_name", "StepValues", "StatefulValues", "JaxStateValues", "current_step_values",
-           "wrap_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_read", "compiled_assign", "selector", "keep_where", "dense_gradient",
-           "state_scope", "tf_strategy", "add_to"]
+           "wrap_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_read", "compiled_assign",
+           "selector", "keep_where", "dense_gradient", "state_scope", "tf_strategy", "add_to"]
 
 _TLS = threading.local()
 
