@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import inspect
 import json
 import os
 import secrets
@@ -191,6 +192,11 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
 def signals_deferred(signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
     """Hold SIGINT/SIGTERM back inside the block; a signal that came meanwhile is re-raised right after.
 
+    A held signal whose handler is a Python function (``KeyboardInterrupt`` for SIGINT) is handled by
+    calling it right here, so the exception is raised at the end of the block. Sending the signal
+    again would raise it in whatever Python code runs next, and when that is a gc or weakref
+    callback, Python drops it. Other dispositions (the default action, ignore) get the signal again.
+
     Only the main thread can install signal handlers; elsewhere the block runs
     as is.
 
@@ -213,7 +219,11 @@ def signals_deferred(signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)) -
         for s, h in saved.items():
             signal.signal(s, h)
         for s in dict.fromkeys(got):
-            signal.raise_signal(s)
+            handler = saved[s]
+            if callable(handler):
+                handler(s, inspect.currentframe())
+            else:
+                signal.raise_signal(s)
 
 
 def file_digest(path: str | os.PathLike) -> str:

@@ -35,10 +35,17 @@ def _send_again(signum: int) -> None:
 
 def _hook_sending_interrupts_again(previous: Callable[[Any], object]) -> Callable[[Any], None]:
     def send_swallowed_interrupts_again(unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):   # from another thread: here it would be dropped again
-            threading.Timer(0.001, _send_again, (signal.SIGINT,)).start()
-        else:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
             previous(unraisable)
+            return
+        while True:         # from another thread: raised in here it would be dropped again
+            try:
+                threading.Timer(0.001, _send_again, (signal.SIGINT,)).start()
+                return
+            except KeyboardInterrupt:
+                # on a loaded machine the signal can come back before this hook has returned (starting
+                # the thread waits for it): caught here, it is sent once more
+                continue
     return send_swallowed_interrupts_again
 
 

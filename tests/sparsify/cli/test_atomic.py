@@ -48,3 +48,46 @@ def test_check_destination(tmp_path):
         check_destination(tmp_path / "missing" / "x.json")
     with pytest.raises(OutputError, match="it is a directory"):
         check_destination(tmp_path)
+
+
+def test_a_sigint_held_back_is_raised_where_the_block_ends():
+    import gc
+    import os
+    import signal
+
+    from sparsify.cli.atomic import signals_deferred
+
+    reached = []
+    ran_in_callback = []
+
+    def callback(phase, info):         # Python drops exceptions raised in here
+        ran_in_callback.append(phase)
+
+    gc.callbacks.append(callback)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with signals_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                reached.append("after the signal")
+            reached.append("not reached: raised at the end of the block")
+        gc.collect()                   # a callback right after: nothing is pending to be lost in it
+    finally:
+        gc.callbacks.remove(callback)
+    assert reached == ["after the signal"] and ran_in_callback
+
+
+def test_a_held_signal_goes_to_the_python_handler_that_was_installed():
+    import os
+    import signal
+
+    from sparsify.cli.atomic import signals_deferred
+
+    got = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert got == []
+        assert got == [signal.SIGTERM]                  # once, after the block
+    finally:
+        signal.signal(signal.SIGTERM, previous)
