@@ -50,7 +50,7 @@ def test_check_destination(tmp_path):
         check_destination(tmp_path)
 
 
-def test_a_sigint_held_back_is_raised_where_the_block_ends():
+def test_a_sigint_held_back_is_raised_where_the_block_ends(sigint_raises):
     import gc
     import os
     import signal

@@ -110,7 +110,7 @@ def test_interrupt_while_writing_plots_keeps_the_old_run(first_run, monkeypatch)
     assert_complete_run(out, before, "1x1")
 
 
-def test_sigint_during_the_commit_is_held_until_the_new_run_is_complete(first_run, monkeypatch):
+def test_sigint_during_the_commit_is_held_until_the_new_run_is_complete(first_run, monkeypatch, sigint_raises):
     out, before = first_run
     calls = {"n": 0}
     replace = os.replace

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gc
-import signal
 import sys
 import time
 import weakref
@@ -10,14 +9,6 @@ import weakref
 import pytest
 
 from sparsify.cli.interrupts import interrupts_not_swallowed
-
-
-@pytest.fixture
-def sigint_raises():
-    """The interpreter's own SIGINT handler, whatever an earlier test left."""
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, old)
 
 
 def _interrupted_within(seconds: float, start_trouble) -> float:
