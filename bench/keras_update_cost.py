@@ -40,7 +40,6 @@ import numpy as np  # noqa: E402
 
 BACKENDS = ("jax", "torch", "tensorflow")
 FREQUENCY = 10
-PARTS = ("read", "select", "write")
 
 
 class PartTimer:

@@ -38,13 +38,8 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
-import shlex  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
 import keras  # noqa: E402
@@ -54,9 +49,10 @@ from keras import ops  # noqa: E402
 from sparsify import exact_prune_count  # noqa: E402
 
 from .lm_data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
-from .lm_gradual import GRADUAL_ARMS, setting_target, window  # noqa: E402
+from . import lm_gradual  # noqa: E402
+from .lm_gradual import GRADUAL_ARMS  # noqa: E402
 from .lm_model import LMConfig, init_weights  # noqa: E402
-from .lm_records import record_run, save_results  # noqa: E402
+from .lm_records import open_results, record_run, run_arguments, save_results  # noqa: E402
 from .lm_train import TrainSettings, lr_at  # noqa: E402
 
 __all__ = ["PRUNABLE_KERAS", "KERAS_ARMS", "KerasCharLM", "build_keras_model", "load_weights", "TorchSchedule",
@@ -191,13 +187,8 @@ class _Losses(keras.callbacks.Callback):
 
 
 def gradual_config(arm: str, setting: str, steps: int) -> dict[str, Any]:
-    """The callback config of a gradual arm: :func:`bench.lm_gradual.gradual_attach`'s, with Keras paths."""
-    if arm not in GRADUAL_ARMS or arm == "torch.ao":
-        raise ValueError(f"arm: one of {[a for a in KERAS_ARMS if a != 'dense']}, got {arm!r}")
-    target, pattern = setting_target(setting)
-    start, end, freq = window(steps)
-    return {"target_sparsity": target, "pattern": pattern, "start_step": start, "end_step": end,
-            "pruning_frequency": freq, "op_names": [PRUNABLE_KERAS], **GRADUAL_ARMS[arm]}
+    """The callback config of a gradual arm: :func:`bench.lm_gradual.gradual_config` with the Keras paths."""
+    return lm_gradual.gradual_config(arm, setting, steps, PRUNABLE_KERAS)
 
 
 def train_keras(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size: int = 32,
@@ -276,31 +267,13 @@ def bits_per_char_keras(model: Any, inputs: np.ndarray, targets: np.ndarray, bat
     return total / count / math.log(2)
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--targets", nargs="+", default=["90"], help="gradual targets: percent, or 2:4")
-    p.add_argument("--arms", nargs="+", default=list(KERAS_ARMS), choices=KERAS_ARMS)
-    p.add_argument("--steps", type=int, default=1800)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--context", type=int, default=64)
-    p.add_argument("--val-limit", type=int, default=None, help="cap on validation windows (smoke tests)")
-    p.add_argument("--out-json", required=True, help="results file: runs are appended, written after each")
-    args = p.parse_args(argv)
-    for target in args.targets:
-        setting_target(target)
-    return args
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the asked arms per seed, appending each record to ``--out-json`` as it ends; return the results.
 
     Raises:
         SystemExit: Keras is not Keras 3 on a training backend, or ``--out-json`` holds another configuration.
     """
-    args = _parse(argv)
+    args = run_arguments(argv, __doc__.splitlines()[0], KERAS_ARMS, list(KERAS_ARMS))
     backend = keras.backend.backend()
     if int(keras.__version__.split(".")[0]) < 3 or backend not in BACKENDS:
         raise SystemExit(f"bench.lm_keras needs Keras 3 on one of {', '.join(BACKENDS)} (set KERAS_BACKEND); "
@@ -312,16 +285,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     corpus = load_corpus()
     cfg = LMConfig(vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.layers, context=args.context)
     train = {"steps": args.steps, "batch_size": args.batch_size}
-    data: dict[str, Any] = {"runs": []}
-    if Path(args.out_json).exists():
-        data = json.loads(Path(args.out_json).read_text())
-        if (data.get("model"), data.get("train")) != (cfg.to_dict(), train):
-            raise SystemExit(f"{args.out_json} holds runs of model {data.get('model')} trained {data.get('train')}, "
-                             f"not {cfg.to_dict()} {train}: use another --out-json")
-    command = "python -m bench.lm_keras " + shlex.join(sys.argv[1:] if argv is None else argv)
-    data["commands"] = [c for c in data.get("commands", []) if c != command] + [command]
-    data.update(keras=keras.__version__, keras_backend=backend, model=cfg.to_dict(), train=train,
-                corpus={"source": "pydoc_data/topics.py", "python": corpus.python, "sha256": corpus.sha256})
+    data = open_results(args.out_json, cfg, train, corpus, "bench.lm_keras", argv)
+    data.update(keras=keras.__version__, keras_backend=backend)
     val = validation_windows(corpus, cfg.context, args.val_limit)
     for seed in args.seeds:
         for arm in args.arms:

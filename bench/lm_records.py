@@ -1,4 +1,5 @@
-"""The LM runs' results file: one record per (seed, arm, setting), written atomically after each run.
+"""The LM runs' results file: one record per (seed, arm, setting), written atomically after each run; and the
+command line the Keras runners (:mod:`bench.lm_keras`, :mod:`bench.lm_tfkeras`) share.
 
 Example:
     >>> data = {"runs": []}
@@ -11,12 +12,58 @@ Example:
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-__all__ = ["record_run", "save_results"]
+__all__ = ["record_run", "save_results", "run_arguments", "open_results"]
+
+
+def run_arguments(argv: list[str] | None, description: str, arms: Sequence[str],
+                  default_arms: Sequence[str]) -> argparse.Namespace:
+    """The runners' command line: seeds, gradual targets (each checked), arms among ``arms``, the model and
+    training sizes, and ``--out-json``."""
+    from .lm_gradual import setting_target
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--targets", nargs="+", default=["90"], help="gradual targets: percent, or 2:4")
+    p.add_argument("--arms", nargs="+", default=list(default_arms), choices=list(arms))
+    p.add_argument("--steps", type=int, default=1800)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--context", type=int, default=64)
+    p.add_argument("--val-limit", type=int, default=None, help="cap on validation windows (smoke tests)")
+    p.add_argument("--out-json", required=True, help="results file: runs are appended, written after each")
+    args = p.parse_args(argv)
+    for target in args.targets:
+        setting_target(target)
+    return args
+
+
+def open_results(path: str, cfg: Any, train: dict, corpus: Any, module: str, argv: list[str] | None) -> dict:
+    """The results file at ``path`` (a new one if there is none) for runs of model ``cfg`` trained as ``train``,
+    with this command (``python -m module argv``) recorded and the corpus described.
+
+    Raises:
+        SystemExit: the file holds runs of another model or training.
+    """
+    data: dict[str, Any] = {"runs": []}
+    if Path(path).exists():
+        data = json.loads(Path(path).read_text())
+        if (data.get("model"), data.get("train")) != (cfg.to_dict(), train):
+            raise SystemExit(f"{path} holds runs of model {data.get('model')} trained {data.get('train')}, "
+                             f"not {cfg.to_dict()} {train}: use another --out-json")
+    command = f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
+    data["commands"] = [c for c in data.get("commands", []) if c != command] + [command]
+    data.update(model=cfg.to_dict(), train=train,
+                corpus={"source": "pydoc_data/topics.py", "python": corpus.python, "sha256": corpus.sha256})
+    return data
 
 
 def record_run(data: dict, seed: int, arm: str, setting: str, bpc: float, info: dict) -> None:

@@ -29,13 +29,8 @@ import os
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
-import shlex  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any, Callable, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -45,7 +40,7 @@ import tf_keras  # noqa: E402
 from .lm_data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
 from .lm_gradual import GRADUAL_ARMS, gradual_config, setting_target, window  # noqa: E402
 from .lm_model import LMConfig, init_weights  # noqa: E402
-from .lm_records import record_run, save_results  # noqa: E402
+from .lm_records import open_results, record_run, run_arguments, save_results  # noqa: E402
 from .lm_train import TrainSettings, lr_at  # noqa: E402
 
 __all__ = ["PRUNED", "PRUNABLE_TFKERAS", "TFKERAS_ARMS", "TfKerasCharLM", "build_tfkeras_model", "train_tfkeras",
@@ -221,24 +216,6 @@ def bits_per_char_tfkeras(model: Any, inputs: np.ndarray, targets: np.ndarray, b
     return total / count / math.log(2)
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--targets", nargs="+", default=["90"], help="gradual targets: percent, or 2:4")
-    p.add_argument("--arms", nargs="+", default=["dense", "tfmot", "default"], choices=TFKERAS_ARMS)
-    p.add_argument("--steps", type=int, default=1800)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--context", type=int, default=64)
-    p.add_argument("--val-limit", type=int, default=None, help="cap on validation windows (smoke tests)")
-    p.add_argument("--out-json", required=True, help="results file: runs are appended, written after each")
-    args = p.parse_args(argv)
-    for target in args.targets:
-        setting_target(target)
-    return args
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the asked arms per seed, appending each record to ``--out-json`` as it ends; return the results.
 
@@ -246,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         SystemExit: tfmot is asked for and cannot be imported or installed, or ``--out-json`` holds another
             configuration.
     """
-    args = _parse(argv)
+    args = run_arguments(argv, __doc__.splitlines()[0], TFKERAS_ARMS, ["dense", "tfmot", "default"])
     from .accuracy.keras_runs import single_thread
 
     single_thread()
@@ -259,16 +236,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     corpus = load_corpus()
     cfg = LMConfig(vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.layers, context=args.context)
     train = {"steps": args.steps, "batch_size": args.batch_size}
-    data: dict[str, Any] = {"runs": []}
-    if Path(args.out_json).exists():
-        data = json.loads(Path(args.out_json).read_text())
-        if (data.get("model"), data.get("train")) != (cfg.to_dict(), train):
-            raise SystemExit(f"{args.out_json} holds runs of model {data.get('model')} trained {data.get('train')}, "
-                             f"not {cfg.to_dict()} {train}: use another --out-json")
-    command = "python -m bench.lm_tfkeras " + shlex.join(sys.argv[1:] if argv is None else argv)
-    data["commands"] = [c for c in data.get("commands", []) if c != command] + [command]
-    data.update(tf_keras=tf_keras.__version__, tensorflow=tf.__version__, model=cfg.to_dict(), train=train,
-                corpus={"source": "pydoc_data/topics.py", "python": corpus.python, "sha256": corpus.sha256})
+    data = open_results(args.out_json, cfg, train, corpus, "bench.lm_tfkeras", argv)
+    data.update(tf_keras=tf_keras.__version__, tensorflow=tf.__version__)
     if "tfmot" in args.arms:
         import tensorflow_model_optimization as tfmot_package
 
