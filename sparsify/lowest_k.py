@@ -80,8 +80,9 @@ def _keep_among_eligible(arr: np.ndarray, k: int, name: str, tie_axes: tuple[int
     rest = need - int(np.count_nonzero(vals < v))          # ties at v still to prune
     keep = flat > v
     keep &= el
-    ties = np.flatnonzero((flat == v) & el)
-    if rest < ties.size:                                    # keep the ties after the first `rest` in tie order
+    at_v = (flat == v) & el
+    if rest < np.count_nonzero(at_v):                       # keep the ties after the first `rest` in tie order
+        ties = np.flatnonzero(at_v)                         # (counted first: their positions rarely matter)
         keys = None if tie_axes is None else tie_rank(ties, arr.shape, tie_axes)
         pruned = first_in_tie_order(ties, rest, keys)
         keep[ties] = True

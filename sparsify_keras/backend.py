@@ -229,7 +229,8 @@ def compiled_assign(fn: Callable, targets: Sequence[Any]) -> Callable[..., None]
     """A function of ``*args`` that assigns ``fn([t.value for t in targets], *args)`` (new values, one per
     target, in order) to the variables ``targets``, in one compiled call where the backend has one:
     ``jax.jit`` then the assigns on JAX; on TensorFlow one ``tf.function`` that reads and assigns the
-    variables inside the graph (no eager op per variable); eagerly on PyTorch.
+    variables inside the graph (no eager op per variable); eagerly on PyTorch, each value copied into its
+    variable's tensor in place (as Keras's ``assign`` does after converting and checking the value).
 
     Example:
         >>> import keras
@@ -251,11 +252,30 @@ def compiled_assign(fn: Callable, targets: Sequence[Any]) -> Callable[..., None]
 
         return lambda *args: graph(*_as_tf_tensors(args))
     compute = compiled(fn)
+    if backend_name() == "torch":
+        import torch
+
+        def copy_in(*args: Any) -> None:
+            with torch.no_grad():
+                for variable, value in zip(targets, fn([t.value for t in targets], *args)):
+                    _copy_into(variable, value)
+        return copy_in
 
     def call(*args: Any) -> None:
         for variable, value in zip(targets, compute([t.value for t in targets], *args)):
             variable.assign(value)
     return call
+
+
+def _copy_into(variable: Any, value: Any) -> None:
+    """PyTorch: ``variable.assign(value)`` for a ``value`` computed from the variable (same shape and dtype) as
+    Keras's own assign ends, an in-place copy into the variable's tensor, without its conversions and checks
+    (about 40 microseconds a variable)."""
+    raw = variable.value
+    if raw.dtype != value.dtype or raw.shape != value.shape:    # pragma: no cover - another layout: Keras's path
+        variable.assign(value)
+    else:
+        raw.copy_(value)
 
 
 def selector(mask: Any, like: Any) -> Any:

@@ -42,7 +42,7 @@ from sparsify.criteria import scored_every_step
 from sparsify.protocol import PruningProtocol, config_fingerprint
 
 from .adapter import KerasAdapter
-from .backend import state_scope, sync_to_variables, tf_strategy, to_numpy
+from .backend import compiled_read, state_scope, sync_to_variables, tf_strategy, to_numpy
 from .compat import keras_flavor, optimizer_built, steps_per_execution, unwrap_optimizer
 from .layers import find_prunable_weights, in_model_order
 from .state import PruningState, attach_state, fingerprint_mismatch, model_state
@@ -104,7 +104,8 @@ class PruningCallback(keras.callbacks.Callback):
         self._est: int | None = None  # expected optimizer.iterations at the next batch start
         self._spe = 1
         self._seen_state: tuple[int, list[np.ndarray]] | None = None   # the state as last read or written
-        self._seen_fingerprint: np.ndarray | None = None
+        self._seen_fingerprint: np.ndarray | None = None      # the saved digests last found equal to the config's
+        self._state_reader: tuple[Any, Any] | None = None     # (state, its compiled read for _saved)
         self._writer: Any = None
         self._keras_adapter: KerasAdapter | None = None
         self._pending_logs: list[tuple[int, dict[str, float]]] = []
@@ -144,10 +145,20 @@ class PruningCallback(keras.callbacks.Callback):
         sync_to_variables(self.model)
 
     def _saved(self) -> tuple[list[str], int, list[np.ndarray]]:
-        """The state as saved: config keys that differ, the done step, the masks (TF layout, bool)."""
+        """The state as saved: config keys that differ, the done step, the masks (TF layout, bool).
+
+        Read in one compiled call (every ``fit`` starts with this check: one dispatch, not one per
+        variable); the config's digests are compared again only when the saved ones change."""
         st = self._state
-        return (fingerprint_mismatch(self.config, to_numpy(st.fingerprint)), int(to_numpy(st.last_step)),
-                [to_numpy(m) != 0 for m in st.masks])
+        if self._state_reader is None or self._state_reader[0] is not st:
+            self._state_reader = (st, compiled_read(_as_saved, [st.fingerprint, st.last_step, *st.masks]))
+        fingerprint, done, *keep = (to_numpy(x) for x in self._state_reader[1]())
+        if self._seen_fingerprint is None or not np.array_equal(fingerprint, self._seen_fingerprint):
+            diff = fingerprint_mismatch(self.config, fingerprint)
+            if diff:
+                return diff, int(done), keep
+            self._seen_fingerprint = fingerprint
+        return [], int(done), keep
 
     def _check_fit(self, model: Any) -> None:
         """Refuse, before training, what cannot be done."""
@@ -301,7 +312,7 @@ class PruningCallback(keras.callbacks.Callback):
         seen = self._seen_state
         if seen is not None and seen[1] is None:
             masks = self.protocol.masks
-            seen = (seen[0], [pw.from_canonical(masks[pw.path]) for pw in self._state.pweights])
+            seen = self._seen_state = (seen[0], [pw.from_canonical(masks[pw.path]) for pw in self._state.pweights])
         if seen is None or seen[0] != done or not all(np.array_equal(a, b) for a, b in zip(keep, seen[1])):
             self.protocol.restore(done, {pw.path: pw.to_canonical(k) for pw, k in zip(self._state.pweights, keep)})
             self._seen_state = (done, keep)
@@ -385,6 +396,11 @@ class PruningCallback(keras.callbacks.Callback):
         pending, self._pending_logs = self._pending_logs, []
         for step, figures in pending:
             self._writer.write(figures, step)
+
+
+def _as_saved(values: list) -> list:
+    """``[fingerprint, last_step, *masks]`` with the masks as bool (what :meth:`PruningCallback._saved` reads)."""
+    return [values[0], values[1], *[keras.ops.not_equal(m, 0) for m in values[2:]]]
 
 
 def _as_bound(next_step: int) -> float:

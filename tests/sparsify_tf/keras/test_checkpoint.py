@@ -209,6 +209,21 @@ def test_resume_with_another_config_is_refused_naming_the_keys(K, digits, tmp_pa
     assert again.sparsity["total"] > 0
 
 
+def test_a_checkpoint_of_another_config_loaded_between_fits_is_refused(K, digits, tmp_path):
+    """The saved config is checked at every fit, not only the first one (the callback compares the config
+    again whenever the saved digests change)."""
+    X, y = _data(digits)
+    path = str(tmp_path / ("other.weights.h5" if K.__name__ == "keras" else "other"))
+    other = _fresh(K)
+    other.fit(X, y, batch_size=32, epochs=1, verbose=0, shuffle=False,
+              callbacks=[PruningCallback({**CFG, "pattern": "1x2"}), K.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    model, cb = _fresh(K), PruningCallback(CFG)
+    model.fit(X, y, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[cb])
+    model.load_weights(path)
+    with pytest.raises(ValueError, match="saved with a different pruning config \\(keys that differ: pattern\\)"):
+        model.fit(X, y, batch_size=32, epochs=1, verbose=0, callbacks=[cb])
+
+
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_masks_restored_between_fits_at_the_same_update_step_are_picked_up(flavor, digits):
     """Each fit re-reads the state; it skips restoring the protocol only when the variables hold exactly what
