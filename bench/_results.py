@@ -16,9 +16,22 @@ RESULTS = Path(__file__).with_name("RESULTS.md")
 HEADER = "# Benchmark results\n\nEach section is rewritten by the script that names it; ratios are measured within one run.\n"
 
 
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The processor's model name (from ``cpuinfo``, Linux's: timings are only comparable on the same one),
+    else what :mod:`platform` knows (``x86_64``)."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({platform.machine()})"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine_line() -> str:
     """One line describing where and when a benchmark ran."""
-    return (f"_{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}, "
+    return (f"_{datetime.date.today().isoformat()}, {cpu_model()}, "
             f"{os.cpu_count()} cores, Python {platform.python_version()}_")
 
 
