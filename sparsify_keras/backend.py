@@ -251,15 +251,15 @@ def compiled_assign(fn: Callable, targets: Sequence[Any]) -> Callable[..., None]
                 variable.assign(value)
 
         return lambda *args: graph(*_as_tf_tensors(args))
-    compute = compiled(fn)
     if backend_name() == "torch":
         import torch
 
         def copy_in(*args: Any) -> None:
-            with torch.no_grad():
+            with torch.no_grad():        # the values and the in-place copies into parameters that require grad
                 for variable, value in zip(targets, fn([t.value for t in targets], *args)):
                     _copy_into(variable, value)
         return copy_in
+    compute = compiled(fn)
 
     def call(*args: Any) -> None:
         for variable, value in zip(targets, compute([t.value for t in targets], *args)):
