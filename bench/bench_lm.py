@@ -46,6 +46,7 @@ from .lm_gradual import GRADUAL_ARMS, gradual_attach, gradual_config, setting_ta
 from .lm_model import CharLM, LMConfig, bits_per_char
 from .lm_oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
 from .lm_plot import FIGURE, plot
+from .lm_records import record_run
 from .lm_report import render
 from .lm_train import train_dense
 
@@ -111,12 +112,6 @@ def _dense(cfg: LMConfig, corpus, args, seed: int, data: dict) -> CharLM:
     return model.eval()
 
 
-def _record(data: dict, seed: int, arm: str, setting: str, bpc: float, info: dict) -> None:
-    data["runs"] = [r for r in data["runs"] if (r["seed"], r["arm"], r["setting"]) != (seed, arm, setting)]
-    data["runs"].append({"seed": seed, "arm": arm, "setting": setting, "bpc": bpc, **info})
-    print(f"seed {seed} {arm:>22} {setting:>9}: {bpc:.4f} bits/char", flush=True)
-
-
 def _peer(args, cfg: LMConfig, seed: int, weights: str, calib_path: str, data: dict) -> None:
     """Run ``bench/lm_peer.py`` in a child process; record its runs or its failure."""
     out = Path(args.cache) / f"peer_seed{seed}.json"
@@ -135,7 +130,7 @@ def _peer(args, cfg: LMConfig, seed: int, weights: str, calib_path: str, data: d
     peer = json.loads(out.read_text())
     data["peer_versions"] = peer["versions"]
     for run in peer["runs"]:
-        _record(data, seed, run["arm"], run["setting"], run["bpc"],
+        record_run(data, seed, run["arm"], run["setting"], run["bpc"],
                 {"seconds": run["seconds"], "layer_sparsity_range": run["sparsity"]})
     data["dense"][str(seed)].update(hf_bpc=peer["dense_bpc"], export_max_abs_diff=peer["export_max_abs_diff"])
 
@@ -146,7 +141,7 @@ def _gradual(args, cfg: LMConfig, corpus, seed: int, val: tuple[np.ndarray, np.n
         for arm in args.gradual_arms:
             attach = gradual_attach(arm, target, args.steps)
             model, info = train_dense(cfg, corpus, seed, args.steps, args.batch_size, attach=attach)
-            _record(data, seed, f"gradual/{arm}", target, bits_per_char(model, *val), {"seconds": info["seconds"]})
+            record_run(data, seed, f"gradual/{arm}", target, bits_per_char(model, *val), {"seconds": info["seconds"]})
             _save(args.out_json, data)
 
 
@@ -193,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for seed in args.seeds:
         if args.dense or args.oneshot or args.peer or not (same_runs and str(seed) in data["dense"]):
             dense = _dense(cfg, corpus, args, seed, data)   # gradual runs alone reuse a recorded dense figure
-            _record(data, seed, "dense", "0", bits_per_char(dense, val_x, val_y),
+            record_run(data, seed, "dense", "0", bits_per_char(dense, val_x, val_y),
                     {"seconds": data["dense"][str(seed)]["seconds"]})
         windows = calibration_windows(corpus, seed, args.calib, cfg.context)
         if args.oneshot:
@@ -204,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 perm_info["permutation_seconds"] = time.perf_counter() - start
                 for arm in args.arms:
                     model, info = prune_arm(base, arm, setting, calib)
-                    _record(data, seed, arm, setting, bits_per_char(model, val_x, val_y), {**info, **perm_info})
+                    record_run(data, seed, arm, setting, bits_per_char(model, val_x, val_y), {**info, **perm_info})
         if args.peer:
             calib_path = str(Path(args.cache) / f"calib_seed{seed}.npy")
             np.save(calib_path, windows)

@@ -7,11 +7,12 @@ The schedule is the core's gradual cubic one from 10% to 70% of the steps, an up
 2.5% of the steps; torch.ao's sparsifier is driven at the same update steps with the same
 values (``sparsity_level`` set, then ``step()``), unstructured (``(1, 1)`` blocks) or, at setting ``"2:4"``,
 2 zeros in every ``(1, 4)`` block (its level is the share of 2:4 blocks: the schedule's value over 0.5). ``sr_ste``
-is SR-STE: straight-through gradients plus ``pruned_decay`` on the pruned weights, masks every step.
+is SR-STE: straight-through gradients plus ``pruned_decay`` on the pruned weights, masks every step;
+``sr_ste_at_start`` the same with the whole target from the start step on (the schedule ``"constant"``).
 
 Example:
     >>> sorted(GRADUAL_ARMS)
-    ['default', 'erk_rigl', 'erk_wanda', 'rigl', 'sr_ste', 'torch.ao']
+    ['default', 'erk_rigl', 'erk_wanda', 'rigl', 'sr_ste', 'sr_ste_at_start', 'torch.ao']
     >>> window(1800)
     (180, 1260, 45)
     >>> setting_target("2:4"), setting_target("90")
@@ -41,6 +42,9 @@ GRADUAL_ARMS: dict[str, dict[str, Any]] = {
     "erk_wanda": {"pruning_scope": "erk", "criterion": "wanda"},
     # the MNIST-1D accuracy benchmark's SR-STE arm (bench/accuracy/problems.py), tuned there
     "sr_ste": {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1, "monotone": False},
+    # SR-STE as its paper trains N:M: the whole target from start_step on (masks every step until end_step)
+    "sr_ste_at_start": {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1,
+                        "monotone": False, "sparsity_decay_type": "constant"},
     # dynamic sparsity: the gradual schedule, and at each update the same number of pruned weights regrown
     # where the gradient is largest (RigL), locally or with ERK's layer densities
     "rigl": {"regrowth": "rigl"},

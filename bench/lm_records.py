@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from ._results import cpu_model
+
 __all__ = ["record_run", "save_results", "run_arguments", "open_results"]
 
 
@@ -67,10 +69,13 @@ def open_results(path: str, cfg: Any, train: dict, corpus: Any, module: str, arg
 
 
 def record_run(data: dict, seed: int, arm: str, setting: str, bpc: float, info: dict) -> None:
-    """Add (or replace) the run of ``(seed, arm, setting)`` in ``data["runs"]`` and print it."""
+    """Add (or replace) the run of ``(seed, arm, setting)`` in ``data["runs"]``, with the processor it ran on
+    (``cpu``: floating-point paths differ between processors, so runs of one seed on two machines are not
+    paired exactly), and print it."""
     data["runs"] = [r for r in data["runs"] if (r["seed"], r["arm"], r["setting"]) != (seed, arm, setting)]
-    data["runs"].append({"seed": seed, "arm": arm, "setting": setting, "bpc": bpc, **info})
-    print(f"seed {seed} {arm:>22} {setting:>5}: {bpc:.4f} bits/char, {info['seconds']:.0f} s", flush=True)
+    data["runs"].append({"seed": seed, "arm": arm, "setting": setting, "bpc": bpc, **info, "cpu": cpu_model()})
+    took = f", {info['seconds']:.0f} s" if "seconds" in info else ""
+    print(f"seed {seed} {arm:>22} {setting:>5}: {bpc:.4f} bits/char{took}", flush=True)
 
 
 def save_results(path: str, data: dict[str, Any]) -> None:

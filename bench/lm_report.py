@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["render", "paired_line", "ARM_ORDER"]
+__all__ = ["render", "paired_line", "machines_note", "ARM_ORDER"]
 
 ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt", "gradual/default",
-             "gradual/erk_wanda", "gradual/sr_ste", "gradual/rigl", "gradual/erk_rigl", "gradual/torch.ao")
-OUR_GRADUAL = ("default", "erk_wanda", "sr_ste", "rigl", "erk_rigl")
+             "gradual/erk_wanda", "gradual/sr_ste", "gradual/sr_ste_at_start", "gradual/rigl", "gradual/erk_rigl", "gradual/torch.ao")
+OUR_GRADUAL = ("default", "erk_wanda", "sr_ste", "sr_ste_at_start", "rigl", "erk_rigl")
 TFMOT = "tfkeras/gradual/tfmot"
 PEER_NOTES = (
     "The peer runs on the same trained weights exported as a `GPT2LMHeadModel` built from a `GPT2Config` "
@@ -67,6 +67,35 @@ def paired_line(runs: list[dict], a: str, b: str, setting: str, setting_b: str |
     std = float(np.std(d, ddof=1)) if len(d) > 1 else float("nan")
     name = f"{a} - {b}" if setting_b is None else f"{a} {setting} - {b} {setting_b}"
     return f"| {name} | {setting} | {d.mean():+.4f} ± {std:.4f} | {int((d < 0).sum())}/{len(d)} |"
+
+
+def machines_note(runs: list[dict]) -> str:
+    """A sentence naming which runs came from which processor when they came from more than one ('' else): the
+    same seed gives other bits per character on another processor (its floating-point paths differ), so pairs
+    are exact only within one machine. Runs without a ``cpu`` field come from a machine that was not recorded.
+
+    Example:
+        >>> runs = [{"arm": "dense", "setting": "0", "seed": 0}, {"arm": "gradual/sr_ste", "setting": "2:4",
+        ...          "seed": 0, "cpu": "AMD EPYC (x86_64)"}, {"arm": "gradual/sr_ste", "setting": "2:4", "seed": 1,
+        ...          "cpu": "AMD EPYC (x86_64)"}]
+        >>> machines_note(runs)
+        'Runs from 2 machines (a seed gives slightly other figures on another processor, so pairs are exact within one machine): AMD EPYC (x86_64): gradual/sr_ste at 2:4 (2 runs); the other runs on an earlier machine whose processor was not recorded.'
+    """
+    by_cpu: dict[str, list[dict]] = {}
+    for r in runs:
+        by_cpu.setdefault(r.get("cpu", ""), []).append(r)
+    if len(by_cpu) < 2:
+        return ""
+    parts = []
+    for cpu in sorted(c for c in by_cpu if c):
+        groups: dict[tuple[str, str], int] = {}
+        for r in by_cpu[cpu]:
+            groups[(r["arm"], r["setting"])] = groups.get((r["arm"], r["setting"]), 0) + 1
+        parts.append(f"{cpu}: " + ", ".join(f"{arm} at {setting} ({n} runs)" for (arm, setting), n in sorted(
+            groups.items(), key=lambda g: (SETTING_ORDER.index(g[0][1]) if g[0][1] in SETTING_ORDER else 99, g[0]))))
+    rest = "; the other runs on an earlier machine whose processor was not recorded" if "" in by_cpu else ""
+    return (f"Runs from {len(by_cpu)} machines (a seed gives slightly other figures on another processor, so pairs "
+            f"are exact within one machine): " + "; ".join(parts) + rest + ".")
 
 
 def _variants(setting: str) -> tuple[str, ...]:
@@ -154,7 +183,8 @@ def _tfkeras_part(data: dict[str, Any]) -> str:
         rows.append(f"| {arm} | " + " | ".join(_cell(list(_values(runs, arm, s).values())) for s in settings) + " |")
     pairs = [p for s in ("50", "80", "90", "2:4") for p in (
         paired_line(runs, "tfkeras/gradual/default", TFMOT, s), paired_line(runs, "keras/gradual/default", TFMOT, s),
-        paired_line(runs, "keras/gradual/sr_ste", TFMOT, s), paired_line(runs, TFMOT, "gradual/torch.ao", s),
+        paired_line(runs, "keras/gradual/sr_ste", TFMOT, s), paired_line(runs, "keras/gradual/sr_ste_at_start", TFMOT, s),
+        paired_line(runs, TFMOT, "gradual/torch.ao", s),
         paired_line(runs, "tfkeras/dense", "dense", "0") if s == "50" else None) if p]
     return (f"tf-keras ({data.get('tf_keras', '')}) with tfmot {data.get('tfmot', '')}: the same model, initial "
             "weights and batches (`bench/lm_tfkeras.py`); tfmot's `prune_low_magnitude` on each pruned Dense with "
@@ -183,13 +213,16 @@ def render(data: dict[str, Any]) -> str:
         f"the seeds each cell ran, of {seeds} (lower is better).",
         _main_table([r for r in runs if not r["arm"].startswith("gradual/")]),
     ]
+    if note := machines_note(runs):
+        parts.insert(1, note)
     gradual = [r for r in runs if r["arm"].startswith("gradual/")]
     if gradual:
         parts.append("Gradual pruning while training (same initial weights and batches as the dense run; cubic "
                      "schedule from 10% to 70% of the steps, an update every 2.5%; unstructured or 2:4, every "
                      "layer of the blocks; `default`: local magnitude, `erk_wanda`: ERK scope + Wanda scores, "
                      "`sr_ste`: SR-STE (straight-through gradients, `pruned_decay=6e-4`, masks every step, "
-                     "`monotone=False`), `rigl`/`erk_rigl`: RigL regrowth (local or ERK scope), `torch.ao`: "
+                     "`monotone=False`), `sr_ste_at_start`: SR-STE with the whole target from the schedule's start "
+                     "(`sparsity_decay_type=\"constant\"`, as its paper trains N:M), `rigl`/`erk_rigl`: RigL regrowth (local or ERK scope), `torch.ao`: "
                      "WeightNormSparsifier at the same steps and values, 2:4 as 2 zeros per (1, 4) block):\n\n"
                      + _main_table(gradual + [r for r in runs if r["arm"] == "dense"]))
     pairs = [paired_line(runs, *p) for p in
@@ -199,6 +232,7 @@ def render(data: dict[str, Any]) -> str:
               ("sparsegpt", "llmc_sparsegpt", "2:4+aperm", "2:4"))]
     pairs += [paired_line(runs, f"gradual/{a}", "gradual/torch.ao", t) for t in ("50", "80", "90", "2:4")
               for a in OUR_GRADUAL]
+    pairs.append(paired_line(runs, "gradual/sr_ste_at_start", "gradual/sr_ste", "2:4"))
     pairs = [p for p in pairs if p]
     if pairs:
         parts.append("Paired differences (bits/char, per seed; negative: the first is better):\n\n"

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from bench import (bench_lm, lm_data, lm_model, lm_oneshot, lm_peer, lm_permutation, lm_report,  # noqa: E402
                    lm_plot, lm_records, lm_train, lm_gradual)
+from bench._results import cpu_model  # noqa: E402
 from sparsify import exact_prune_count  # noqa: E402
 
 TINY = ["--seeds", "0", "--steps", "5", "--d-model", "32", "--layers", "1", "--calib", "16", "--val-limit", "4",
@@ -52,7 +53,7 @@ def test_gradual_arms_reach_their_target(tmp_path):
     data = bench_lm.main(args)
     assert sorted(r["arm"] for r in data["runs"]) == ["dense", "gradual/default", "gradual/erk_rigl",
                                                       "gradual/erk_wanda", "gradual/rigl", "gradual/sr_ste",
-                                                      "gradual/torch.ao"]
+                                                      "gradual/sr_ste_at_start", "gradual/torch.ao"]
     assert "| gradual/erk_wanda |" in lm_report.render(data) and "| gradual/erk_rigl |" in lm_report.render(data)
 
 
@@ -67,10 +68,17 @@ def test_an_arm_that_cannot_run_a_setting_is_refused_before_training(tmp_path, c
 
 
 def test_gradual_two_of_four_arms_end_two_of_four():
-    """At setting 2:4 torch.ao (2 zeros per (1, 4) block) and SR-STE end with exactly two zeros in every four
-    consecutive weights of each pruned linear."""
+    """At setting 2:4 torch.ao (2 zeros per (1, 4) block) and both SR-STE arms end with exactly two zeros in every
+    four consecutive weights of each pruned linear; ``sr_ste_at_start`` has them from the start step (2 of 20) on,
+    the gradual ``sr_ste`` not yet."""
     cfg = lm_model.LMConfig(vocab_size=12, d_model=16, n_layers=1, context=8)
-    for arm in ("torch.ao", "sr_ste"):
+
+    def two_of_four(model):         # the weights the forward pass sees (straight-through keeps dense ones apart)
+        weights = [m.weight for name, m in model.named_modules() if re.search(lm_model.PRUNABLE, f"{name}.weight")]
+        assert len(weights) == 6
+        return all(((w.detach().reshape(-1, 4) == 0).sum(1) == 2).all().item() for w in weights)
+
+    for arm in ("torch.ao", "sr_ste", "sr_ste_at_start"):
         model = lm_model.CharLM(cfg)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         after_step, finish = lm_gradual.gradual_attach(arm, "2:4", 20)(model, opt)
@@ -80,6 +88,8 @@ def test_gradual_two_of_four_arms_end_two_of_four():
             torch.nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
             opt.step()
             after_step(step)
+            if step == 2 and arm != "torch.ao":
+                assert two_of_four(model) == (arm == "sr_ste_at_start"), arm
         finish()
         for name, w in model.named_parameters():
             if re.search(lm_model.PRUNABLE, name):
@@ -173,3 +183,14 @@ def test_report_shows_the_share_of_the_gap_closed_and_the_keras_runs():
     assert "| gradual/sr_ste | 90 | 1.885 ± 0.007 | 1.880 ± 0.007 | +0.0050 ± 0.0000 |" in text
     assert "| dense | 0 | 1.815 ± 0.007 | 1.805 ± 0.007 | +0.0100 ± 0.0000 |" in text
     assert "backend jax" in text
+
+
+def test_runs_name_their_processor_and_the_report_says_when_there_are_two():
+    data = {"runs": []}
+    lm_records.record_run(data, 0, "gradual/sr_ste", "2:4", 1.81, {"seconds": 1.0})
+    assert data["runs"][0]["cpu"] == cpu_model()
+    assert lm_report.machines_note(data["runs"]) == ""            # one machine: nothing to say
+    older = [{"seed": s, "arm": "gradual/torch.ao", "setting": "2:4", "bpc": 1.82} for s in (0, 1)]
+    note = lm_report.machines_note(older + data["runs"])
+    assert note.startswith("Runs from 2 machines") and f"{cpu_model()}: gradual/sr_ste at 2:4 (1 runs)" in note
+    assert note.endswith("the other runs on an earlier machine whose processor was not recorded.")
