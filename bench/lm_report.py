@@ -15,7 +15,8 @@ import numpy as np
 __all__ = ["render", "paired_line", "machines_note", "ARM_ORDER"]
 
 ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt", "gradual/default",
-             "gradual/erk_wanda", "gradual/sr_ste", "gradual/sr_ste_at_start", "gradual/rigl", "gradual/erk_rigl", "gradual/torch.ao")
+             "gradual/erk_wanda", "gradual/sr_ste", "gradual/sr_ste_at_start", "gradual/rigl", "gradual/erk_rigl",
+             "gradual/torch.ao")
 OUR_GRADUAL = ("default", "erk_wanda", "sr_ste", "sr_ste_at_start", "rigl", "erk_rigl")
 TFMOT = "tfkeras/gradual/tfmot"
 PEER_NOTES = (
@@ -78,8 +79,10 @@ def machines_note(runs: list[dict]) -> str:
         >>> runs = [{"arm": "dense", "setting": "0", "seed": 0}, {"arm": "gradual/sr_ste", "setting": "2:4",
         ...          "seed": 0, "cpu": "AMD EPYC (x86_64)"}, {"arm": "gradual/sr_ste", "setting": "2:4", "seed": 1,
         ...          "cpu": "AMD EPYC (x86_64)"}]
-        >>> machines_note(runs)
-        'Runs from 2 machines (a seed gives slightly other figures on another processor, so pairs are exact within one machine): AMD EPYC (x86_64): gradual/sr_ste at 2:4 (2 runs); the other runs on an earlier machine whose processor was not recorded.'
+        >>> print(machines_note(runs))    # doctest: +NORMALIZE_WHITESPACE
+        Runs from 2 machines (a seed gives slightly other figures on another processor, so pairs are exact within
+        one machine): AMD EPYC (x86_64): gradual/sr_ste at 2:4 (2 runs); the other runs on an earlier machine
+        whose processor was not recorded.
     """
     by_cpu: dict[str, list[dict]] = {}
     for r in runs:
@@ -183,7 +186,8 @@ def _tfkeras_part(data: dict[str, Any]) -> str:
         rows.append(f"| {arm} | " + " | ".join(_cell(list(_values(runs, arm, s).values())) for s in settings) + " |")
     pairs = [p for s in ("50", "80", "90", "2:4") for p in (
         paired_line(runs, "tfkeras/gradual/default", TFMOT, s), paired_line(runs, "keras/gradual/default", TFMOT, s),
-        paired_line(runs, "keras/gradual/sr_ste", TFMOT, s), paired_line(runs, "keras/gradual/sr_ste_at_start", TFMOT, s),
+        paired_line(runs, "keras/gradual/sr_ste", TFMOT, s),
+        paired_line(runs, "keras/gradual/sr_ste_at_start", TFMOT, s),
         paired_line(runs, TFMOT, "gradual/torch.ao", s),
         paired_line(runs, "tfkeras/dense", "dense", "0") if s == "50" else None) if p]
     return (f"tf-keras ({data.get('tf_keras', '')}) with tfmot {data.get('tfmot', '')}: the same model, initial "
@@ -222,7 +226,8 @@ def render(data: dict[str, Any]) -> str:
                      "layer of the blocks; `default`: local magnitude, `erk_wanda`: ERK scope + Wanda scores, "
                      "`sr_ste`: SR-STE (straight-through gradients, `pruned_decay=6e-4`, masks every step, "
                      "`monotone=False`), `sr_ste_at_start`: SR-STE with the whole target from the schedule's start "
-                     "(`sparsity_decay_type=\"constant\"`, as its paper trains N:M), `rigl`/`erk_rigl`: RigL regrowth (local or ERK scope), `torch.ao`: "
+                     "(`sparsity_decay_type=\"constant\"`, as its paper trains N:M), `rigl`/`erk_rigl`: RigL "
+                     "regrowth (local or ERK scope), `torch.ao`: "
                      "WeightNormSparsifier at the same steps and values, 2:4 as 2 zeros per (1, 4) block):\n\n"
                      + _main_table(gradual + [r for r in runs if r["arm"] == "dense"]))
     pairs = [paired_line(runs, *p) for p in
