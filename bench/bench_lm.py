@@ -131,7 +131,7 @@ def _peer(args, cfg: LMConfig, seed: int, weights: str, calib_path: str, data: d
     data["peer_versions"] = peer["versions"]
     for run in peer["runs"]:
         record_run(data, seed, run["arm"], run["setting"], run["bpc"],
-                {"seconds": run["seconds"], "layer_sparsity_range": run["sparsity"]})
+                   {"seconds": run["seconds"], "layer_sparsity_range": run["sparsity"]})
     data["dense"][str(seed)].update(hf_bpc=peer["dense_bpc"], export_max_abs_diff=peer["export_max_abs_diff"])
 
 
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.dense or args.oneshot or args.peer or not (same_runs and str(seed) in data["dense"]):
             dense = _dense(cfg, corpus, args, seed, data)   # gradual runs alone reuse a recorded dense figure
             record_run(data, seed, "dense", "0", bits_per_char(dense, val_x, val_y),
-                    {"seconds": data["dense"][str(seed)]["seconds"]})
+                       {"seconds": data["dense"][str(seed)]["seconds"]})
         windows = calibration_windows(corpus, seed, args.calib, cfg.context)
         if args.oneshot:
             calib = calibration_batches(windows)

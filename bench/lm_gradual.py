@@ -37,14 +37,15 @@ from .lm_train import Attach
 
 __all__ = ["GRADUAL_ARMS", "window", "setting_target", "gradual_config", "gradual_attach"]
 
+# the MNIST-1D accuracy benchmark's SR-STE arm (bench/accuracy/problems.py), tuned there
+_SR_STE = {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1, "monotone": False}
+
 GRADUAL_ARMS: dict[str, dict[str, Any]] = {
     "default": {},
     "erk_wanda": {"pruning_scope": "erk", "criterion": "wanda"},
-    # the MNIST-1D accuracy benchmark's SR-STE arm (bench/accuracy/problems.py), tuned there
-    "sr_ste": {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1, "monotone": False},
+    "sr_ste": _SR_STE,
     # SR-STE as its paper trains N:M: the whole target from start_step on (masks every step until end_step)
-    "sr_ste_at_start": {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1,
-                        "monotone": False, "sparsity_decay_type": "constant"},
+    "sr_ste_at_start": {**_SR_STE, "sparsity_decay_type": "constant"},
     # dynamic sparsity: the gradual schedule, and at each update the same number of pruned weights regrown
     # where the gradient is largest (RigL), locally or with ERK's layer densities
     "rigl": {"regrowth": "rigl"},

@@ -74,8 +74,7 @@ def record_run(data: dict, seed: int, arm: str, setting: str, bpc: float, info: 
     paired exactly), and print it."""
     data["runs"] = [r for r in data["runs"] if (r["seed"], r["arm"], r["setting"]) != (seed, arm, setting)]
     data["runs"].append({"seed": seed, "arm": arm, "setting": setting, "bpc": bpc, **info, "cpu": cpu_model()})
-    took = f", {info['seconds']:.0f} s" if "seconds" in info else ""
-    print(f"seed {seed} {arm:>22} {setting:>5}: {bpc:.4f} bits/char{took}", flush=True)
+    print(f"seed {seed} {arm:>22} {setting:>5}: {bpc:.4f} bits/char, {info['seconds']:.0f} s", flush=True)
 
 
 def save_results(path: str, data: dict[str, Any]) -> None:
