@@ -28,7 +28,7 @@ def test_two_epochs_on_jax_time_every_update_of_the_timed_epoch():
     assert done.returncode == 0, done.stderr[-3000:]
     row = next(line for line in done.stdout.splitlines() if line.startswith("| Keras 3 (jax)"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    step, read, select, write, host, start, budget, within, needed, updates = cells[1:]
+    step, read, select, write, host, start, budget, within, needed, floor, share, updates = cells[1:]
     # 44 steps in the timed epoch, an update at every 10th: steps 50, 60, 70, 80
     assert int(updates) == 4
     assert 0.1 < float(step) < 1000 and min(float(read), float(select), float(write)) > 0     # milliseconds
@@ -36,15 +36,26 @@ def test_two_epochs_on_jax_time_every_update_of_the_timed_epoch():
     assert float(budget) == pytest.approx(0.5 * float(step), abs=1e-3)
     assert int(needed) >= 1 and float(start) > 0
     assert within == ("yes" if float(host) <= float(budget) else "no")
+    # the floor (read, argpartition, assign back) is work the exact update does too, and more
+    assert 0 < float(floor) < float(host) and float(share) == pytest.approx(float(floor) / float(budget), abs=0.01)
+
+
+def test_the_floor_example_runs_on_jax():
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT), "KERAS_BACKEND": "jax"}
+    code = "import doctest, bench.keras_update_cost as c; r = doctest.testmod(c); print(r.attempted, r.failed)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["3", "0"]
 
 
 def test_the_table_derives_the_budget_and_the_frequency_that_fits():
     row = {"backend": "jax", "dense_step_ms": 2.0, "read": 0.2, "select": 0.5, "write": 0.3, "host_ms": 1.0,
-           "batch_start_ms": 12.0, "updates": 20}
+           "batch_start_ms": 12.0, "floor_ms": 0.4, "updates": 20}
     text = cost.table([row])
     # budget: 5% of 10 steps of 2 ms = 1.0 ms; 1.0 ms of host work fits 5% of 10 steps
     assert text.splitlines()[-1] == ("| Keras 3 (jax) | 2.000 | 0.200 | 0.500 | 0.300 | 1.000 | 12.000 | 1.000 | yes "
-                                     "| 10 | 20 |")
+                                     "| 10 | 0.400 | 0.40 | 20 |")
     over = cost.table([{**row, "host_ms": 1.01}]).splitlines()[-1].split("|")
     assert over[9].strip() == "no" and over[10].strip() == "11"
 
