@@ -16,8 +16,9 @@ every timed epoch updates), the two advanced one epoch at a time. Timed, per upd
 * ``floor``: the least any host-side update of these kernels costs, timed after training on the dense
   model's kernels (warm caches, so it is optimistic): each kernel read to NumPy, its half with the
   smallest magnitudes found by ``np.argpartition`` (no tie order, no canonical layout, no checks) and a
-  kernel's worth of values assigned back (the values read, so the kernels do not change). Where the floor alone is near or over the budget, no exact host-side
-  selection can meet it on this model and machine.
+  kernel's worth of values assigned back (the values read, so the kernels do not change). Where the
+  floor alone is near or over the budget, no exact host-side selection can meet it on this model and
+  machine.
 
 ``budget`` is 5% of 10 dense steps (the target at frequency 10); ``f for 5%`` is the smallest
 frequency at which read + select + write is within 5% of the dense steps in between (the update's
@@ -150,7 +151,7 @@ def floor_ms(model, keras, calls: int = 200) -> float:
         for kernel in kernels:
             values = keras.ops.convert_to_numpy(kernel.value)
             flat = np.abs(values).ravel()
-            keep = np.ones(flat.size, bool)
+            keep = np.ones(flat.size, bool)         # the mask a selection makes (not written: see below)
             keep[np.argpartition(flat, flat.size // 2)[:flat.size // 2]] = False
             kernel.assign(values)       # the values read, so every call selects among the same (untied) values
         times.append(time.perf_counter() - start)
