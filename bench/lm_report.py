@@ -94,7 +94,7 @@ def machines_note(runs: list[dict]) -> str:
         groups: dict[tuple[str, str], int] = {}
         for r in by_cpu[cpu]:
             groups[(r["arm"], r["setting"])] = groups.get((r["arm"], r["setting"]), 0) + 1
-        parts.append(f"{cpu}: " + ", ".join(f"{arm} at {setting} ({n} runs)" for (arm, setting), n in sorted(
+        parts.append(f"{cpu}: " + ", ".join(f"{arm} at {setting} ({n} run{'s' if n > 1 else ''})" for (arm, setting), n in sorted(
             groups.items(), key=lambda g: (SETTING_ORDER.index(g[0][1]) if g[0][1] in SETTING_ORDER else 99, g[0]))))
     rest = "; the other runs on an earlier machine whose processor was not recorded" if "" in by_cpu else ""
     return (f"Runs from {len(by_cpu)} machines (a seed gives slightly other figures on another processor, so pairs "

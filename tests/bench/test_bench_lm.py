@@ -192,5 +192,5 @@ def test_runs_name_their_processor_and_the_report_says_when_there_are_two():
     assert lm_report.machines_note(data["runs"]) == ""            # one machine: nothing to say
     older = [{"seed": s, "arm": "gradual/torch.ao", "setting": "2:4", "bpc": 1.82} for s in (0, 1)]
     note = lm_report.machines_note(older + data["runs"])
-    assert note.startswith("Runs from 2 machines") and f"{cpu_model()}: gradual/sr_ste at 2:4 (1 runs)" in note
+    assert note.startswith("Runs from 2 machines") and f"{cpu_model()}: gradual/sr_ste at 2:4 (1 run)" in note
     assert note.endswith("the other runs on an earlier machine whose processor was not recorded.")
