@@ -1,8 +1,8 @@
 """Language-model benchmark: a character-level transformer on CPython's ``pydoc_data/topics.py``.
 
-The model (``bench/lm_model.py``): GPT-2 shaped, pre-LayerNorm, learned positions,
+The model (``bench/lm/model.py``): GPT-2 shaped, pre-LayerNorm, learned positions,
 2 layers, d_model 128, 4 heads, context 64, head tied to the embedding; initial
-weights drawn with NumPy from the seed. Text (``bench/lm_data.py``): the topics
+weights drawn with NumPy from the seed. Text (``bench/lm/data.py``): the topics
 joined in key order, the last 10% held out; its sha256 and the Python version are
 recorded with the results. Metric: validation bits per character over every
 non-overlapping 64-character window of the held-out text (lower is better;
@@ -10,15 +10,15 @@ perplexity per character is ``2 ** bpc``).
 
 Modes:
     ``--dense``: train one dense model per seed (single thread; cached under ``--cache``).
-    ``--oneshot``: magnitude, Wanda and SparseGPT (``bench/lm_oneshot.py``) at 50/60/70 % and
+    ``--oneshot``: magnitude, Wanda and SparseGPT (``bench/lm/oneshot.py``) at 50/60/70 % and
     2:4 (with and without channel permutation) on each trained dense model, the same
     calibration windows (64 training windows from the seed) for every arm.
-    ``--gradual``: prune while training (``bench/lm_gradual.py``): our default, ``erk_wanda``, ``sr_ste``
+    ``--gradual``: prune while training (``bench/lm/gradual.py``): our default, ``erk_wanda``, ``sr_ste``
     (SR-STE), ``rigl``, ``erk_rigl`` and torch.ao's WeightNormSparsifier at ``--gradual-targets`` (percent, or
     ``2:4``; ERK scope and RigL are unstructured only), same initial weights and batches. The Keras arms run
-    apart: Keras 3 in ``bench/lm_keras.py``, tf-keras and tfmot (the Keras peer) in ``bench/lm_tfkeras.py``.
+    apart: Keras 3 in ``bench/lm/keras_runs.py``, tf-keras and tfmot (the Keras peer) in ``bench/lm/tfkeras_runs.py``.
     ``--peer``: llm-compressor's SparseGPTModifier and WandaPruningModifier on the same weights
-    exported as a Hugging Face ``GPT2LMHeadModel`` (``bench/lm_peer.py``, run in a child process
+    exported as a Hugging Face ``GPT2LMHeadModel`` (``bench/lm/peer.py``, run in a child process
     with ``--peer-path`` on its ``PYTHONPATH``); a failure is recorded with its command and error.
 
 Run: ``python -m bench.bench_lm --dense --oneshot --peer --seeds 0 1 2`` (writes
@@ -41,14 +41,14 @@ import numpy as np
 import torch
 
 from ._results import publish
-from .lm_data import calibration_windows, load_corpus, validation_windows
-from .lm_gradual import GRADUAL_ARMS, gradual_attach, gradual_config, setting_target
-from .lm_model import CharLM, LMConfig, bits_per_char
-from .lm_oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
-from .lm_plot import FIGURE, plot
-from .lm_records import record_run
-from .lm_report import render
-from .lm_train import train_dense
+from .lm.data import calibration_windows, load_corpus, validation_windows
+from .lm.gradual import GRADUAL_ARMS, gradual_attach, gradual_config, setting_target
+from .lm.model import CharLM, LMConfig, bits_per_char
+from .lm.oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
+from .lm.plot import FIGURE, plot
+from .lm.records import record_run
+from .lm.report import render
+from .lm.train import train_dense
 
 __all__ = ["main"]
 
@@ -62,7 +62,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    "their figures; every mode does, except --gradual alone when --out-json has them already")
     p.add_argument("--oneshot", action="store_true", help="one-shot arms on the dense models")
     p.add_argument("--peer", action="store_true", help="llm-compressor's one-shot modifiers")
-    p.add_argument("--gradual", action="store_true", help="prune while training (bench/lm_gradual.py)")
+    p.add_argument("--gradual", action="store_true", help="prune while training (bench/lm/gradual.py)")
     p.add_argument("--gradual-arms", nargs="+", default=list(GRADUAL_ARMS))
     p.add_argument("--gradual-targets", nargs="+", default=["90", "80", "50"], help="percent, or 2:4")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -113,9 +113,9 @@ def _dense(cfg: LMConfig, corpus, args, seed: int, data: dict) -> CharLM:
 
 
 def _peer(args, cfg: LMConfig, seed: int, weights: str, calib_path: str, data: dict) -> None:
-    """Run ``bench/lm_peer.py`` in a child process; record its runs or its failure."""
+    """Run ``bench/lm/peer.py`` in a child process; record its runs or its failure."""
     out = Path(args.cache) / f"peer_seed{seed}.json"
-    cmd = [sys.executable, "-m", "bench.lm_peer", "--weights", weights, "--calib", calib_path, "--out", str(out),
+    cmd = [sys.executable, "-m", "bench.lm.peer", "--weights", weights, "--calib", calib_path, "--out", str(out),
            "--config", json.dumps(cfg.to_dict()), "--settings", *[s for s in args.settings if s in ("50", "2:4")]]
     if args.val_limit:
         cmd += ["--val-limit", str(args.val_limit)]

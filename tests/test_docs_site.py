@@ -17,7 +17,7 @@ ENV = dict(os.environ, NO_MKDOCS_2_WARNING="1", TF_CPP_MIN_LOG_LEVEL="2")
 
 
 def _updater():
-    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "bench" / "update_readme.py")
+    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "scripts" / "update_docs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -53,7 +53,7 @@ def test_the_api_reference_is_the_public_surface_by_framework():
     assert "[`PruningCallback`](sparsify_keras.md#sparsify_keras.PruningCallback)" in index
     assert "npz_stream" not in index                       # internal modules are not the reference
     guides = {p.name for p in (ROOT / "docs").glob("*.md")}
-    assert guides <= set(pages), f"pages missing from the nav (run python bench/update_readme.py): " \
+    assert guides <= set(pages), f"pages missing from the nav (run python scripts/update_docs.py): " \
                                  f"{sorted(guides - set(pages))}"
     assert "design.md" in pages
 

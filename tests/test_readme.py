@@ -1,6 +1,6 @@
 """README.md: the two fresh-machine commands first, short, links that resolve, headline figures taken from
 bench/RESULTS.md; the generated pages (docs/config.md, docs/benchmarks.md, the API pages) are current
-(bench/update_readme.py)."""
+(scripts/update_docs.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +21,7 @@ PENDING: set[str] = set()
 
 
 def _updater():
-    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "bench" / "update_readme.py")
+    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "scripts" / "update_docs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -101,12 +101,12 @@ def test_what_the_config_reference_says_about_loading(tmp_path):
 def test_benchmarks_page_is_a_copy_of_results():
     section = _section((ROOT / "docs" / "benchmarks.md").read_text(), "bench-results")
     for name in re.findall(r"<!-- ([\w-]+):start -->", RESULTS):
-        assert f"## {name}" in section, f"docs/benchmarks.md lacks {name}: run python bench/update_readme.py"
+        assert f"## {name}" in section, f"docs/benchmarks.md lacks {name}: run python scripts/update_docs.py"
     assert section.strip() == _updater().bench_section()
 
 
 def test_generated_files_are_current():
-    assert _updater().main(["--check"]) == 0, "run python bench/update_readme.py"
+    assert _updater().main(["--check"]) == 0, "run python scripts/update_docs.py"
 
 
 def _commands() -> list[list[str]]:

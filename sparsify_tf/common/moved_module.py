@@ -2,7 +2,7 @@
 
 A shim at an old path calls :func:`reexport` with its namespace and the new module; it then holds the new
 module's public names (the same objects) and importing it warns with a ``DeprecationWarning`` naming the new
-path. Shims set ``__deprecated__ = True``, which keeps them out of the API pages (``bench/update_readme.py``).
+path. Shims set ``__deprecated__ = True``, which keeps them out of the API pages (``scripts/update_docs.py``).
 
 Example:
     >>> import warnings

@@ -13,8 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bench import (bench_lm, lm_data, lm_model, lm_oneshot, lm_peer, lm_permutation, lm_report,  # noqa: E402
-                   lm_plot, lm_records, lm_train, lm_gradual)
+from bench import bench_lm  # noqa: E402
+from bench.lm import data as lm_data, model as lm_model, oneshot as lm_oneshot, peer as lm_peer  # noqa: E402
+from bench.lm import permutation as lm_permutation, report as lm_report, plot as lm_plot  # noqa: E402
+from bench.lm import records as lm_records, train as lm_train, gradual as lm_gradual  # noqa: E402
 from bench._results import cpu_model  # noqa: E402
 from sparsify import exact_prune_count  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""bench/lm_keras.py: the Keras 3 LM computes torch's logits, trains on torch's batches, prunes to the target.
+"""bench/lm/keras_runs.py: the Keras 3 LM computes torch's logits, trains on torch's batches, prunes to the target.
 
 Each test runs Keras in a child process under ``KERAS_BACKEND=jax`` (the backend is fixed when Keras is
 first imported); skipped where jax or Keras is missing.
@@ -47,10 +47,10 @@ def checks(tmp_path_factory) -> dict:
     res = _script(f"""
         import doctest, json
         import numpy as np, torch
-        from bench import lm_keras
-        from bench.lm_data import load_corpus, validation_windows
-        from bench.lm_model import LMConfig, bits_per_char, build_model
-        from bench.lm_train import train_dense
+        from bench.lm import keras_runs as lm_keras
+        from bench.lm.data import load_corpus, validation_windows
+        from bench.lm.model import LMConfig, bits_per_char, build_model
+        from bench.lm.train import train_dense
         from sparsify_keras import find_prunable_weights
 
         res = {{}}
@@ -114,7 +114,7 @@ def test_cli_refuses_another_configuration(checks):
 
 def test_cli_appends_records(tmp_path):
     out = tmp_path / "keras.json"
-    args = ["-m", "bench.lm_keras", "--seeds", "0", "--targets", "50", "--arms", "dense", "sr_ste",
+    args = ["-m", "bench.lm.keras_runs", "--seeds", "0", "--targets", "50", "--arms", "dense", "sr_ste",
             "--out-json", str(out), *TINY]
     done = _run(args)
     assert "keras/gradual/sr_ste" in done.stdout
@@ -129,6 +129,6 @@ def test_cli_appends_records(tmp_path):
 
 
 def test_cli_refuses_a_backend_that_cannot_train(tmp_path):
-    done = _run(["-m", "bench.lm_keras", "--out-json", str(tmp_path / "k.json"), *TINY], backend="numpy", check=False)
+    done = _run(["-m", "bench.lm.keras_runs", "--out-json", str(tmp_path / "k.json"), *TINY], backend="numpy", check=False)
     assert done.returncode != 0 and "needs Keras 3 on one of jax, torch, tensorflow" in done.stderr
     assert not (tmp_path / "k.json").exists()

@@ -1,4 +1,4 @@
-"""bench/lm_tfkeras.py: the tf-keras LM computes torch's logits, follows torch's dense run, prunes to the target
+"""bench/lm/tfkeras_runs.py: the tf-keras LM computes torch's logits, follows torch's dense run, prunes to the target
 with our tf-keras callback and (where tfmot is importable, ``TFMOT_PATH``) with tfmot.
 
 Each test runs in a child process (``TF_USE_LEGACY_KERAS=1`` must be set before TensorFlow is imported).
@@ -43,10 +43,10 @@ def checks(tmp_path_factory) -> dict:
     code = textwrap.dedent(f"""
         import doctest, json
         import numpy as np, torch
-        from bench import lm_tfkeras
-        from bench.lm_data import load_corpus, validation_windows
-        from bench.lm_model import LMConfig, bits_per_char, build_model
-        from bench.lm_train import train_dense
+        from bench.lm import tfkeras_runs as lm_tfkeras
+        from bench.lm.data import load_corpus, validation_windows
+        from bench.lm.model import LMConfig, bits_per_char, build_model
+        from bench.lm.train import train_dense
 
         res = {{}}
         cfg = LMConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=4, context=8)
@@ -129,7 +129,7 @@ def test_cli_refuses_another_configuration(checks):
 
 def test_cli_appends_records(tmp_path):
     out = tmp_path / "tfkeras.json"
-    done = _run(["-m", "bench.lm_tfkeras", "--seeds", "0", "--targets", "50", "--arms", "dense", "default",
+    done = _run(["-m", "bench.lm.tfkeras_runs", "--seeds", "0", "--targets", "50", "--arms", "dense", "default",
                  "--out-json", str(out), *TINY])
     assert "tfkeras/gradual/default" in done.stdout
     data = json.loads(out.read_text())

@@ -36,7 +36,7 @@ def test_old_path_warns_and_re_exports_the_new_module(old):
 
 
 def test_old_paths_have_no_api_page():
-    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "bench" / "update_readme.py")
+    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "scripts" / "update_docs.py")
     updater = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(updater)
     modules = set(updater.public_modules())

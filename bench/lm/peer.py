@@ -4,7 +4,7 @@ Run by ``bench/bench_lm.py --peer`` in a child process whose ``PYTHONPATH`` hold
 llm-compressor, compressed-tensors and transformers (installed into a temporary
 folder, never into this project's dependencies)::
 
-    python -m bench.lm_peer --weights W.pt --calib C.npy --out peer.json
+    python -m bench.lm.peer --weights W.pt --calib C.npy --out peer.json
 
 The export builds ``GPT2LMHeadModel(GPT2Config(...))`` (no download) and copies our
 weights into it: GPT-2's ``Conv1D`` holds ``(in, out)``, so every linear is
@@ -19,7 +19,7 @@ on a copy of the model each, with the calibration windows as a DataLoader of bat
 and the validation bits per character are measured.
 
 Example (the mapping needs no transformers):
-    >>> from bench.lm_model import build_model
+    >>> from bench.lm.model import build_model
     >>> model = build_model(LMConfig(vocab_size=5, d_model=8, n_layers=1, n_heads=2, context=4), seed=0)
     >>> sd = gpt2_state_dict(model.state_dict(), 1)
     >>> tuple(sd["transformer.h.0.attn.c_attn.weight"].shape), tuple(sd["transformer.h.0.mlp.c_fc.weight"].shape)
@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .lm_data import load_corpus, validation_windows
-from .lm_model import CharLM, LMConfig, bits_per_char
+from .data import load_corpus, validation_windows
+from .model import CharLM, LMConfig, bits_per_char
 
 __all__ = ["gpt2_state_dict", "build_gpt2", "char_tokenizer", "run_peer"]
 

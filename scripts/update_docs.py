@@ -15,8 +15,8 @@
 
 Usage::
 
-    python bench/update_readme.py          # rewrite what is out of date
-    python bench/update_readme.py --check  # exit 1 if anything is out of date
+    python scripts/update_docs.py          # rewrite what is out of date
+    python scripts/update_docs.py --check  # exit 1 if anything is out of date
 """
 from __future__ import annotations
 
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     changed = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
     if args.check:
         for path in changed + stale_pages:
-            print(f"{path.relative_to(ROOT)} is out of date: run python bench/update_readme.py", file=sys.stderr)
+            print(f"{path.relative_to(ROOT)} is out of date: run python scripts/update_docs.py", file=sys.stderr)
         return 1 if changed or stale_pages else 0
     for path in changed:
         path.write_text(wanted[path])

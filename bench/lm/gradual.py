@@ -2,7 +2,7 @@
 ``erk_rigl`` and torch.ao's WeightNormSparsifier.
 
 Every arm starts from the same NumPy initial weights and sees the same batches as the dense
-run of its seed; only the blocks' linear weights are pruned (:data:`bench.lm_model.PRUNABLE`).
+run of its seed; only the blocks' linear weights are pruned (:data:`bench.lm.model.PRUNABLE`).
 The schedule is the core's gradual cubic one from 10% to 70% of the steps, an update every
 2.5% of the steps; torch.ao's sparsifier is driven at the same update steps with the same
 values (``sparsity_level`` set, then ``step()``), unstructured (``(1, 1)`` blocks) or, at setting ``"2:4"``,
@@ -32,8 +32,8 @@ import torch
 import sparsify_torch
 from sparsify import GradualSchedule, PruningConfig
 
-from .lm_model import PRUNABLE, CharLM
-from .lm_train import Attach
+from .model import PRUNABLE, CharLM
+from .train import Attach
 
 __all__ = ["GRADUAL_ARMS", "window", "setting_target", "gradual_config", "gradual_attach"]
 
@@ -112,7 +112,7 @@ def gradual_config(arm: str, setting: str, steps: int, op_names: str = PRUNABLE)
 
 
 def gradual_attach(arm: str, setting: str, steps: int) -> Attach:
-    """The :data:`bench.lm_train.Attach` of an arm at ``setting`` (a percent or ``"2:4"``) over ``steps`` steps."""
+    """The :data:`bench.lm.train.Attach` of an arm at ``setting`` (a percent or ``"2:4"``) over ``steps`` steps."""
     if arm == "torch.ao":
         target, pattern = setting_target(setting)
         return _torch_ao(target, steps, pattern)

@@ -1,7 +1,7 @@
 """The benchmark LM in Keras 3: the same NumPy initial weights and batch order as torch, pruned by our callback.
 
 The model (:class:`KerasCharLM`, backend-neutral ``keras.ops``/``keras.layers``) computes exactly
-:class:`bench.lm_model.CharLM`'s logits and starts from :func:`bench.lm_model.init_weights` (a Dense
+:class:`bench.lm.model.CharLM`'s logits and starts from :func:`bench.lm.model.init_weights` (a Dense
 kernel is the torch weight transposed). :func:`train_keras` runs ``model.fit`` over the torch run's
 batches in order (one epoch, ``shuffle=False``) with Keras's AdamW at the torch settings and
 ``lr_at(optimizer.iterations)`` (:class:`TorchSchedule`: the first update gets ``lr_at(0)``, as in
@@ -27,7 +27,7 @@ Example:
     (6, 'block_0/q/kernel', 'block_0/fc2/kernel')
 
 Usage (one thread; records ``keras/dense`` at setting ``"0"`` and ``keras/gradual/<arm>``):
-    KERAS_BACKEND=jax taskset -c 1 python -m bench.lm_keras --seeds 0 1 2 --targets 90 \\
+    KERAS_BACKEND=jax taskset -c 1 python -m bench.lm.keras_runs --seeds 0 1 2 --targets 90 \\
         --arms dense default sr_ste --out-json /tmp/lmk/keras.json
 """
 from __future__ import annotations
@@ -48,18 +48,18 @@ from keras import ops  # noqa: E402
 
 from sparsify import exact_prune_count  # noqa: E402
 
-from .lm_data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
-from . import lm_gradual  # noqa: E402
-from .lm_gradual import GRADUAL_ARMS  # noqa: E402
-from .lm_model import LMConfig, init_weights  # noqa: E402
-from .lm_records import open_results, record_run, run_arguments, save_results  # noqa: E402
-from .lm_train import TrainSettings, lr_at  # noqa: E402
+from .data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
+from . import gradual  # noqa: E402
+from .gradual import GRADUAL_ARMS  # noqa: E402
+from .model import LMConfig, init_weights  # noqa: E402
+from .records import open_results, record_run, run_arguments, save_results  # noqa: E402
+from .train import TrainSettings, lr_at  # noqa: E402
 
 __all__ = ["PRUNABLE_KERAS", "KERAS_ARMS", "KerasCharLM", "build_keras_model", "load_weights", "TorchSchedule",
            "train_keras", "gradual_config", "bits_per_char_keras", "main"]
 
 PRUNABLE_KERAS = r"^block_\d+/(q|k|v|o|fc1|fc2)/kernel$"
-"""``op_names`` regex of the pruned weights (Keras paths): :data:`bench.lm_model.PRUNABLE`'s linears."""
+"""``op_names`` regex of the pruned weights (Keras paths): :data:`bench.lm.model.PRUNABLE`'s linears."""
 
 KERAS_ARMS = ("dense", *(a for a in GRADUAL_ARMS if a != "torch.ao"))
 """``--arms``: a dense run, and the gradual arms our callback runs (torch.ao's sparsifier is torch only)."""
@@ -68,7 +68,7 @@ BACKENDS = ("jax", "torch", "tensorflow")
 
 
 class Block(keras.layers.Layer):
-    """One pre-LayerNorm transformer block (:class:`bench.lm_model.Block`)."""
+    """One pre-LayerNorm transformer block (:class:`bench.lm.model.Block`)."""
 
     def __init__(self, d: int, heads: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -96,7 +96,7 @@ class Block(keras.layers.Layer):
 
 
 class KerasCharLM(keras.Model):
-    """:class:`bench.lm_model.CharLM` in Keras 3; layers ``wte``, ``wpe``, ``block_<i>``, ``ln_f``."""
+    """:class:`bench.lm.model.CharLM` in Keras 3; layers ``wte``, ``wpe``, ``block_<i>``, ``ln_f``."""
 
     def __init__(self, cfg: LMConfig, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -114,7 +114,7 @@ class KerasCharLM(keras.Model):
 
 
 def load_weights(model: KerasCharLM, weights: dict[str, np.ndarray]) -> None:
-    """Assign :func:`bench.lm_model.init_weights`-style torch weights (names, layout) to a built model.
+    """Assign :func:`bench.lm.model.init_weights`-style torch weights (names, layout) to a built model.
 
     Raises:
         ValueError: the model's weights and ``weights`` differ in number (every weight must be assigned).
@@ -137,7 +137,7 @@ def load_weights(model: KerasCharLM, weights: dict[str, np.ndarray]) -> None:
 
 
 def build_keras_model(cfg: LMConfig, seed: int) -> KerasCharLM:
-    """A built :class:`KerasCharLM` holding :func:`bench.lm_model.init_weights` of ``seed``."""
+    """A built :class:`KerasCharLM` holding :func:`bench.lm.model.init_weights` of ``seed``."""
     model = KerasCharLM(cfg, name="char_lm")
     model(np.zeros((1, cfg.context), "int32"))
     load_weights(model, init_weights(cfg, seed))
@@ -145,7 +145,7 @@ def build_keras_model(cfg: LMConfig, seed: int) -> KerasCharLM:
 
 
 class TorchSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """:func:`bench.lm_train.lr_at` as a Keras schedule: a table of its values indexed by the optimizer step.
+    """:func:`bench.lm.train.lr_at` as a Keras schedule: a table of its values indexed by the optimizer step.
 
     Keras calls it with ``optimizer.iterations`` (updates done so far), torch's step index: the first
     update gets ``lr_at(0)``; steps past the end keep the last value.
@@ -187,14 +187,14 @@ class _Losses(keras.callbacks.Callback):
 
 
 def gradual_config(arm: str, setting: str, steps: int) -> dict[str, Any]:
-    """The callback config of a gradual arm: :func:`bench.lm_gradual.gradual_config` with the Keras paths."""
-    return lm_gradual.gradual_config(arm, setting, steps, PRUNABLE_KERAS)
+    """The callback config of a gradual arm: :func:`bench.gradual.gradual_config` with the Keras paths."""
+    return gradual.gradual_config(arm, setting, steps, PRUNABLE_KERAS)
 
 
 def train_keras(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size: int = 32,
                 config: Optional[dict[str, Any]] = None, settings: TrainSettings = TrainSettings()
                 ) -> tuple[KerasCharLM, dict]:
-    """Train from the seed's initial weights on the seed's batches (:func:`bench.lm_train.train_dense`'s run).
+    """Train from the seed's initial weights on the seed's batches (:func:`bench.lm.train.train_dense`'s run).
 
     ``config`` (e.g. :func:`gradual_config`) prunes with :class:`sparsify_keras.PruningCallback`; the
     returned model is then stripped (pruned weights exactly zero) and its pruned kernels checked: each
@@ -257,7 +257,7 @@ def _check_sparsity(model: KerasCharLM, paths: list[str], config: dict[str, Any]
 
 
 def bits_per_char_keras(model: Any, inputs: np.ndarray, targets: np.ndarray, batch_size: int = 64) -> float:
-    """Mean cross-entropy in bits of ``model(input_ids) -> (b, t, vocab)`` (:func:`bench.lm_model.bits_per_char`)."""
+    """Mean cross-entropy in bits of ``model(input_ids) -> (b, t, vocab)`` (:func:`bench.lm.model.bits_per_char`)."""
     total, count = 0.0, 0
     for i in range(0, len(inputs), batch_size):
         x, y = inputs[i:i + batch_size].astype("int32"), targets[i:i + batch_size].astype("int32")
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = run_arguments(argv, __doc__.splitlines()[0], KERAS_ARMS, list(KERAS_ARMS))
     backend = keras.backend.backend()
     if int(keras.__version__.split(".")[0]) < 3 or backend not in BACKENDS:
-        raise SystemExit(f"bench.lm_keras needs Keras 3 on one of {', '.join(BACKENDS)} (set KERAS_BACKEND); "
+        raise SystemExit(f"bench.lm.keras_runs needs Keras 3 on one of {', '.join(BACKENDS)} (set KERAS_BACKEND); "
                          f"got Keras {keras.__version__} with backend {backend!r}")
     if backend == "torch":
         import torch
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     corpus = load_corpus()
     cfg = LMConfig(vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.layers, context=args.context)
     train = {"steps": args.steps, "batch_size": args.batch_size}
-    data = open_results(args.out_json, cfg, train, corpus, "bench.lm_keras", argv)
+    data = open_results(args.out_json, cfg, train, corpus, "bench.lm.keras_runs", argv)
     data.update(keras=keras.__version__, keras_backend=backend)
     val = validation_windows(corpus, cfg.context, args.val_limit)
     for seed in args.seeds:

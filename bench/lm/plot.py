@@ -24,7 +24,7 @@ import numpy as np
 
 __all__ = ["plot", "best_gradual_arm", "FIGURE"]
 
-FIGURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "img",
+FIGURE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "img",
                       "lm_bpc_vs_sparsity.png")
 ONESHOT_X = {"50": 50.0, "60": 60.0, "70": 70.0, "2:4": 80.0}       # 2:4 drawn at its own tick
 GRADUAL_X = {"50": 50.0, "80": 80.0, "90": 90.0, "2:4": 100.0}

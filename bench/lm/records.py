@@ -1,5 +1,5 @@
 """The LM runs' results file: one record per (seed, arm, setting), written atomically after each run; and the
-command line the Keras runners (:mod:`bench.lm_keras`, :mod:`bench.lm_tfkeras`) share.
+command line the Keras runners (:mod:`bench.lm.keras_runs`, :mod:`bench.lm.tfkeras_runs`) share.
 
 Example:
     >>> data = {"runs": []}
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ._results import cpu_model
+from .._results import cpu_model
 
 __all__ = ["record_run", "save_results", "run_arguments", "open_results"]
 
@@ -29,7 +29,7 @@ def run_arguments(argv: list[str] | None, description: str, arms: Sequence[str],
                   default_arms: Sequence[str]) -> argparse.Namespace:
     """The runners' command line: seeds, gradual targets (each checked), arms among ``arms``, the model and
     training sizes, and ``--out-json``."""
-    from .lm_gradual import setting_target
+    from .gradual import setting_target
 
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

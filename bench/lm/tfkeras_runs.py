@@ -1,8 +1,8 @@
 """The benchmark LM in tf-keras (Keras 2): tfmot's ``prune_low_magnitude`` (the Keras peer) and our tf-keras callback.
 
-The model (:class:`TfKerasCharLM`, TensorFlow ops) computes :class:`bench.lm_model.CharLM`'s logits and
-starts from :func:`bench.lm_model.init_weights`; :func:`train_tfkeras` runs ``model.fit`` over the torch
-run's batches in order with tf-keras's AdamW at the torch settings, as :mod:`bench.lm_keras` does in
+The model (:class:`TfKerasCharLM`, TensorFlow ops) computes :class:`bench.lm.model.CharLM`'s logits and
+starts from :func:`bench.lm.model.init_weights`; :func:`train_tfkeras` runs ``model.fit`` over the torch
+run's batches in order with tf-keras's AdamW at the torch settings, as :mod:`bench.lm.keras_runs` does in
 Keras 3. Arms: ``dense``; ``tfmot`` (each pruned Dense wrapped in ``prune_low_magnitude`` with
 ``PolynomialDecay(0, target, begin_step=start + 1, end_step=end + 1, power=3, frequency=f)``: tfmot adds
 one to its step before it updates, so its masks change between the same updates as ours; at ``2:4`` its
@@ -19,7 +19,7 @@ Example:
     (2, 8, 11)
 
 Usage (records ``tfkeras/dense`` at setting ``"0"`` and ``tfkeras/gradual/<arm>``):
-    TFMOT_PATH=/tmp/tfmot python -m bench.lm_tfkeras --seeds 0 1 2 --targets 90 80 \\
+    TFMOT_PATH=/tmp/tfmot python -m bench.lm.tfkeras_runs --seeds 0 1 2 --targets 90 80 \\
         --arms dense tfmot default --out-json /tmp/lmt/tfkeras.json
 """
 from __future__ import annotations
@@ -37,17 +37,17 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from .lm_data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
-from .lm_gradual import GRADUAL_ARMS, gradual_config, setting_target, window  # noqa: E402
-from .lm_model import LMConfig, init_weights  # noqa: E402
-from .lm_records import open_results, record_run, run_arguments, save_results  # noqa: E402
-from .lm_train import TrainSettings, lr_at  # noqa: E402
+from .data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
+from .gradual import GRADUAL_ARMS, gradual_config, setting_target, window  # noqa: E402
+from .model import LMConfig, init_weights  # noqa: E402
+from .records import open_results, record_run, run_arguments, save_results  # noqa: E402
+from .train import TrainSettings, lr_at  # noqa: E402
 
 __all__ = ["PRUNED", "PRUNABLE_TFKERAS", "TFKERAS_ARMS", "TfKerasCharLM", "build_tfkeras_model", "train_tfkeras",
            "pruned_kernels", "bits_per_char_tfkeras", "main"]
 
 PRUNED = ("q", "k", "v", "o", "fc1", "fc2")
-"""The pruned Dense layers of each block (:data:`bench.lm_model.PRUNABLE`'s linears)."""
+"""The pruned Dense layers of each block (:data:`bench.lm.model.PRUNABLE`'s linears)."""
 
 PRUNABLE_TFKERAS = r"block_\d+/(q|k|v|o|fc1|fc2)/kernel"
 """``op_names`` regex of the pruned kernels (tf-keras weight names)."""
@@ -61,7 +61,7 @@ Wrap = Optional[Callable[[Any], Any]]
 
 
 class Block(tf_keras.Model):
-    """One pre-LayerNorm transformer block (:class:`bench.lm_model.Block`); a ``Model`` so that tfmot's
+    """One pre-LayerNorm transformer block (:class:`bench.lm.model.Block`); a ``Model`` so that tfmot's
     ``UpdatePruningStep`` finds the wrapped layers inside it."""
 
     def __init__(self, d: int, heads: int, wrap: Wrap = None, **kwargs: Any) -> None:
@@ -91,7 +91,7 @@ class Block(tf_keras.Model):
 
 
 class TfKerasCharLM(tf_keras.Model):
-    """:class:`bench.lm_model.CharLM` in tf-keras; layers ``wte``, ``wpe``, ``block_<i>``, ``ln_f``."""
+    """:class:`bench.lm.model.CharLM` in tf-keras; layers ``wte``, ``wpe``, ``block_<i>``, ``ln_f``."""
 
     def __init__(self, cfg: LMConfig, wrap: Wrap = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -114,7 +114,7 @@ def _inner(layer: Any) -> Any:
 
 
 def build_tfkeras_model(cfg: LMConfig, seed: int, wrap: Wrap = None) -> TfKerasCharLM:
-    """A built :class:`TfKerasCharLM` holding :func:`bench.lm_model.init_weights` of ``seed``; ``wrap`` wraps
+    """A built :class:`TfKerasCharLM` holding :func:`bench.lm.model.init_weights` of ``seed``; ``wrap`` wraps
     each pruned Dense (tfmot's ``prune_low_magnitude``)."""
     model = TfKerasCharLM(cfg, wrap, name="char_lm")
     model(np.zeros((1, cfg.context), "int32"))
@@ -135,7 +135,7 @@ def build_tfkeras_model(cfg: LMConfig, seed: int, wrap: Wrap = None) -> TfKerasC
 
 
 class TorchSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):
-    """:func:`bench.lm_train.lr_at` indexed by ``optimizer.iterations`` (the first update gets ``lr_at(0)``)."""
+    """:func:`bench.lm.train.lr_at` indexed by ``optimizer.iterations`` (the first update gets ``lr_at(0)``)."""
 
     def __init__(self, steps: int, settings: TrainSettings = TrainSettings()) -> None:
         self.steps, self.settings = steps, settings
@@ -173,7 +173,7 @@ def train_tfkeras(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, arm: str
     (``sparsity``: the share of zeros over the pruned kernels; absent for ``dense``).
     """
     if arm not in TFKERAS_ARMS:
-        why = " (straight-through gradients: Keras 3 or torch only, see bench.lm_keras)" if arm in GRADUAL_ARMS else ""
+        why = " (straight-through gradients: Keras 3 or torch only, see bench.lm.keras_runs)" if arm in GRADUAL_ARMS else ""
         raise ValueError(f"arm: one of {TFKERAS_ARMS}, got {arm!r}{why}")
     tf_keras.utils.set_random_seed(seed)
     model = build_tfkeras_model(cfg, seed, _tfmot_wrap(setting, steps) if arm == "tfmot" else None)
@@ -206,7 +206,7 @@ def train_tfkeras(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, arm: str
 
 
 def bits_per_char_tfkeras(model: Any, inputs: np.ndarray, targets: np.ndarray, batch_size: int = 64) -> float:
-    """Mean cross-entropy in bits (:func:`bench.lm_model.bits_per_char`)."""
+    """Mean cross-entropy in bits (:func:`bench.lm.model.bits_per_char`)."""
     total, count = 0.0, 0
     for i in range(0, len(inputs), batch_size):
         x, y = inputs[i:i + batch_size].astype("int32"), targets[i:i + batch_size].astype("int32")
@@ -224,11 +224,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             configuration.
     """
     args = run_arguments(argv, __doc__.splitlines()[0], TFKERAS_ARMS, ["dense", "tfmot", "default"])
-    from .accuracy.keras_runs import single_thread
+    from ..accuracy.keras_runs import single_thread
 
     single_thread()
     if "tfmot" in args.arms:
-        from .bench_keras import ensure_tfmot
+        from ..bench_keras import ensure_tfmot
 
         why = ensure_tfmot()
         if why:
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     corpus = load_corpus()
     cfg = LMConfig(vocab_size=corpus.vocab_size, d_model=args.d_model, n_layers=args.layers, context=args.context)
     train = {"steps": args.steps, "batch_size": args.batch_size}
-    data = open_results(args.out_json, cfg, train, corpus, "bench.lm_tfkeras", argv)
+    data = open_results(args.out_json, cfg, train, corpus, "bench.lm.tfkeras_runs", argv)
     data.update(tf_keras=tf_keras.__version__, tensorflow=tf.__version__)
     if "tfmot" in args.arms:
         import tensorflow_model_optimization as tfmot_package

@@ -1,8 +1,8 @@
 """Dense training of the benchmark LM: AdamW, linear warm-up then cosine decay, batches from the seed.
 
 Example:
-    >>> from bench.lm_data import load_corpus
-    >>> from bench.lm_model import LMConfig
+    >>> from bench.lm.data import load_corpus
+    >>> from bench.lm.model import LMConfig
     >>> corpus = load_corpus()
     >>> cfg = LMConfig(vocab_size=corpus.vocab_size, d_model=16, n_layers=1, n_heads=2, context=8)
     >>> model, info = train_dense(cfg, corpus, seed=0, steps=3, batch_size=4)
@@ -19,8 +19,8 @@ from typing import Callable, Optional
 import torch
 from torch.nn import functional as F
 
-from .lm_data import Corpus, batch_offsets, windows
-from .lm_model import CharLM, LMConfig, build_model
+from .data import Corpus, batch_offsets, windows
+from .model import CharLM, LMConfig, build_model
 
 __all__ = ["TrainSettings", "train_dense", "lr_at", "Attach"]
 
@@ -50,7 +50,7 @@ def lr_at(step: int, steps: int, s: TrainSettings) -> float:
 
 def train_dense(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size: int = 32,
                 settings: TrainSettings = TrainSettings(), attach: Optional[Attach] = None) -> tuple[CharLM, dict]:
-    """Train a model from :func:`bench.lm_model.init_weights` of ``seed`` on the seed's batch order.
+    """Train a model from :func:`bench.lm.model.init_weights` of ``seed`` on the seed's batch order.
 
     ``attach`` (see :data:`Attach`) prunes during the run; without it the run is dense.
 

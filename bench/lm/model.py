@@ -4,7 +4,7 @@ Pre-LayerNorm blocks (``ln1 -> attention -> +``, ``ln2 -> MLP -> +``), learned
 positions, a final LayerNorm and a head tied to the token embedding: exactly
 GPT-2's computation (tanh GELU, LayerNorm eps 1e-5, no dropout), so the trained
 weights map one to one onto a Hugging Face ``GPT2LMHeadModel``
-(``bench/lm_peer.py``). The attention's q, k and v are three ``nn.Linear`` (the
+(``bench/lm/peer.py``). The attention's q, k and v are three ``nn.Linear`` (the
 canonical layout: three weights), GPT-2's fused ``c_attn`` is their concatenation.
 
 :func:`init_weights` draws every initial weight with NumPy from the seed (GPT-2's

@@ -1,6 +1,6 @@
 """One-shot arms of the LM benchmark: magnitude, Wanda and SparseGPT on a trained dense model.
 
-Every arm prunes the blocks' linear weights (:data:`bench.lm_model.PRUNABLE`; not the
+Every arm prunes the blocks' linear weights (:data:`bench.lm.model.PRUNABLE`; not the
 embeddings or the tied head, as llm-compressor's recipes leave ``lm_head``) of a copy
 of the same trained model, with the same calibration windows. Settings: unstructured
 50/60/70 % (every layer the same ratio) and 2:4, the latter also after
@@ -8,7 +8,7 @@ of the same trained model, with the same calibration windows. Settings: unstruct
 fc1's rows and fc2's columns, by weight magnitude; the residual stream and the attention's
 channels are left alone, see its report) and after the bench's activation-aware permutation
 of the residual stream and the MLP's hidden channels (``2:4+aperm``,
-:mod:`bench.lm_permutation`).
+:mod:`bench.lm.permutation`).
 
 Example:
     >>> sorted(ARMS), SETTINGS
@@ -26,8 +26,8 @@ from torch import nn
 
 import sparsify_torch
 
-from .lm_model import PRUNABLE, CharLM
-from .lm_permutation import permute_whole_model
+from .model import PRUNABLE, CharLM
+from .permutation import permute_whole_model
 
 __all__ = ["ARMS", "SETTINGS", "setting_config", "permuted_base", "prune_arm", "calibration_batches"]
 

@@ -13,7 +13,7 @@ more of what one-shot methods that weigh activations keep.
 
 Example:
     >>> import torch
-    >>> from bench.lm_model import LMConfig, build_model
+    >>> from bench.lm.model import LMConfig, build_model
     >>> model = build_model(LMConfig(vocab_size=9, d_model=16, n_layers=1, n_heads=2, context=8), seed=0)
     >>> x = torch.randint(0, 9, (4, 8))
     >>> before = model(x)
@@ -29,7 +29,7 @@ from torch import nn
 
 from sparsify import nm_channel_permutation, nm_kept_magnitude
 
-from .lm_model import CharLM
+from .model import CharLM
 
 __all__ = ["input_norms", "permute_whole_model"]
 

@@ -149,7 +149,7 @@ def _gap_lines(runs: list[dict], framework: str, dense_arm: str, peer_arm: str, 
 
 
 def _keras_part(data: dict[str, Any]) -> str:
-    """The Keras 3 runs (``keras/...`` arms, ``bench/lm_keras.py``) beside the torch runs of the same seeds."""
+    """The Keras 3 runs (``keras/...`` arms, ``bench/lm/keras_runs.py``) beside the torch runs of the same seeds."""
     runs = data["runs"]
     keras = [r for r in runs if r["arm"].startswith("keras/")]
     if not keras:
@@ -165,7 +165,7 @@ def _keras_part(data: dict[str, Any]) -> str:
     pairs = [p for p in (paired_line(runs, "keras/gradual/sr_ste", "keras/gradual/default", s)
                          for s in ("50", "80", "90", "2:4")) if p]
     text = (f"Keras 3 ({data.get('keras', '')}, backend {data.get('keras_backend', '')}): the same model, initial "
-            "weights and batches (`bench/lm_keras.py`), pruned by `sparsify_keras.PruningCallback`; bits per "
+            "weights and batches (`bench/lm/keras_runs.py`), pruned by `sparsify_keras.PruningCallback`; bits per "
             "character beside the torch runs of the same seeds:\n\n" + "\n".join(rows))
     if pairs:
         text += ("\n\n| pair | setting | mean ± std | first better |\n|---|---|---|---|\n" + "\n".join(pairs))
@@ -173,7 +173,7 @@ def _keras_part(data: dict[str, Any]) -> str:
 
 
 def _tfkeras_part(data: dict[str, Any]) -> str:
-    """The tf-keras runs (``tfkeras/...``, ``bench/lm_tfkeras.py``): tfmot, the Keras peer, beside ours."""
+    """The tf-keras runs (``tfkeras/...``, ``bench/lm/tfkeras_runs.py``): tfmot, the Keras peer, beside ours."""
     runs = data["runs"]
     arms = [a for a in ("tfkeras/dense", TFMOT, *(f"tfkeras/gradual/{a}" for a in OUR_GRADUAL))
             if any(r["arm"] == a for r in runs)]
@@ -191,7 +191,7 @@ def _tfkeras_part(data: dict[str, Any]) -> str:
         paired_line(runs, TFMOT, "gradual/torch.ao", s),
         paired_line(runs, "tfkeras/dense", "dense", "0") if s == "50" else None) if p]
     return (f"tf-keras ({data.get('tf_keras', '')}) with tfmot {data.get('tfmot', '')}: the same model, initial "
-            "weights and batches (`bench/lm_tfkeras.py`); tfmot's `prune_low_magnitude` on each pruned Dense with "
+            "weights and batches (`bench/lm/tfkeras_runs.py`); tfmot's `prune_low_magnitude` on each pruned Dense with "
             "`PolynomialDecay(0, target, begin_step=start + 1, end_step=end + 1, power=3, frequency)` (its masks "
             "change between the same updates as ours), our `sparsify_tf.keras.PruningCallback` at the torch "
             "settings. tf-keras cannot train pruned weights straight-through, so SR-STE runs in Keras 3 "
