@@ -26,7 +26,8 @@ def test_torch_cnn_pointwise_layers_are_pruned_and_run_sparse():
     assert [s[:2] for s in shapes.values()] == [(64, 32), (128, 64), (128, 128), (256, 128), (256, 256),
                                                 (512, 256), (512, 512), (512, 512)]
     pruned = bench_deploy._pruned_torch(model, shapes, "torch-bsr", 0.9, 16)
-    assert float((pruned.features[4].weight == 0).float().mean()) == 0.9
+    # 64x32 in 8 blocks of 16x16: 90% prunes the nearest count, 7 blocks
+    assert float((pruned.features[4].weight == 0).float().mean()) == 0.875
     x = torch.randn(1, 3, 33, 33)
     fast = sparsify_torch.to_sparse_inference(pruned, x, "bsr", 16, modules=[n[:-7] for n in shapes])
     assert fast.features[4].weight.layout == torch.sparse_bsr
