@@ -68,3 +68,30 @@ def test_bad_arguments():
         sparse_initializers(onnx.ModelProto(), 1.5)
     with pytest.raises(TypeError, match=r"model must be an onnx.ModelProto, got bytes"):
         sparse_initializers(b"", 0.5)
+
+
+def test_bitmask_encoding_is_smaller_and_gives_the_same_outputs(tmp_path):
+    model = _pruned_mlp(0.9)
+    x, _ = digits(8)
+    bits = export_onnx(model, x, tmp_path / "bits.onnx", encoding="bitmask")
+    assert bits["sparse"] == ["fc1.weight", "fc2.weight"]     # head: 160 weights, the decoder costs more
+    # fc1: 2048 bits in 256 bytes + 206 float32 values (a leading 0, then the 205 kept) = 1080 bytes, not 8192
+    stored = onnx.load(tmp_path / "bits.onnx")
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in stored.graph.initializer}
+    assert inits["fc1.weight.sparsify_mask"].shape == (256,) and inits["fc1.weight.sparsify_values"].shape == (206,)
+    assert "fc1.weight" not in inits and len(stored.graph.sparse_initializer) == 0
+    sess = ort.InferenceSession(str(tmp_path / "bits.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"input_0": x.numpy()})[0], model(x).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"encoding must be one of \('sparse_initializer', 'bitmask'\), got 'csr'"):
+        export_onnx(model, x, tmp_path / "bad.onnx", encoding="csr")
+
+
+def test_bitmask_file_of_a_larger_layer_is_an_eighth_of_dense(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Linear(256, 256)
+    sparsify_torch.prune(model, {"target_sparsity": 0.9, "start_step": 0, "end_step": 0}).remove()
+    bits = export_onnx(model, torch.randn(2, 256), tmp_path / "b.onnx", encoding="bitmask")
+    coo = export_onnx(model, torch.randn(2, 256), tmp_path / "c.onnx")
+    # dense 262 KB; bitmask 8 KB of bits + 26 KB of values (+ the bias); int64 COO 79 KB
+    assert round(bits["bytes"] / bits["dense_bytes"], 2) == 0.14 and round(coo["bytes"] / coo["dense_bytes"], 2) == 0.3
