@@ -17,8 +17,9 @@ exactly those, from the model's weight names and canonical shapes (torch:
 * ``"onnx"``: every weight of 2 or more dimensions, unstructured: ONNX sparse
   initializers shrink the file (onnxruntime computes dense).
 
-Which sparsity pays on which runtime is measured by ``bench/bench_deploy.py``
-(docs/export.md).
+Pass the shapes of the layers you mean: a 2-D embedding looks like a Linear
+weight. Which sparsity pays on which runtime is measured by
+``bench/bench_deploy.py`` (docs/export.md).
 
 Example:
     >>> shapes = {"stem.weight": (32, 3, 3, 3), "pw.weight": (64, 32, 1, 1), "pw.bias": (64,), "fc.weight": (10, 64)}
