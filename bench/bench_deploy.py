@@ -10,7 +10,8 @@ Models pruned one-shot by magnitude with sparsify at 50/70/90/95%:
 
 Runtimes: **PyTorch** (``sparsify_torch.to_sparse_inference``: CSR, and BSR with square blocks pruned with
 the matching block pattern), **ONNX** (``sparsify_torch.onnx_export``: sparse initializers, run in
-onnxruntime), **TFLite** (``sparsify.cli.export.xnnpack``: ``EXPERIMENTAL_SPARSITY``, the XNNPACK delegate).
+onnxruntime), **TFLite** (``sparsify.cli.export.xnnpack``: ``EXPERIMENTAL_SPARSITY``, the XNNPACK delegate);
+and **structured**: channels removed (``sparsify_torch.channels``, 50/70% of each group), in torch and onnxruntime.
 Latency: median of ``--runs`` calls, every variant of one model and batch called round robin in the same
 loop (so a busy machine slows them alike), one thread per runtime. Sizes: bytes on disk.
 
@@ -205,6 +206,58 @@ def torch_sizes(models: dict, pruned: dict, sparsities: tuple[float, ...]) -> li
     return rows
 
 
+def structured_table(models: dict, ratios: tuple[float, ...], batches: tuple[int, ...], runs: int,
+                     work: str) -> str:
+    """Channel removal (``sparsify_torch.channels``): a physically smaller model, in torch and onnxruntime."""
+    import onnxruntime as ort
+    from sparsify_torch.channels import calibrate_and_prune_model_equal
+    from sparsify_torch.channels.metrics import count_params
+    from sparsify_torch.onnx_export import export_onnx
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    rows = []
+    for name, (model, make_x, _) in models.items():
+        variants, failed = {"dense": model}, ""
+        for r in ratios:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    variants[f"{r}"] = calibrate_and_prune_model_equal(
+                        copy.deepcopy(model), [make_x(2)], lambda out, _: out.float().logsumexp(-1).mean(),
+                        pruning_ratio=r).eval()
+            except Exception as e:  # noqa: BLE001 - the table says which model channel removal cannot take
+                failed = f"{type(e).__name__}: {' '.join(str(e).split())[:80]}".replace("|", "/")
+                break
+        if failed:
+            rows.append(f"| {name} | - | - | channel removal fails: {failed} |" + " - |" * len(ratios))
+            continue
+        size = {}
+        for k, m in variants.items():
+            buf = io.BytesIO()
+            torch.save(m.state_dict(), buf)
+            size[k] = len(buf.getvalue())
+        sessions = {k: ort.InferenceSession(export_onnx(m, make_x(1), os.path.join(work, f"s{k}.onnx"),
+                                                        min_sparsity=0.999)["path"], opts,
+                                            providers=["CPUExecutionProvider"]) for k, m in variants.items()}
+        for b in batches:
+            x = make_x(b)
+            with torch.no_grad():
+                ms = round_robin({k: (lambda m=m: m(x)) for k, m in variants.items()}, runs)
+            feed = {"input_0": x.numpy()}
+            ox = round_robin({k: (lambda s=s: s.run(None, feed)) for k, s in sessions.items()}, runs)
+            for rt, t in (("torch", ms), ("onnxruntime", ox)):
+                rows.append(f"| {name} | {rt} | {b} | {t['dense']:.2f} | "
+                            + " | ".join(_cell(t[f"{r}"], t["dense"]) for r in ratios) + " |")
+        dense_cell = f"{count_params(model) / 1e3:.0f} k, {size['dense'] / 1024:.0f} KiB"
+        rows.append(f"| {name} | params, torch file | - | {dense_cell} | "
+                    + " | ".join(f"{count_params(variants[f'{r}']) / 1e3:.0f} k, {size[f'{r}'] / size['dense']:.2f}x"
+                                 for r in ratios) + " |")
+    head = ("| model | runtime | batch | dense ms | "
+            + " | ".join(f"{int(r * 100)}% of channels removed" for r in ratios)
+            + " |\n|---|---|---:|---:|" + "---:|" * len(ratios))
+    return head + "\n" + "\n".join(rows)
+
+
 def tflite_table(sparsities: tuple[float, ...], batches: tuple[int, ...], runs: int) -> tuple[str, list[str], str]:
     """TFLite (XNNPACK delegate) latency of the dense and the sparse flatbuffers of the Keras CNN, and sizes."""
     import keras
@@ -264,6 +317,7 @@ def main(argv: list[str] | None = None) -> None:
     t_torch, pruned = torch_table(models, sparsities, (1, 8), runs, args.block)
     with tempfile.TemporaryDirectory() as work:
         t_onnx, onnx_sizes = onnx_table(models, pruned, sparsities, (1, 8), runs, work)
+        t_struct = structured_table(models, (0.5,) if args.quick else (0.5, 0.7), (1, 8), runs, work)
     t_tflite, tflite_sizes, tflite_note = tflite_table(sparsities, (1, 8), runs)
     sizes = torch_sizes(models, pruned, sparsities) + onnx_sizes + tflite_sizes
     size_head = ("| model | format | dense | " + " | ".join(f"{int(s * 100)}%" for s in sparsities)
@@ -279,6 +333,10 @@ def main(argv: list[str] | None = None) -> None:
         "file shrinks and the latency is dense's.\n\n"
         + t_onnx,
         f"### TFLite (TensorFlow {tf.__version__}, XNNPACK delegate)\n\n{tflite_note}\n\n" + t_tflite,
+        "### Structured: channels removed (`sparsify_torch.channels.calibrate_and_prune_model_equal`)\n\n"
+        "A physically smaller dense model (the same fraction of channels removed from every prunable group, one "
+        "calibration batch of 2), run by torch and by onnxruntime (exported dense). Median ms; in brackets dense "
+        "/ pruned.\n\n" + t_struct,
         "### File size on disk (in brackets: sparse / dense)\n\n" + size_head + "\n" + "\n".join(sizes),
         f"One thread in every runtime (torch.set_num_threads(1), onnxruntime intra/inter-op 1, TFLite 1); "
         f"torch.set_flush_denormal(True) used: {FLUSH_DENORMAL}. Median of {runs} calls per variant, all variants "
