@@ -42,7 +42,6 @@ from bench._results import publish  # noqa: E402
 from sparsify.runtime_presets import runtime_config  # noqa: E402
 from sparsify_torch.export import compressed_document  # noqa: E402
 
-FLUSH_DENORMAL = torch.set_flush_denormal(True)
 SPARSITIES = (0.5, 0.7, 0.9, 0.95)
 CHANNELS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1), (512, 1))
 IMAGE = 129          # odd: TensorFlow's 'same' padding of a stride-2 3x3 conv is then 1 on each side (XNNPACK's rule)
@@ -312,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = args.runs or (5 if args.quick else 30)
     sparsities = (0.9,) if args.quick else SPARSITIES
     torch.set_num_threads(1)
+    flush_denormal = torch.set_flush_denormal(True)     # here, not at import: it is process-wide CPU state
     start = time.perf_counter()
     models = torch_models()
     t_torch, pruned = torch_table(models, sparsities, (1, 8), runs, args.block)
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         "/ pruned.\n\n" + t_struct,
         "### File size on disk (in brackets: sparse / dense)\n\n" + size_head + "\n" + "\n".join(sizes),
         f"One thread in every runtime (torch.set_num_threads(1), onnxruntime intra/inter-op 1, TFLite 1); "
-        f"torch.set_flush_denormal(True) used: {FLUSH_DENORMAL}. Median of {runs} calls per variant, all variants "
+        f"torch.set_flush_denormal(True) used: {flush_denormal}. Median of {runs} calls per variant, all variants "
         "of a model and batch round robin in one loop. Weights random (one-shot magnitude pruning): latency does not "
         f"depend on their values. BSR blocks {args.block}x{args.block} (layers the block does not divide stay "
         f"dense). Whole run {time.perf_counter() - start:.0f} s.\n\nCommand: `python -m bench.bench_deploy"
