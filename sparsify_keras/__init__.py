@@ -1,7 +1,7 @@
 """Keras 3 pruning on every backend (JAX, PyTorch, TensorFlow): prune during ``model.fit`` with one callback.
 
-Importable without TensorFlow: a JAX or PyTorch user installs ``sparsify[jax]`` or
-``sparsify[keras-torch]``. tf-keras (Keras 2) models: :mod:`sparsify_tf.keras`.
+Importable without TensorFlow: a JAX or PyTorch user installs ``sparsify-train[jax]`` or
+``sparsify-train[keras-torch]``. tf-keras (Keras 2) models: :mod:`sparsify_tf.keras`.
 
 Example:
     >>> import numpy as np, keras
