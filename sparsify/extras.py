@@ -5,18 +5,13 @@ installed as ``sparsify-train`` (``pip install "sparsify-train[torch]"``) and im
 ``sparsify_tf``, ``sparsify_keras`` and ``sparsify_torch``.
 
 Example:
-    >>> from sparsify.extras import install_command, require
+    >>> from sparsify.extras import install_command
     >>> install_command("torch")
     'pip install "sparsify-train[torch]"'
-    >>> require("numpy", "torch", "sparsify_torch").__name__
-    'numpy'
 """
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-
-__all__ = ["DISTRIBUTION", "EXTRAS", "install_command", "require"]
+__all__ = ["DISTRIBUTION", "EXTRAS", "install_command", "missing_framework"]
 
 DISTRIBUTION = "sparsify-train"
 # The extras of setup.cfg that a message may name (tests/test_install_lines.py checks they exist there).
@@ -41,30 +36,29 @@ def install_command(extra: str) -> str:
     return f'pip install "{DISTRIBUTION}[{extra}]"'
 
 
-def require(module: str, extra: str, user: str) -> ModuleType:
-    """Import ``module``, or raise an ``ImportError`` that says which extra brings it.
+def missing_framework(user: str, module: str, extra: str, error: ImportError, note: str = "") -> ImportError:
+    """The ``ImportError`` an adapter raises when its framework cannot be imported: it says what to install.
+
+    The core imports no framework (not even dynamically): the adapter imports its own and, when that fails,
+    raises this error (``from None``: the message carries the reason).
 
     Args:
-        module: the framework module to import (``"torch"``, ``"tensorflow"``, ``"keras"``).
+        user: the package that needs the framework, named in the message (``"sparsify_torch"``).
+        module: the framework's module (``"torch"``, ``"tensorflow"``, ``"keras"``).
         extra: the extra of our distribution that installs it (one of :data:`EXTRAS`).
-        user: the package that needs it, named in the message (``"sparsify_torch"``).
-
-    Returns:
-        The imported module.
+        error: the ``ImportError`` the import raised.
+        note: more advice, appended to the message (other extras, an environment variable).
 
     Raises:
-        ImportError: ``module`` cannot be imported; the message names ``user``, the reason and the command.
+        ValueError: ``extra`` is not one of our extras.
 
     Example:
         >>> try:
-        ...     require("no_such_framework", "torch", "sparsify_torch")
+        ...     import no_such_framework
         ... except ImportError as e:
-        ...     print(e)    # doctest: +NORMALIZE_WHITESPACE
-        sparsify_torch needs no_such_framework, which cannot be imported
+        ...     print(missing_framework("sparsify_torch", "torch", "torch", e))    # doctest: +NORMALIZE_WHITESPACE
+        sparsify_torch needs torch, which cannot be imported
         (No module named 'no_such_framework'): pip install "sparsify-train[torch]"
     """
     command = install_command(extra)
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ImportError(f"{user} needs {module}, which cannot be imported ({e}): {command}", name=module) from None
+    return ImportError(f"{user} needs {module}, which cannot be imported ({error}): {command}{note}", name=module)

@@ -15,6 +15,15 @@ Example:
     >>> float((model.layers[0].kernel.numpy() == 0).mean())
     0.5
 """
+from sparsify.extras import missing_framework
+
+try:                                # without Keras, or the backend KERAS_BACKEND names: the extras to install
+    import keras as _keras
+except ImportError as _e:
+    raise missing_framework("sparsify_keras", "keras", "jax", _e, ' (Keras 3 on JAX), "sparsify-train[keras-torch]" '
+                            '(on PyTorch) or "sparsify-train[tf]" (on TensorFlow); set KERAS_BACKEND (jax, torch, '
+                            'tensorflow) to the installed backend before Keras is first imported') from None
+
 from .callback import PruningCallback
 from .compat import keras_flavor
 from .layers import KerasPrunableWeight, find_prunable_weights, weight_kinds
