@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install sparsify with every extra. Idempotent, and it heals:
+# Create .venv and install this checkout (the distribution sparsify-train) with every extra. Idempotent, and it heals:
 # - a .venv made by a Python older than 3.11 (or whose Python is gone) is moved aside to
 #   .venv.old and rebuilt with $PYTHON (default python3);
 # - the package is (re)installed only when setup.cfg, pyproject.toml or this script changed

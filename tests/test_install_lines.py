@@ -1,9 +1,10 @@
 """What a new user installs (issue 47): our distribution name, its extras, the LICENSE in the wheel.
 
-Every ``pip install`` command in README.md, docs/*.md, the notebooks and the messages of our packages names our
-distribution (``sparsify-train``, or ``.`` for this checkout) with extras that setup.cfg declares. The one
-exception is a benchmark peer installed aside with ``pip install --target DIR`` (docs/benchmarks.md), which never
-touches the user's environment. The registry's ``sparsify`` is an unrelated project: no text names it as ours.
+Every ``pip install`` command in README.md and docs/*.md names our distribution (``sparsify-train``, or ``.`` for
+this checkout) with extras that setup.cfg declares. The one exception is a benchmark peer installed aside with
+``pip install --target DIR`` (docs/benchmarks.md), which never touches the user's environment. In the messages of
+our packages, the scripts and the notebooks, every requirement that is ours follows the same rule (they may also
+name plain packages: ``pip install tensorboard``, the scripts' ``pytest``). The registry's ``sparsify`` is an unrelated project: no text names it as ours.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SOURCES = [p for pkg in ("sparsify", "sparsify_tf", "sparsify_keras", "sparsify_torch", "scripts", "notebooks")
            for p in sorted((ROOT / pkg).rglob("*")) if p.suffix in (".py", ".sh", ".ipynb")
            and p != ROOT / "sparsify" / "extras.py"]
-_PIP = re.compile(r"pip install ([^`\n;&)]*)")
+_PIP = re.compile(r"pip[\"']? install ([^`\n;&)]*)")        # also "$venv/bin/pip" install
 _REQUIREMENT = re.compile(r"^([A-Za-z0-9_.-]+)(?:\[([^\]]*)\])?(.*)$")
 _OPTIONS_WITH_VALUE = {"--target", "-t", "--index-url", "-i", "--extra-index-url", "-c", "--constraint"}
 
@@ -93,9 +94,10 @@ def test_every_install_line_names_our_distribution_and_a_declared_extra():
         if "--target" in options or "-t" in options:      # a benchmark peer, installed aside
             assert all(not name.startswith("sparsify") for name, _ in targets), command
             continue
-        if path.suffix in (".py", ".sh", ".ipynb") and not any(n.startswith("sparsify") or n == "." for n, _ in targets):
-            continue                                        # a message naming a plain package (tensorboard, h5py)
-        assert targets, f"{path.name}: 'pip install {command}' installs nothing"
+        if path.suffix in (".py", ".sh", ".ipynb"):         # code may name plain packages too (tensorboard, pytest)
+            targets = [(n, e) for n, e in targets if n.startswith("sparsify") or n == "."]
+        elif not targets:
+            raise AssertionError(f"{path.name}: 'pip install {command}' installs nothing")
         for name, extras in targets:
             assert name in (DISTRIBUTION, "."), f"{path.name}: 'pip install {command}' installs {name!r}, not ours"
             assert set(extras) <= DECLARED, f"{path.name}: 'pip install {command}': extras {extras} not in setup.cfg"
