@@ -14,6 +14,13 @@ Example:
 """
 from __future__ import annotations
 
+from sparsify.extras import missing_framework
+
+try:                                # without torch: an ImportError naming the extra to install
+    import torch as _torch
+except ImportError as _e:
+    raise missing_framework("sparsify_torch", "torch", "torch", _e) from None
+
 from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights
 from .parametrization import MaskParametrization
 from .oneshot import prune_oneshot

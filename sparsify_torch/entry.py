@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 from torch import nn
@@ -20,12 +20,14 @@ from torch.nn.utils import parametrize
 from sparsify import PruningConfig
 from sparsify.protocol import PruningProtocol
 
-from .fsdp import ShardedPruner, is_sharded
-from .fsdp_entry import prune_sharded
+from .dtensor import is_dtensor
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
 from .pruner import Pruner
 from .statistics import check_activation_layers
+
+if TYPE_CHECKING:
+    from .fsdp import ShardedPruner
 
 __all__ = ["prune"]
 
@@ -123,10 +125,12 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
                       "(torch.nn.utils.remove_spectral_norm / remove_weight_norm) to prune them", stacklevel=2)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         params = {w.name: w.module._parameters.get(w.tensor_name) for w in candidates}
-        if any(is_sharded(p) for p in params.values()):
+        if any(is_dtensor(p) for p in params.values()):
             if process_group is not None:
                 raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
                                  "over their own device mesh: pass process_group=None")
+            from .fsdp_entry import prune_sharded     # FSDP2 only: torch.distributed.tensor is imported by now
+
             return prune_sharded(model, config, candidates, params, log_dir=log_dir, optimizer=optimizer)
     by_name = {w.name: w for w in candidates}
     protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
