@@ -1,6 +1,8 @@
 """Mask computation speed: sparsify's exact selection vs the memory floor and peers' methods.
 
 Run: ``.venv/bin/python -m bench.bench_masks`` (writes the ``bench_masks`` section of bench/RESULTS.md).
+``--scale`` runs the model-sized cases of :mod:`bench.mask_scale` instead (10M to 1B weights, 1 and 2
+threads, peak memory; ``--sizes``, ``--quick``; section ``bench_masks_scale``).
 
 Every case runs ``--repeat`` times, each run right after one ``np.abs`` pass
 over the same data (the memory floor of any magnitude criterion); the table
@@ -154,7 +156,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
-    args = ap.parse_args()
+    ap.add_argument("--scale", action="store_true",
+                    help="model-sized cases instead (bench/mask_scale.py: --sizes 10M,100M,400M,1B, --quick, --repeat)")
+    args, rest = ap.parse_known_args()
+    if args.scale:
+        from bench.mask_scale import main as scale_main
+
+        scale_main(rest + (["--no-write"] if args.no_write else []) + ["--repeat", str(min(args.repeat, 2))]
+                   if "--repeat" not in rest else rest + (["--no-write"] if args.no_write else []))
+        return
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4096, 4096), dtype=np.float32)
     rows: list[tuple[str, float, float]] = []
