@@ -110,7 +110,7 @@ class _Part:
                 np.greater(kp, t, out=t)               # kept and not above: lo <= x <= hi, or NaN
                 cand = t
             kept += int(np.count_nonzero(kp))
-            i = np.flatnonzero(cand)
+            i = cand.nonzero()[0]                      # 1-D: flatnonzero's ravel and wrappers cost 10% here
             if i.size:
                 found.append(i + a if a else i)
         return kept, (np.concatenate(found) if len(found) > 1 else (found[0] if found else None))
