@@ -24,6 +24,7 @@ import numpy as np
 
 from sparsify import get_pattern
 from sparsify.lowest_k import exact_prune_count
+from sparsify.threads import current_threads
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -186,7 +187,8 @@ def main() -> None:
     table = ["| case (4096x4096 float32 unless noted) | best ms | x floor (median) |", "|---|---:|---:|"]
     table += [f"| {name} | {ms:.1f} | {ratio:.2f} |" for name, ms, ratio in rows]
     body = "\n".join(table) + (
-        f"\n\nSelection is single-threaded NumPy; torch used {torch_threads} threads. "
+        f"\n\nSelection used {current_threads()} thread(s) (sparsify.threads: the cores available unless "
+        f"SPARSIFY_NUM_THREADS says otherwise); torch used {torch_threads} threads. "
         f"Best time of {args.repeat} runs ({max(3, args.repeat // 2)} for the global rows, fewer for the slow peers); "
         "x floor: median over the runs of the case's time over an np.abs pass timed just before it. "
         "Command: `.venv/bin/python -m bench.bench_masks`.")

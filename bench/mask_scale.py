@@ -1,7 +1,9 @@
 """Mask updates at the size of real models: time per update, ns per weight and peak memory, 1 and 2 threads.
 
 Run: ``.venv/bin/python -m bench.bench_masks --scale [--sizes 10M,100M,400M,1B] [--quick]`` (writes the
-``bench_masks_scale`` section of bench/RESULTS.md).
+``bench_masks_scale`` section of bench/RESULTS.md). ``--quick``: local and global unstructured magnitude
+only, one run per thread count (sizes 10M and 100M unless ``--sizes`` says otherwise); the whole set at
+1B holds about 9 GB at its peak (global scope), so run the big sizes alone on a machine with room.
 
 Models (float32): 10M = 10 layers of 1024x1024; 100M = 6 of 4096x4096; 400M = 24 of 4096x4096;
 1B = a 50,000x4096 embedding and 48 layers of 4096x4096. Every case is one
@@ -110,8 +112,8 @@ def _targets(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sizes", default="10M,100M,400M,1B", help=f"comma-separated among {', '.join(SIZES)}")
-    ap.add_argument("--quick", action="store_true", help="10M and 100M, unstructured magnitude only, 1 run each")
+    ap.add_argument("--sizes", help=f"comma-separated among {', '.join(SIZES)} (default: all; --quick: 10M,100M)")
+    ap.add_argument("--quick", action="store_true", help="unstructured magnitude only (local and global), 1 run each")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
     ap.add_argument("--case", help=argparse.SUPPRESS)   # internal: run one case in this process, print JSON
@@ -119,7 +121,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.case:
         print(json.dumps(run_case(**json.loads(args.case), repeat=args.repeat)))
         return
-    sizes = ["10M", "100M"] if args.quick else [s.strip() for s in args.sizes.split(",") if s.strip()]
+    if args.sizes is None:
+        args.sizes = "10M,100M" if args.quick else ",".join(SIZES)
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     bad = [s for s in sizes if s not in SIZES]
     if bad:
         raise SystemExit(f"--sizes: unknown {bad}; choose among {list(SIZES)}")
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         f"\n\nBest of {repeat} run(s) per thread count, each case in a fresh process; peak extra: ru_maxrss minus "
         "the resident memory after allocating the weights (masks, scores, buffers). Load average at the end: "
         f"{os.getloadavg()[0]:.1f} (other work on the machine slows both thread counts). Command: "
-        f"`.venv/bin/python -m bench.bench_masks --scale {'--quick' if args.quick else '--sizes ' + ','.join(sizes)}`.")
+        f"`.venv/bin/python -m bench.bench_masks --scale {'--quick ' if args.quick else ''}--sizes {','.join(sizes)}`.")
     from bench._results import publish
 
     publish("bench_masks_scale", body, write=not args.no_write)
