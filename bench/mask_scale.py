@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", help=f"comma-separated among {', '.join(SIZES)} (default: all; --quick: 10M,100M)")
     ap.add_argument("--quick", action="store_true", help="unstructured magnitude only (local and global), 1 run each")
+    ap.add_argument("--scopes", default="local,global", help="comma-separated: local, global")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
     ap.add_argument("--case", help=argparse.SUPPRESS)   # internal: run one case in this process, print JSON
@@ -127,10 +128,13 @@ def main(argv: list[str] | None = None) -> None:
     bad = [s for s in sizes if s not in SIZES]
     if bad:
         raise SystemExit(f"--sizes: unknown {bad}; choose among {list(SIZES)}")
+    scopes = {x.strip() for x in args.scopes.split(",")}
+    if not scopes <= {"local", "global"}:
+        raise SystemExit(f"--scopes: unknown {sorted(scopes - {'local', 'global'})}; choose among local, global")
     repeat = 1 if args.quick else args.repeat
     results = []
     for size in sizes:
-        for scope, pattern, criterion in (QUICK_CASES if args.quick else CASES):
+        for scope, pattern, criterion in [c for c in (QUICK_CASES if args.quick else CASES) if c[0] in scopes]:
             spec = json.dumps({"size": size, "scope": scope, "pattern": pattern, "criterion": criterion})
             proc = subprocess.run([sys.executable, "-m", "bench.mask_scale", "--case", spec, "--repeat", str(repeat)],
                                   capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
@@ -141,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
         f"\n\nBest of {repeat} run(s) per thread count, each case in a fresh process; peak extra: ru_maxrss minus "
         "the resident memory after allocating the weights (masks, scores, buffers). Load average at the end: "
         f"{os.getloadavg()[0]:.1f} (other work on the machine slows both thread counts). Command: "
-        f"`.venv/bin/python -m bench.bench_masks --scale {'--quick ' if args.quick else ''}--sizes {','.join(sizes)}`.")
+        f"`.venv/bin/python -m bench.bench_masks --scale {'--quick ' if args.quick else ''}--sizes {','.join(sizes)}"
+        f"{'' if args.scopes == 'local,global' else ' --scopes ' + args.scopes}`.")
     from bench._results import publish
 
     publish("bench_masks_scale", body, write=not args.no_write)

@@ -31,3 +31,8 @@ def test_table_and_targets_literal():
 def test_unknown_size_is_refused():
     with pytest.raises(SystemExit, match=r"--sizes: unknown \['2B'\]"):
         mask_scale.main(["--sizes", "10M,2B", "--no-write"])
+
+
+def test_unknown_scope_is_refused():
+    with pytest.raises(SystemExit, match=r"--scopes: unknown \['row'\]"):
+        mask_scale.main(["--scopes", "local,row", "--no-write"])
