@@ -6,9 +6,10 @@ import pytest
 from bench import mask_scale
 
 
-def test_one_case_times_both_thread_counts_and_measures_memory():
+@pytest.mark.parametrize("scope, pattern, criterion", [("local", "2:4", "wanda"), ("global", "1x1", "magnitude")])
+def test_one_case_times_both_thread_counts_and_measures_memory(scope, pattern, criterion):
     with mock.patch.dict(mask_scale.SIZES, {"tiny": [("layer", (64, 64), 3)]}):
-        r = mask_scale.run_case("tiny", "local", "2:4", "wanda", repeat=1)
+        r = mask_scale.run_case("tiny", scope, pattern, criterion, repeat=1)
     assert r["weights"] == 3 * 64 * 64 and r["weight_bytes"] == 4 * 3 * 64 * 64
     assert set(r["seconds"]) == set(r["cpu_seconds"]) == {1, 2} and all(s > 0 for s in r["seconds"].values())
     assert r["peak_extra_bytes"] >= 0
