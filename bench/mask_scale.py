@@ -46,6 +46,23 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def model_bytes(size: str) -> int:
+    """Bytes of the float32 weights of model ``size``."""
+    return sum(4 * shape[0] * shape[1] * count for _, shape, count in SIZES[size])
+
+
+def available_bytes(meminfo: str = "/proc/meminfo") -> int:
+    """Memory available to a new process (Linux's MemAvailable; elsewhere: unbounded)."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
 def run_case(size: str, scope: str, pattern: str, criterion: str, repeat: int) -> dict:
     """One case in this process (the caller is a fresh process): times per thread count and peak memory."""
     from sparsify import PruningEngine
@@ -137,8 +154,15 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--scopes: unknown {sorted(scopes - {'local', 'global'})}; choose among local, global")
     repeat = 1 if args.quick else args.repeat
     results = []
+    skipped = []
     for size in sizes:
         for scope, pattern, criterion in [c for c in (QUICK_CASES if args.quick else CASES) if c[0] in scopes]:
+            need = model_bytes(size) * (2.5 if scope == "global" else 1.6)   # weights + the update's peak, and room
+            if need > available_bytes():
+                skipped.append(f"{size} {scope} {pattern} {criterion} (needs ~{need / 1e9:.1f} GB, "
+                               f"{available_bytes() / 1e9:.1f} GB available)")
+                print("skipped:", skipped[-1], flush=True)
+                continue
             spec = json.dumps({"size": size, "scope": scope, "pattern": pattern, "criterion": criterion})
             proc = subprocess.run([sys.executable, "-m", "bench.mask_scale", "--case", spec, "--repeat", str(repeat)],
                                   capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
@@ -146,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
             print(size, scope, pattern, criterion, r["seconds"], f"{r['peak_extra_bytes'] / 1e9:.2f} GB", flush=True)
             results.append(r)
     body = _table(results) + "\n\n" + _targets(results) + (
+        f"\n\nSkipped for want of memory on this shared machine: {'; '.join(skipped)}." if skipped else "") + (
         f"\n\nBest of {repeat} run(s) per thread count, each case in a fresh process; peak extra: ru_maxrss minus "
         "the resident memory after allocating the weights (masks, scores, buffers). Load average at the end: "
         f"{os.getloadavg()[0]:.1f} (other work on the machine slows both thread counts). Command: "

@@ -37,3 +37,15 @@ def test_unknown_size_is_refused():
 def test_unknown_scope_is_refused():
     with pytest.raises(SystemExit, match=r"--scopes: unknown \['row'\]"):
         mask_scale.main(["--scopes", "local,row", "--no-write"])
+
+
+def test_model_bytes_and_a_case_skipped_for_memory(tmp_path, capsys):
+    assert mask_scale.model_bytes("100M") == 6 * 4096 * 4096 * 4
+    assert mask_scale.model_bytes("1B") == 4 * (50000 * 4096 + 48 * 4096 * 4096)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       1000 kB\nMemAvailable:      2048 kB\n")
+    assert mask_scale.available_bytes(str(meminfo)) == 2048 * 1024
+    with mock.patch.object(mask_scale, "available_bytes", lambda: 1000):
+        mask_scale.main(["--quick", "--sizes", "10M", "--scopes", "local", "--no-write"])
+    out = capsys.readouterr().out
+    assert "Skipped for want of memory on this shared machine: 10M local 1x1 magnitude (needs ~0.1 GB, 0.0 GB" in out
