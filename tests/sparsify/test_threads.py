@@ -22,7 +22,8 @@ def tiny_work():
     """Every array takes the chunked, threaded paths: small chunks, no size threshold, no small-array shortcut."""
     with mock.patch("sparsify.lowest_k._SMALL", 0), mock.patch("sparsify.lowest_k._SMALL_ELIGIBLE", 0), \
             mock.patch.multiple("sparsify.lowest_k_cut", _CHUNK=8, _SAMPLE=8, _SAMPLE_MAX=32, MIN_PARALLEL=0), \
-            mock.patch("sparsify.parallel_layers.MIN_PARALLEL", 0):
+            mock.patch("sparsify.parallel_layers.MIN_PARALLEL", 0), \
+            mock.patch.multiple("sparsify.patterns.ninm", _CHUNK=8, MIN_PARALLEL=0):
         yield
 
 
@@ -163,3 +164,24 @@ def test_engine_literal_masks_with_ties_on_two_threads():
         for threads in (1, 2):
             eng = PruningEngine({"target_sparsity": 0.375, "start_step": 0, "end_step": 0, "num_threads": threads})
             assert {n: m.tolist() for n, m in eng.compute_masks(w, 0).items()} == want
+
+
+def test_n_in_m_ranges_on_threads_agree_with_one_thread_with_infinities_and_nan():
+    """2:4 ranks a large layer in ranges of whole chunks: +inf in one range and -inf in another still take
+    the exact path, as one scan over the layer does; NaN still raises naming the layer."""
+    rng = np.random.default_rng(3)
+    s = rng.integers(0, 4, size=(4, 32)).astype(np.float64)
+    s[0, 1], s[3, 30] = np.inf, -np.inf                           # first and last range
+    p = get_pattern("2:4")
+    with tiny_work():
+        masks = []
+        for threads in (1, 2, 3, 4):
+            with use_threads(threads):
+                masks.append([p.get_mask_single(s, r) for r in (0.25, 0.5)])
+        for other in masks[1:]:
+            for a, b in zip(masks[0], other):
+                np.testing.assert_array_equal(a, b)
+        assert masks[0][1].reshape(-1, 4).sum(axis=1).tolist() == [2] * 32      # 2 kept of every 4
+        s[2, 5] = np.nan
+        with use_threads(3), pytest.raises(ValueError, match="layer 'x': scores contain NaN"):
+            p.get_mask_single(s, 0.5, name="x")
