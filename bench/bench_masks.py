@@ -155,7 +155,7 @@ def global_cases(case, rows: list, rng, repeat: int, torch_threads: int) -> None
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=None, help="runs per case (default 7; with --scale 2)")
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
     ap.add_argument("--scale", action="store_true",
                     help="model-sized cases instead (bench/mask_scale.py: --sizes 10M,100M,400M,1B, --quick, --repeat)")
@@ -163,9 +163,9 @@ def main() -> None:
     if args.scale:
         from bench.mask_scale import main as scale_main
 
-        scale_main(rest + (["--no-write"] if args.no_write else []) + ["--repeat", str(min(args.repeat, 2))]
-                   if "--repeat" not in rest else rest + (["--no-write"] if args.no_write else []))
+        scale_main(rest + (["--no-write"] if args.no_write else []) + ["--repeat", str(args.repeat or 2)])
         return
+    args.repeat = args.repeat or 7
     if rest:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     rng = np.random.default_rng(0)

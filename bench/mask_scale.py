@@ -2,19 +2,19 @@
 
 Run: ``.venv/bin/python -m bench.bench_masks --scale [--sizes 10M,100M,400M,1B] [--quick]`` (writes the
 ``bench_masks_scale`` section of bench/RESULTS.md). ``--quick``: local and global unstructured magnitude
-only, one run per thread count (sizes 10M and 100M unless ``--sizes`` says otherwise); the whole set at
-1B holds about 9 GB at its peak (global scope), so run the big sizes alone on a machine with room.
+only (sizes 10M and 100M unless ``--sizes`` says otherwise). The 1B global cases hold about 9 GB at their
+peak: a case that would not fit the memory available is skipped and named.
 
 Models (float32): 10M = 10 layers of 1024x1024; 100M = 6 of 4096x4096; 400M = 24 of 4096x4096;
 1B = a 50,000x4096 embedding and 48 layers of 4096x4096. Every case is one
 :meth:`sparsify.PruningEngine.compute_masks` at the target (90% unstructured or in 4x1 blocks, 50% for
 2:4) from dense weights, magnitude or Wanda scores (random positive per-input-channel norms). Each case
 runs in a fresh process: the weights are allocated, the resident memory read (``/proc/self/statm``),
-then the update runs with 1 thread and with 2 (``num_threads``), ``--repeat`` times each after a warm-up on
-two slices of 256 rows (first-call costs); the time is the best run, the peak extra memory is ``ru_maxrss``
-at the end minus the resident memory after allocating the weights (the higher of the two thread counts:
-the masks, the scores and the selection's buffers).
-The CPU time (all threads of the process) shows the work per weight when other processes share the
+then the update runs with 1 thread and with 2 (``num_threads``), ``--repeat`` times each (default 2: the
+first update of a process pays for memory the next ones reuse) after a warm-up on two slices of 256 rows;
+the time is the best run, the peak extra memory is ``ru_maxrss`` at the end minus the resident memory after
+allocating the weights (the higher of the two thread counts: the masks, the scores and the selection's
+buffers). The CPU time (all threads of the process) shows the work per weight when other processes share the
 cores and the wall times cannot.
 """
 from __future__ import annotations
@@ -134,7 +134,7 @@ def _targets(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", help=f"comma-separated among {', '.join(SIZES)} (default: all; --quick: 10M,100M)")
-    ap.add_argument("--quick", action="store_true", help="unstructured magnitude only (local and global), 1 run each")
+    ap.add_argument("--quick", action="store_true", help="unstructured magnitude only (local and global)")
     ap.add_argument("--scopes", default="local,global", help="comma-separated: local, global")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     scopes = {x.strip() for x in args.scopes.split(",")}
     if not scopes <= {"local", "global"}:
         raise SystemExit(f"--scopes: unknown {sorted(scopes - {'local', 'global'})}; choose among local, global")
-    repeat = 1 if args.quick else args.repeat
+    repeat = args.repeat
     results = []
     skipped = []
     for size in sizes:
