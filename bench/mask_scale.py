@@ -9,13 +9,13 @@ Models (float32): 10M = 10 layers of 1024x1024; 100M = 6 of 4096x4096; 400M = 24
 1B = a 50,000x4096 embedding and 48 layers of 4096x4096. Every case is one
 :meth:`sparsify.PruningEngine.compute_masks` at the target (90% unstructured or in 4x1 blocks, 50% for
 2:4) from dense weights, magnitude or Wanda scores (random positive per-input-channel norms). Each case
-runs in a fresh process: the weights are allocated, the resident memory read (``/proc/self/statm``),
-then the update runs with 1 thread and with 2 (``num_threads``), ``--repeat`` times each (default 2: the
-first update of a process pays for memory the next ones reuse) after a warm-up on two slices of 256 rows;
-the time is the best run, the peak extra memory is ``ru_maxrss`` at the end minus the resident memory after
-allocating the weights (the higher of the two thread counts: the masks, the scores and the selection's
-buffers). The CPU time (all threads of the process) shows the work per weight when other processes share the
-cores and the wall times cannot.
+runs in a fresh process: the weights are allocated, a warm-up update of two 256-row slices runs with each
+thread count (code and thread pools), the resident memory is read (``/proc/self/statm``), then the update
+runs with 1 thread and with 2 (``num_threads``), ``--repeat`` times each (default 2: the first update of a
+process pays for memory the next ones reuse). The time is the best run; the peak extra memory is
+``ru_maxrss`` at the end minus that resident memory (the higher of the two thread counts: the masks, the
+scores and the selection's buffers). The CPU time (all threads of the process) shows the work per weight
+when other processes share the cores and the wall times cannot.
 """
 from __future__ import annotations
 
@@ -77,6 +77,11 @@ def run_case(size: str, scope: str, pattern: str, criterion: str, repeat: int) -
             if criterion == "wanda":
                 acts[f"{kind}{i}.weight"] = rng.random(shape[1], dtype=np.float32) + np.float32(0.5)
     n = sum(w.size for w in weights.values())
+    warm = {k: w[:256] for k, w in list(weights.items())[:2]}           # first-call costs, not the data's
+    warm_acts = {k: acts[k] for k in warm} if acts else None
+    for threads in THREADS:                                             # code, thread pools: before the baseline
+        PruningEngine({"pattern": pattern, "pruning_scope": scope, "criterion": criterion,
+                       "num_threads": threads}).masks_at_sparsity(warm, 0.5, activations=warm_acts)
     base = _rss_bytes()
     out = {"size": size, "scope": scope, "pattern": pattern, "criterion": criterion, "weights": n,
            "weight_bytes": n * 4, "seconds": {}, "cpu_seconds": {}}
@@ -84,9 +89,6 @@ def run_case(size: str, scope: str, pattern: str, criterion: str, repeat: int) -
         eng = PruningEngine({"target_sparsity": 0.5 if pattern == "2:4" else 0.9, "pattern": pattern,
                              "pruning_scope": scope, "criterion": criterion, "start_step": 0, "end_step": 0,
                              "num_threads": threads})
-        warm = {k: w[:256] for k, w in list(weights.items())[:2]}       # first-call costs, not the data's
-        warm_acts = {k: acts[k] for k in warm} if acts else None
-        eng.masks_at_sparsity(warm, eng.config.target_sparsity, activations=warm_acts)
         best, cpu = float("inf"), float("inf")
         for _ in range(repeat):
             t0, c0 = time.perf_counter(), time.process_time()
