@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> None:
     body = _table(results) + "\n\n" + _targets(results) + (
         f"\n\nSkipped for want of memory on this shared machine: {'; '.join(skipped)}." if skipped else "") + (
         f"\n\nBest of {repeat} run(s) per thread count, each case in a fresh process; peak extra: ru_maxrss minus "
-        "the resident memory after allocating the weights (masks, scores, buffers). Load average at the end: "
+        "the resident memory after allocating the weights and a warm-up update (masks, scores, buffers, and what the "
+        "allocator keeps of freed ones). Load average at the end: "
         f"{os.getloadavg()[0]:.1f} (other work on the machine slows both thread counts). Command: "
         f"`.venv/bin/python -m bench.bench_masks --scale {'--quick ' if args.quick else ''}--sizes {','.join(sizes)}"
         f"{'' if args.scopes == 'local,global' else ' --scopes ' + args.scopes}`.")
