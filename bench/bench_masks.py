@@ -1,6 +1,8 @@
 """Mask computation speed: sparsify's exact selection vs the memory floor and peers' methods.
 
 Run: ``.venv/bin/python -m bench.bench_masks`` (writes the ``bench_masks`` section of bench/RESULTS.md).
+``--scale`` runs the model-sized cases of :mod:`bench.mask_scale` instead (10M to 1B weights, 1 and 2
+threads, peak memory; ``--sizes``, ``--quick``; section ``bench_masks_scale``).
 
 Every case runs ``--repeat`` times, each run right after one ``np.abs`` pass
 over the same data (the memory floor of any magnitude criterion); the table
@@ -22,6 +24,7 @@ import numpy as np
 
 from sparsify import get_pattern
 from sparsify.lowest_k import exact_prune_count
+from sparsify.threads import current_threads
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -152,9 +155,19 @@ def global_cases(case, rows: list, rng, repeat: int, torch_threads: int) -> None
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=None, help="runs per case (default 7; with --scale 2)")
     ap.add_argument("--no-write", action="store_true", help="print only, do not update RESULTS.md")
-    args = ap.parse_args()
+    ap.add_argument("--scale", action="store_true",
+                    help="model-sized cases instead (bench/mask_scale.py: --sizes 10M,100M,400M,1B, --quick, --repeat)")
+    args, rest = ap.parse_known_args()
+    if args.scale:
+        from bench.mask_scale import main as scale_main
+
+        scale_main(rest + (["--no-write"] if args.no_write else []) + ["--repeat", str(args.repeat or 2)])
+        return
+    args.repeat = args.repeat or 7
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4096, 4096), dtype=np.float32)
     rows: list[tuple[str, float, float]] = []
@@ -174,7 +187,8 @@ def main() -> None:
     table = ["| case (4096x4096 float32 unless noted) | best ms | x floor (median) |", "|---|---:|---:|"]
     table += [f"| {name} | {ms:.1f} | {ratio:.2f} |" for name, ms, ratio in rows]
     body = "\n".join(table) + (
-        f"\n\nSelection is single-threaded NumPy; torch used {torch_threads} threads. "
+        f"\n\nSelection used {current_threads()} thread(s) (sparsify.threads: the cores available unless "
+        f"SPARSIFY_NUM_THREADS says otherwise); torch used {torch_threads} threads. "
         f"Best time of {args.repeat} runs ({max(3, args.repeat // 2)} for the global rows, fewer for the slow peers); "
         "x floor: median over the runs of the case's time over an np.abs pass timed just before it. "
         "Command: `.venv/bin/python -m bench.bench_masks`.")

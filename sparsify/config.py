@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from .criteria import registered_criteria
 from .patterns import BLOCK_REDUCTIONS, get_pattern
+from .threads import check_threads
 from .schedules import Schedule, ScheduleSettings, build_schedule, registered_schedules, schedule_kind
 from .yaml_io import load_yaml_mapping, yaml_loader  # re-exported: sparsify.config.yaml_loader stays importable
 
@@ -130,6 +131,9 @@ class PruningConfig:
             value needs ``"straight_through"``. SR-STE in one line: ``pattern="2:4",
             pruned_gradient="straight_through", pruned_decay=2e-4, pruning_frequency=1, monotone=False``
             (2e-4 is the paper's value with SGD; tune it: with Adam on the MNIST-1D benchmark 6e-4 was best).
+        num_threads: threads of a mask update (layers side by side, large layers in chunks; the masks
+            are the same for any count). None (the default): the environment variable
+            ``SPARSIFY_NUM_THREADS``, else the cores this process may run on.
 
     Example:
         >>> PruningConfig(pattern="2:4", target_sparsity=0.5).pattern_obj().N
@@ -159,6 +163,7 @@ class PruningConfig:
     regrowth_fraction: float = 0.3
     pruned_gradient: str = "none"
     pruned_decay: float = 0.0
+    num_threads: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.pattern, str):
@@ -189,6 +194,8 @@ class PruningConfig:
         self._choice("pruned_gradient", PRUNED_GRADIENTS)
         self._choice("block_score_reduce", BLOCK_REDUCTIONS)
         self._pruned_decay()
+        if self.num_threads is not None:
+            check_threads(self.num_threads, "num_threads")
         if not _is_num(self.exponent) or not math.isfinite(self.exponent) or self.exponent <= 0:
             raise ValueError(f"exponent must be a positive number, got {self.exponent!r}")
         for name in ("leave_enabled", "skip_incompatible_layers", "monotone"):

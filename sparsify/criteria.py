@@ -55,11 +55,15 @@ class Criterion:
         name: the config value (``criterion=name``).
         needs: the inputs the adapters collect for it (a subset of :data:`NEEDS`).
         fn: the scoring function (keyword arguments, see the module docstring).
+        row_separable: the scores of rows ``a:b`` (first axis) of the weight, with the other inputs
+            unchanged, are rows ``a:b`` of its scores, exactly (element-wise math): the update may then
+            score a large layer in chunks on several threads.
     """
 
     name: str
     needs: tuple[str, ...]
     fn: Callable[..., Any]
+    row_separable: bool = False
 
     @property
     def per_step(self) -> bool:
@@ -83,12 +87,14 @@ class Criterion:
 _REGISTRY: dict[str, Criterion] = {}
 
 
-def register_criterion(name: str, needs: tuple[str, ...] | list[str] = ("weight",)) -> Callable:
+def register_criterion(name: str, needs: tuple[str, ...] | list[str] = ("weight",),
+                       row_separable: bool = False) -> Callable:
     """Decorator registering ``fn`` as criterion ``name`` (usable as ``PruningConfig(criterion=name)``).
 
     Args:
         name: a new criterion name.
         needs: what the function takes, among :data:`NEEDS` (``weight`` is usually one of them).
+        row_separable: see :class:`Criterion` (True only for element-wise math on the weight's rows).
 
     Raises:
         ValueError: the name is taken or not a non-empty string, or ``needs`` holds something
@@ -104,10 +110,13 @@ def register_criterion(name: str, needs: tuple[str, ...] | list[str] = ("weight"
     if bad or len(set(needs)) != len(needs):
         raise ValueError(f"needs must name distinct inputs among {NEEDS}, got {tuple(needs)!r}")
 
+    if not isinstance(row_separable, bool):
+        raise TypeError(f"row_separable must be True or False, got {row_separable!r}")
+
     def decorate(fn: Callable) -> Callable:
         if not callable(fn):
             raise TypeError(f"register_criterion({name!r}) decorates a function, got {type(fn).__name__}")
-        _REGISTRY[name] = Criterion(name, tuple(needs), fn)
+        _REGISTRY[name] = Criterion(name, tuple(needs), fn, row_separable)
         return fn
     return decorate
 
@@ -246,7 +255,7 @@ def wanda(weight: Any, activation: Any) -> Any:
     return abs(weight) * activation
 
 
-register_criterion("magnitude", needs=("weight",))(lambda weight, **_: magnitude(weight))
+register_criterion("magnitude", needs=("weight",), row_separable=True)(lambda weight, **_: magnitude(weight))
 register_criterion("snip", needs=("weight", "grad"))(lambda weight, grad, **_: snip(weight, grad))
 
 
@@ -257,7 +266,8 @@ def _snip_momentum(weight: Any, grad: Any, state: Any, config: Any = None, **_: 
     return avg, avg
 
 
-register_criterion("wanda", needs=("weight", "activation"))(lambda weight, activation, **_: wanda(weight, activation))
+register_criterion("wanda", needs=("weight", "activation"), row_separable=True)(
+    lambda weight, activation, **_: wanda(weight, activation))
 
 
 

@@ -38,7 +38,9 @@ from .criteria import get_criterion, scored_every_step
 from .layout import view_shape
 from .pattern_fit import check_pattern_fit
 from .patterns import Pattern
+from .parallel_layers import layer_scores, map_layers
 from .regrowth import regrow, regrowth_fraction
+from .threads import default_threads, use_threads
 
 __all__ = ["PruningEngine", "select_names"]
 
@@ -71,6 +73,8 @@ class PruningEngine:
         self.config = PruningConfig.coerce(config)
         self.schedule = self.config.schedule()
         self.pattern = self.config.pattern_obj() if pattern is None else pattern
+        #: threads of an update: the config's ``num_threads``, else SPARSIFY_NUM_THREADS, else the cores available
+        self.num_threads = default_threads() if self.config.num_threads is None else self.config.num_threads
 
     @property
     def scored_every_step(self) -> bool:
@@ -161,15 +165,24 @@ class PruningEngine:
         if crit.per_step:
             raise ValueError(f"criterion {self.config.criterion!r} needs scores computed from gradients; "
                              "pass scores=...")
+        inputs = self._criterion_inputs(weights, activations)
+        with use_threads(self.num_threads):
+            return map_layers(lambda n: layer_scores(crit, self.config, inputs[n]),
+                              {n: np.size(w) for n, w in weights.items()})
+
+    def _criterion_inputs(self, weights: Mapping[str, np.ndarray],
+                          activations: Mapping[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:
+        """Each layer's inputs to the criterion (``ValueError`` for a missing activation statistic)."""
+        needs = get_criterion(self.config.criterion).needs
         out = {}
         for n, w in weights.items():
             inputs: dict[str, Any] = {"weight": w}
-            if "activation" in crit.needs:
+            if "activation" in needs:
                 if activations is None or n not in activations:
                     raise ValueError(f"criterion {self.config.criterion!r} needs the input activation statistics of "
                                      f"{n!r}; none were collected (run forward passes before the update)")
                 inputs["activation"] = np.asarray(activations[n])
-            out[n] = crit.scores(config=self.config, **inputs)
+            out[n] = inputs
         return out
 
     def masks_at_sparsity(self, weights: Mapping[str, np.ndarray], sparsity: float,
@@ -197,8 +210,11 @@ class PruningEngine:
         if isinstance(sparsity, (bool, np.bool_)) or not isinstance(sparsity, (int, float, np.integer, np.floating)):
             raise TypeError(f"sparsity must be a number, got {sparsity!r} ({type(sparsity).__name__})")
         sparsity = self.pattern.check_ratio(sparsity, "sparsity")
-        weights, scores = self._scored(weights, scores, activations)
-        return self._selected(weights, scores, sparsity, pre_masks)
+        with use_threads(self.num_threads):
+            if scores is None and self._streams():
+                return self._streamed(weights, sparsity, pre_masks, activations)
+            weights, scores = self._scored(weights, scores, activations)
+            return self._selected(weights, scores, sparsity, pre_masks)
 
     def compute_update(self, weights: Mapping[str, np.ndarray], step: int,
                        pre_masks: Mapping[str, np.ndarray] | None = None,
@@ -219,9 +235,13 @@ class PruningEngine:
         Returns:
             The masks and, per layer, the entries regrowth grew (all False without regrowth).
         """
-        weights, scores = self._scored(weights, scores, activations)
-        masks = self._selected(weights, scores, self.target_sparsity(step), pre_masks)
         fraction = regrowth_fraction(self.config, step)
+        with use_threads(self.num_threads):
+            if fraction == 0 and scores is None and self._streams():
+                masks = self._streamed(weights, self.target_sparsity(step), pre_masks, activations)
+                return masks, {n: np.zeros(m.shape, dtype=bool) for n, m in masks.items()}
+            weights, scores = self._scored(weights, scores, activations)
+            masks = self._selected(weights, scores, self.target_sparsity(step), pre_masks)
         if fraction > 0:
             if self.config.regrowth == "rigl":
                 if grads is None:
@@ -244,9 +264,34 @@ class PruningEngine:
             _same_layers("scores", scores, weights)
         return weights, {n: _numeric(f"scores[{n!r}]", scores[n], weights[n].shape) for n in weights}
 
-    def _selected(self, weights: dict[str, np.ndarray], scores: dict[str, np.ndarray], sparsity: float,
-                  pre_masks: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-        """The pattern's masks at ``sparsity`` (monotone: a subset of ``pre_masks``), keyed like ``weights``."""
+    def _streams(self) -> bool:
+        """True when an update scores and selects each layer on its own: local scope, criterion evaluated at
+        the update (a layer's scores live only while its mask is made, so the extra memory stays bounded)."""
+        return self.pattern.scope == "local" and not get_criterion(self.config.criterion).per_step
+
+    def _streamed(self, weights: Mapping[str, np.ndarray], sparsity: float, pre_masks: Mapping[str, np.ndarray] | None,
+                  activations: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """The masks of :meth:`_selected` in local scope, each layer scored then selected, layers side by side
+        (:func:`~sparsify.parallel_layers.map_layers`); every argument is checked before any layer is scored."""
+        weights = {n: _numeric(f"weights[{n!r}]", w) for n, w in weights.items()}
+        crit = get_criterion(self.config.criterion)
+        inputs = self._criterion_inputs(weights, activations)
+        pre = self._checked_pre(weights, pre_masks)
+
+        def one(n: str) -> np.ndarray:
+            w = weights[n]
+            if w.size == 0:
+                return np.ones(w.shape, dtype=bool)
+            score = np.ascontiguousarray(_numeric(f"scores[{n!r}]", layer_scores(crit, self.config, inputs[n]),
+                                                  w.shape))
+            return self.pattern.get_masks({n: score}, sparsity, None if pre is None or n not in pre else
+                                          {n: pre[n]})[n]
+
+        return map_layers(one, {n: w.size for n, w in weights.items()})
+
+    def _checked_pre(self, weights: dict[str, np.ndarray], pre_masks: Mapping[str, np.ndarray] | None
+                     ) -> Mapping[str, np.ndarray] | None:
+        """``pre_masks`` checked against ``weights`` (None unless monotone), after the pattern-fit check."""
         pre = None
         if pre_masks is not None:
             unknown = [n for n in pre_masks if n not in weights]
@@ -260,6 +305,12 @@ class PruningEngine:
             pre = pre_masks if self.config.monotone else None
         if not self.pattern.skip_incompatible_layers:       # every misfit named at once, before any selection
             check_pattern_fit(self.pattern, {n: w.shape for n, w in weights.items()}, self.pattern.pattern)
+        return pre
+
+    def _selected(self, weights: dict[str, np.ndarray], scores: dict[str, np.ndarray], sparsity: float,
+                  pre_masks: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """The pattern's masks at ``sparsity`` (monotone: a subset of ``pre_masks``), keyed like ``weights``."""
+        pre = self._checked_pre(weights, pre_masks)
         empty = [n for n, w in weights.items() if w.size == 0]
         # C order: adapters hand in transposed views of their kernels, and selection on a view is slower
         masks = self.pattern.get_masks({n: np.ascontiguousarray(s) for n, s in scores.items() if n not in empty},

@@ -21,13 +21,15 @@ from typing import Sequence
 import numpy as np
 
 from .score_checks import check_finite
+from .threads import MIN_PARALLEL, chunk_ranges, current_threads, parallel_map
 from .tie_order import lowest_k_flags, tie_rank
 
 __all__ = ["LowestKCut"]
 
 _CHUNK = 1 << 16          # elements classified per step (a few chunk-sized arrays stay in L2)
-_SAMPLE = 1 << 16         # smallest sample used to bracket the k-th value ...
-_SAMPLE_MAX = 1 << 18     # ... and the largest (1/64 of the elements in between: a tighter bracket)
+_SAMPLE = 1 << 13         # smallest sample used to bracket the k-th value ...
+_SAMPLE_MAX = 1 << 18     # ... and the largest (2 n^(2/3) in between: the sample's partition and the
+#                           candidates' cost, about n / sqrt(sample), balance there; 1M scores: 20,000)
 
 
 class _Part:
@@ -74,24 +76,26 @@ class _Part:
             self.sample = sample
         return self.sample
 
-    def classify(self, lo, hi, bracket: int) -> None:
-        """Below ``lo``: pruned; above ``hi``: kept; in between (or NaN): a candidate, kept for now.
-
-        ``None`` bounds are open; ``bracket`` identifies (lo, hi) for reuse.
-        Units that are not eligible score ``-inf``: below any finite ``lo``.
-        """
+    def prepare(self, lo) -> None:
+        """Ready the part for a classification against a bracket whose lower bound is ``lo``."""
         if self.eligible is not None and not (lo is not None and lo > -np.inf):
             self.lower()                               # -inf inside the bracket: ties need the real values
-        flat, eligible, n = self.flat, self.eligible, self.flat.size
         if self.keep is None:
-            self.keep = np.empty(n, dtype=bool)
-        keep = self.keep
-        tmp = np.empty(min(n, _CHUNK), dtype=bool)
+            self.keep = np.empty(self.flat.size, dtype=bool)
+
+    def scan(self, lo, hi, start: int, stop: int) -> tuple[int, np.ndarray | None]:
+        """Classify elements ``[start, stop)`` into ``keep``: below ``lo`` pruned, above ``hi`` kept, in between
+        (or NaN) a candidate, kept for now. Returns (kept, candidate positions); ``None`` bounds are open.
+
+        Units that are not eligible score ``-inf``: below any finite ``lo``.
+        """
+        flat, eligible, keep = self.flat, self.eligible, self.keep
+        tmp = np.empty(min(stop - start, _CHUNK), dtype=bool)
         found = []
         kept = 0
-        for start in range(0, n, _CHUNK):              # cache-sized chunks: each read once from memory
-            x, kp = flat[start:start + _CHUNK], keep[start:start + _CHUNK]
-            t = tmp[: x.size]
+        for a in range(start, stop, _CHUNK):           # cache-sized chunks: each read once from memory
+            b = min(stop, a + _CHUNK)
+            x, kp, t = flat[a:b], keep[a:b], tmp[: b - a]
             if lo is None:
                 kp[:] = True
             else:
@@ -99,7 +103,7 @@ class _Part:
                 if eligible is None:
                     np.logical_not(t, out=kp)          # NaN compares False, so it stays a candidate
                 else:
-                    np.greater(eligible[start:start + _CHUNK], t, out=kp)
+                    np.greater(eligible[a:b], t, out=kp)
             if hi is None:
                 cand = kp
             else:
@@ -107,14 +111,37 @@ class _Part:
                 np.greater(kp, t, out=t)               # kept and not above: lo <= x <= hi, or NaN
                 cand = t
             kept += int(np.count_nonzero(kp))
-            i = np.flatnonzero(cand)
+            i = cand.nonzero()[0]                      # 1-D: flatnonzero's ravel and wrappers cost 10% here
             if i.size:
-                found.append(i + start if start else i)
-        self.below = n - kept
+                found.append(i + a if a else i)
+        return kept, (np.concatenate(found) if len(found) > 1 else (found[0] if found else None))
+
+    def finish(self, results: list[tuple[int, np.ndarray | None]], bracket: int) -> None:
+        """Combine the :meth:`scan` results of consecutive ranges covering the part, in order."""
+        self.below = self.flat.size - sum(r[0] for r in results)
+        found = [r[1] for r in results if r[1] is not None]
         self.idx = np.concatenate(found) if len(found) > 1 else (found[0] if found else np.empty(0, dtype=np.intp))
-        self.val = flat[self.idx]
+        self.val = self.flat[self.idx]
         self.bracket = bracket
-        check_finite(self.val, self.name)
+
+
+def classify(parts: Sequence[_Part], lo, hi, bracket: int) -> None:
+    """Classify every part against (lo, hi) on :func:`~sparsify.threads.current_threads` threads: each part is
+    split into ranges of whole chunks, and the ranges' results are combined in element order, so the answer
+    never depends on the thread count. NaN raises naming the first part (in order) that holds one."""
+    threads = current_threads()
+    total = sum(p.flat.size for p in parts)
+    tasks = []
+    for j, p in enumerate(parts):
+        p.prepare(lo)
+        n = p.flat.size
+        pieces = 1 if threads <= 1 or total < MIN_PARALLEL else max(1, round(threads * 2 * n / total))
+        tasks += [(j, a, b) for a, b in chunk_ranges(n, pieces, _CHUNK)]
+    results = parallel_map(lambda t: parts[t[0]].scan(lo, hi, t[1], t[2]), tasks,
+                           threads if total >= MIN_PARALLEL else 1)
+    for j, p in enumerate(parts):
+        p.finish([r for t, r in zip(tasks, results) if t[0] == j], bracket)
+        check_finite(p.val, p.name)
 
 
 class LowestKCut:
@@ -175,16 +202,14 @@ class LowestKCut:
         if not self._fits(parts, k):                   # the last classification cannot answer: a new bracket
             lo, hi = self._bracket(parts, k, n)
             self._brackets += 1
-            for p in parts:
-                p.classify(lo, hi, self._brackets)
+            classify(parts, lo, hi, self._brackets)
             if not self._fits(parts, k):               # the bracket missed the k-th value: use the exact one
                 for p in parts:
                     p.lower()
                 flat = np.concatenate([p.flat for p in parts]) if len(parts) > 1 else parts[0].flat
                 v = np.partition(flat, k - 1)[k - 1]
                 self._brackets += 1
-                for p in parts:
-                    p.classify(v, v, self._brackets)
+                classify(parts, v, v, self._brackets)
         return self._choose(members, parts, k)
 
     def keeps(self) -> list[np.ndarray]:
@@ -222,7 +247,7 @@ class LowestKCut:
         """(lo, hi) around the k-th smallest from a sample (None: unbounded)."""
         run = max(1, 64 // self.parts[0].flat.itemsize)
         n_all = sum(p.flat.size for p in self.parts)
-        spacing = max(1, n_all * run // min(_SAMPLE_MAX, max(_SAMPLE, n_all >> 6)))
+        spacing = max(1, n_all * run // min(_SAMPLE_MAX, max(_SAMPLE, int(2 * n_all ** (2 / 3)))))
         samples = [p.take_sample(spacing) for p in parts]
         sample = np.concatenate(samples) if len(samples) > 1 else samples[0]
         m = sample.size

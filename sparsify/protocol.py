@@ -51,7 +51,7 @@ from .config import PruningConfig
 from .engine import PruningEngine
 from .mask_update import MaskUpdate
 
-__all__ = ["PruningProtocol", "MaskUpdate", "sparsity_figures", "counted_sparsity_figures", "config_fingerprint", "fingerprint_differences",
+__all__ = ["PruningProtocol", "MaskUpdate", "sparsity_figures", "counted_sparsity_figures", "config_fingerprint", "RUNTIME_FIELDS", "fingerprint_differences",
            "STATE_VERSION"]
 
 STATE_VERSION = 1
@@ -90,8 +90,17 @@ def counted_sparsity_figures(counts: Mapping[str, tuple[int, int]], prefix: str 
     return {prefix: pruned / total if total else 0.0, **out}
 
 
+#: Config fields that change how an update runs, never its masks: left out of the fingerprint
+#: (a resume with another thread count is the same run).
+RUNTIME_FIELDS = ("num_threads",)
+
+
+def _fingerprinted() -> list[str]:
+    return [f.name for f in dataclasses.fields(PruningConfig) if f.name not in RUNTIME_FIELDS]
+
+
 def config_fingerprint(config: PruningConfig | Mapping[str, Any]) -> np.ndarray:
-    """One int64 per config field (in field order): a digest of its value.
+    """One int64 per config field (in field order) but :data:`RUNTIME_FIELDS`: a digest of its value.
 
     Frameworks that keep pruning state in fixed-shape variables (Keras, TF
     graphs) save it beside the masks, so a resume with another config is
@@ -99,14 +108,17 @@ def config_fingerprint(config: PruningConfig | Mapping[str, Any]) -> np.ndarray:
 
     Example:
         >>> fp = config_fingerprint({"pattern": "4x1"})
-        >>> fp.shape == (len(dataclasses.fields(PruningConfig)),), fp.dtype
+        >>> fp.shape == (len(dataclasses.fields(PruningConfig)) - len(RUNTIME_FIELDS),), fp.dtype
         (True, dtype('int64'))
+        >>> bool((config_fingerprint({"num_threads": 1}) == config_fingerprint({"num_threads": 2})).all())
+        True
     """
     cfg = PruningConfig.coerce(config)
     values = cfg.to_dict()
-    out = np.empty(len(values), dtype=np.int64)
-    for i, f in enumerate(dataclasses.fields(PruningConfig)):
-        digest = hashlib.sha256(json.dumps(values[f.name], sort_keys=True).encode()).digest()
+    names = _fingerprinted()
+    out = np.empty(len(names), dtype=np.int64)
+    for i, name in enumerate(names):
+        digest = hashlib.sha256(json.dumps(values[name], sort_keys=True).encode()).digest()
         out[i] = np.frombuffer(digest[:8], dtype="<i8")[0]
     return out
 
@@ -121,7 +133,7 @@ def fingerprint_differences(config: PruningConfig | Mapping[str, Any], fingerpri
     """
     mine = config_fingerprint(config)
     saved = np.asarray(fingerprint, dtype=np.int64).reshape(-1)
-    names = [f.name for f in dataclasses.fields(PruningConfig)]
+    names = _fingerprinted()
     if saved.shape != mine.shape:
         return names
     return [n for n, a, b in zip(names, mine, saved) if a != b]

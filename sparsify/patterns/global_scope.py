@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..parallel_layers import map_layers
 from ..score_checks import NaNScoreError
 from .allocation import allocate_pruned_units
 from .layer_view import LayerView, fill_units, finish_mask, layer_view, select_units, unit_nan_error
@@ -54,9 +55,9 @@ def global_masks(pattern: Any, scores: Mapping[str, np.ndarray], ratio: float,
     n_all = sum(ly.n_units for ly in layers.values())
     total = pattern.units_for_ratio(ratio, n_all)
     total = min(max(total, sum(lo for lo, _ in limits.values())), sum(hi for _, hi in limits.values()))
-    for layer in layers.values():
-        if not layer.computed:
-            fill_units(pattern, layer, 0 < total < n_all, check_nan)
+    pending = {n: ly.score2d.size for n, ly in layers.items() if not ly.computed}
+    # layers side by side (their unit scores are independent); the first failing layer in order raises
+    map_layers(lambda n: fill_units(pattern, layers[n], 0 < total < n_all, check_nan), pending)
     if any(ly.units is None for ly in layers.values()):     # every unit or none: no cut to make
         counts = {n: (ly.n_units if total else 0) for n, ly in layers.items()}
     else:
@@ -71,9 +72,10 @@ def global_masks(pattern: Any, scores: Mapping[str, np.ndarray], ratio: float,
             bad = next(n for n, u in units.items() if u.dtype.kind in "fc" and np.isnan(
                 u if layers[n].eligible is None else np.where(layers[n].eligible, u, 0)).any())
             raise unit_nan_error(pattern, bad, layers[bad].score2d, e) from None
-    for name, layer in layers.items():
-        c = counts[name]
-        keep = c if isinstance(c, np.ndarray) else select_units(layer, c)
-        masks[name] = finish_mask(pattern, scores[name], layer, keep)
+    def finish(name: str) -> np.ndarray:
+        c, layer = counts[name], layers[name]
+        return finish_mask(pattern, scores[name], layer, c if isinstance(c, np.ndarray) else select_units(layer, c))
+
+    masks.update(map_layers(finish, {n: ly.score2d.size for n, ly in layers.items()}))
     return {n: masks[n] for n in scores}
 

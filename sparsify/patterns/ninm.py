@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..lowest_k import exact_prune_count
+from ..threads import MIN_PARALLEL, chunk_ranges, current_threads, parallel_map
 from .base import Pattern
 from .registry import register_pattern
 
@@ -68,10 +69,23 @@ class _GroupRanker:
 
         ``pre`` (flat, True = kept before) lowers the elements pruned before to ``floor``.
         """
-        n_pruned, m, c_max = self.N, self.M, self.chunk
         n = flat.size
         small = np.empty(n, dtype=bool)
-        sums = np.empty(n // m, dtype=np.float64) if want_sums else None
+        sums = np.empty(n // self.M, dtype=np.float64) if want_sums else None
+        threads = current_threads() if n >= MIN_PARALLEL else 1
+        ranges = chunk_ranges(n, threads * 2 if threads > 1 else 1, self.chunk)   # whole chunks: whole groups
+        seen = parallel_map(lambda r: self._run_range(flat, pre, floor, small, sums, *r), ranges, threads)
+        # NaN, or +inf and -inf anywhere in the layer: the exact path (the serial scan's answer, range by range)
+        if any(nan for nan, _, _ in seen) or (any(p for _, p, _ in seen) and any(q for _, _, q in seen)):
+            return None
+        return small, sums
+
+    def _run_range(self, flat: np.ndarray, pre: np.ndarray | None, floor, small: np.ndarray,
+                   sums: np.ndarray | None, first: int, stop: int) -> tuple[bool, bool, bool]:
+        """Rank elements ``[first, stop)`` (whole chunks) into ``small`` and ``sums``; returns (NaN seen,
+        +inf seen, -inf seen), stopping at a NaN or at both infinities (the caller returns None)."""
+        n_pruned, m, c_max = self.N, self.M, self.chunk
+        want_sums = sums is not None
         t = np.empty(c_max, dtype=bool)
         u = np.empty(c_max, dtype=bool)
         rank = np.empty(c_max, dtype=np.uint8)
@@ -81,18 +95,18 @@ class _GroupRanker:
         picked64 = np.empty(c_max, dtype=np.float64) if want_sums else None
         lowered = np.empty(c_max, dtype=seen_dtype) if pre is not None else None
         pos_inf = neg_inf = False
-        for start in range(0, n, c_max):
-            raw = flat[start:start + c_max]
+        for start in range(first, stop, c_max):
+            raw = flat[start:min(stop, start + c_max)]
             c = raw.size
             w8 = -(-c // 8)
             hi, lo = np.maximum.reduce(raw), np.minimum.reduce(raw)
             if hi != hi:                               # NaN (maximum propagates it)
-                return None
+                return True, pos_inf, neg_inf
             chunk_inf = bool(hi == np.inf) or bool(lo == -np.inf)
             pos_inf |= bool(hi == np.inf)
             neg_inf |= bool(lo == -np.inf)
             if pos_inf and neg_inf:
-                return None
+                return False, True, True
             if pre is None:
                 x = raw
             else:                                      # elements pruned before score the floor
@@ -133,7 +147,7 @@ class _GroupRanker:
                 np.add(picked[0::m], 0.0, out=out)
                 for i in range(1, m):                  # added in group order, as the definition says
                     np.add(out, picked[i::m], out=out)
-        return small, sums
+        return False, pos_inf, neg_inf
 
 
 @register_pattern("N:M")

@@ -101,7 +101,8 @@ def test_every_field_has_a_validation_case():
                "min_sparsity_ratio_per_layer", "init_sparsity", "exponent", "leave_enabled", "monotone",
                "op_names", "excluded_op_names", "criterion_momentum", "skip_incompatible_layers",
                "regrowth", "regrowth_fraction", "pruned_gradient",   # these three: tests/sparsify/test_regrowth.py
-               "pruned_decay"}                                           # test_pruned_decay_is_validated
+               "pruned_decay",                                           # test_pruned_decay_is_validated
+               "num_threads"}                                            # tests/sparsify/test_threads.py
     assert names == covered
     with pytest.raises(TypeError, match="skip_incompatible_layers must be True or False"):
         PruningConfig(skip_incompatible_layers="no")

@@ -221,9 +221,9 @@ def test_a_missed_bracket_falls_back_to_the_exact_value():
     s = np.linspace(0, 10, n)
     s[np.arange(n) % 64 < 8] = 100.0                       # the sample reads runs of 8 every 64 elements
     brackets = []
-    classify = sel._Part.classify
+    classify = sel.classify
     with shrunk(chunk=256, sample=512), mock.patch.object(
-            sel._Part, "classify", lambda part, lo, hi, b: (brackets.append((lo, hi)), classify(part, lo, hi, b))):
+            sel, "classify", lambda parts, lo, hi, b: (brackets.append((lo, hi)), classify(parts, lo, hi, b))):
         for k in (100, 2000, 4000):
             np.testing.assert_array_equal(lowest_k_mask(s, k), reference(s, k))
     assert (100.0, 100.0) in brackets and len(brackets) > 3        # missed, then classified at the exact value

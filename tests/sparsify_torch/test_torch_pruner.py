@@ -393,3 +393,18 @@ def test_remove_is_silent_when_the_target_was_reached():
         warnings.simplefilter("error")
         pruner.remove()
     assert float((model[0].weight == 0).float().mean()) == pytest.approx(0.8, abs=0.01)
+
+# ----- reads hand the core views, not copies (docs/design.md, the adapter contract) ----------------------------
+def test_read_weights_are_views_of_float32_cpu_parameters():
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 3))
+    pruner = prune(model, {"target_sparsity": 0.5, **ONE_SHOT, "num_threads": 2})
+    reads = pruner.read_weights()
+    assert list(reads) == ["0.weight", "2.weight"]
+    for i, array in zip((0, 2), reads.values()):
+        original = model[i].parametrizations.weight.original
+        assert array.dtype == np.float32 and np.shares_memory(array, original.detach().numpy())
+    half = nn.Linear(8, 4).to(torch.bfloat16)                    # another dtype: converted once, into float32
+    reads = prune(half, {"target_sparsity": 0.5, **ONE_SHOT}).read_weights()
+    original = half.parametrizations.weight.original.detach()
+    assert reads["weight"].dtype == np.float32 and np.array_equal(reads["weight"], original.float().numpy())
+    assert (half.weight != 0).sum() == 16                         # dense under the mask: the read keeps all 32
