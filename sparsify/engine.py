@@ -28,7 +28,6 @@ Example:
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -76,13 +75,6 @@ class PruningEngine:
         """True when the criterion is scored after every backward pass (snip, snip_momentum), by the
         adapter, which hands the scores to the update; False when it is scored at the update."""
         return scored_every_step(self.config.criterion)
-
-    @property
-    def needs_gradients(self) -> bool:
-        """Deprecated alias of :attr:`scored_every_step`."""
-        warnings.warn("PruningEngine.needs_gradients is deprecated: use scored_every_step (same meaning)",
-                      DeprecationWarning, stacklevel=2)
-        return self.scored_every_step
 
     @property
     def needs(self) -> frozenset[str]:

@@ -59,6 +59,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from sparsify.criteria import gradient_score
 from sparsify.distributed import ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
@@ -67,7 +68,7 @@ from .frozen_pruned import FrozenPruned, PrunedParam
 from .fsdp_activations import GroupActivationNorms
 from .layers import PrunableWeight
 from .mask_write import ShardStorage
-from .pruner_base import PrunerBase, check_state_counters, gradient_score
+from .pruner_base import PrunerBase, check_state_counters
 from .tensorboard import SparsityWriter
 from .torch_collective import TorchCollective
 

@@ -30,13 +30,14 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from sparsify.criteria import gradient_score
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from . import mask_write
 from .layers import PrunableWeight
 from .mask_write import ParametrizedStorage
 from .parametrization import MaskParametrization
-from .pruner_base import PrunerBase, check_state_counters, dist_group_size, gradient_score
+from .pruner_base import PrunerBase, check_state_counters, dist_group_size
 from .frozen_pruned import FrozenPruned, PrunedParam
 from .fsdp_activations import GroupActivationNorms
 from .statistics import ActivationNorms

@@ -20,14 +20,11 @@ import torch
 
 from sparsify import PruningEngine
 from sparsify.adapter import collect_reads
-from sparsify.criteria import gradient_score
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from .tensorboard import SparsityWriter
 
-__all__ = ["PrunerBase", "check_state_counters", "check_num_steps", "gradient_score", "dist_group_size"]
-
-# gradient_score is the core's (sparsify.criteria.gradient_score), re-exported for existing imports
+__all__ = ["PrunerBase", "check_state_counters", "check_num_steps", "dist_group_size"]
 
 _STATE_KEYS = ("step", "done_step", "released", "names", "masks", "scores", "config")
 
