@@ -38,7 +38,7 @@ from .pattern_fit import check_pattern_fit
 from .patterns import Pattern
 from .regrowth import regrow, regrowth_fraction
 
-__all__ = ["PruningEngine", "select_names"]
+__all__ = ["PruningEngine", "select_names", "select_layers"]
 
 
 def select_names(names: Iterable[str], op_names: list[str], excluded_op_names: list[str]) -> list[str]:
@@ -51,6 +51,26 @@ def select_names(names: Iterable[str], op_names: list[str], excluded_op_names: l
     inc = [re.compile(r) for r in op_names]
     exc = [re.compile(r) for r in excluded_op_names]
     return [n for n in names if any(r.search(n) for r in inc) and not any(r.search(n) for r in exc)]
+
+
+def select_layers(config: PruningConfig, names: Iterable[str], shapes: Mapping[str, tuple[int, ...]] | None = None,
+                  min_ndim: int = 2) -> list[str]:
+    """The weights ``config`` prunes among ``names``: selected by its ``op_names``/``excluded_op_names``,
+    keeping order. Weights of fewer than ``min_ndim`` dimensions (biases, norms) are left out when ``shapes``
+    is given. Raises ``ValueError`` if nothing matches. (:meth:`PruningEngine.select_layers` is this function.)
+
+    Example:
+        >>> select_layers(PruningConfig(), ["fc.weight", "fc.bias"], {"fc.weight": (2, 2), "fc.bias": (2,)})
+        ['fc.weight']
+    """
+    names = list(names)
+    candidates = [n for n in names if shapes is None or len(tuple(shapes[n])) >= min_ndim]
+    chosen = select_names(candidates, config.op_names, config.excluded_op_names)
+    if not chosen:
+        shown = ", ".join(candidates[:20]) + (" ..." if len(candidates) > 20 else "")
+        raise ValueError(f"op_names={config.op_names} excluded_op_names={config.excluded_op_names} "
+                         f"match no prunable weight; prunable weights are: [{shown}]")
+    return chosen
 
 
 class PruningEngine:
@@ -84,19 +104,12 @@ class PruningEngine:
 
     def select_layers(self, names: Iterable[str], shapes: Mapping[str, tuple[int, ...]] | None = None,
                       min_ndim: int = 2) -> list[str]:
-        """Names selected by ``op_names``/``excluded_op_names``, keeping order.
+        """Names selected by ``op_names``/``excluded_op_names``, keeping order (:func:`select_layers`).
 
         Weights of fewer than ``min_ndim`` dimensions (biases, norms) are left
         out when ``shapes`` is given. Raises ``ValueError`` if nothing matches.
         """
-        names = list(names)
-        candidates = [n for n in names if shapes is None or len(tuple(shapes[n])) >= min_ndim]
-        chosen = select_names(candidates, self.config.op_names, self.config.excluded_op_names)
-        if not chosen:
-            shown = ", ".join(candidates[:20]) + (" ..." if len(candidates) > 20 else "")
-            raise ValueError(f"op_names={self.config.op_names} excluded_op_names={self.config.excluded_op_names} "
-                             f"match no prunable weight; prunable weights are: [{shown}]")
-        return chosen
+        return select_layers(self.config, names, shapes, min_ndim)
 
     def check_layers(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, str]:
         """Raise ``ValueError`` now, naming every selected weight the pattern does not fit; with

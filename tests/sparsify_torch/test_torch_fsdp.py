@@ -211,6 +211,24 @@ def errors_run(rank: int, world: int) -> dict:
     return out
 
 
+def engines_run(rank: int, world: int) -> dict:
+    """prune() on FSDP2 weights: the config coerced and the core's engine built once (the sharded protocol's)."""
+    built, init = [], PruningEngine.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(args[0] if args else kwargs.get("config"))
+        init(self, *args, **kwargs)
+
+    PruningEngine.__init__ = counting
+    try:
+        pruner = prune(shard_model(Net()), {"target_sparsity": 0.5, "start_step": 0, "end_step": 0,
+                                            "op_names": ["fc"]})
+    finally:
+        PruningEngine.__init__ = init
+    return {"type": type(pruner).__name__, "built": len(built), "coerced_once": built[0] is pruner.config,
+            "names": pruner.names}
+
+
 def _partly_sharded() -> nn.Module:
     from torch.distributed.fsdp import fully_shard
     model = Net()
@@ -509,6 +527,7 @@ def suite(rank: int, world: int, ckpt: str) -> dict:
     out = {"schedule": schedule_run(rank, world), "failed_step": failed_step_run(rank, world)}
     if world == 1:
         out["load_errors"] = load_errors_run(rank, world)
+        out["engines"] = engines_run(rank, world)
         out["dense_train"] = {k: dense_train_run(rank, world, k, ckpt + "/unused", "full") for k in DENSE_CFGS}
     if world == 2:
         out["train_full"] = train_run(rank, world, ckpt + "/train", "full")
@@ -587,6 +606,11 @@ def test_fsdp_load_state_dict_errors_name_the_problem(runs):
     assert res["scored_unknown"].endswith("got ['fc9.weight']")
     assert res["scored_lacking"] == "state['scores'] lacks the scores of 'fc1.weight' named in state['scored']"
     assert res["unchanged"]
+
+
+def test_fsdp_prune_checks_coerces_and_builds_one_engine(runs):
+    assert runs(1)[0]["engines"] == {"type": "ShardedPruner", "built": 1, "coerced_once": True,
+                                     "names": ["fc1.weight", "fc2.weight"]}
 
 
 def test_fsdp_four_ranks_uneven_shards_give_the_single_process_masks(runs):
