@@ -168,6 +168,7 @@ def test_extract_reads_setup_skip_and_indented_fences(tmp_path):
     assert blocks[1].code == "sparsify --help\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", RUNNABLE)
 def test_page_blocks_run(page, tmp_path):
     runnable = [b for b in ALL_BLOCKS[page] if b.lang in ("python", "bash") and b.skip is None]

@@ -17,6 +17,8 @@ from bench import bench_accuracy  # noqa: E402
 from bench.accuracy.problems import batch_order, init_weights, problem, setting  # noqa: E402
 from bench.accuracy.torch_runs import Net  # noqa: E402
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 SHORT = ["--seeds", "2", "--frameworks", "torch", "--datasets", "digits", "--settings", "90,2:4", "--steps", "30",
          "--no-write"]
 
