@@ -50,7 +50,6 @@ def test_short_run_records_every_arm_and_reports(tmp_path):
     assert [r["bpc"] for r in again["runs"]] == [r["bpc"] for r in data["runs"]]
 
 
-@pytest.mark.slow
 def test_gradual_arms_reach_their_target(tmp_path):
     args = TINY + ["--gradual", "--gradual-targets", "50", "--out-json", str(tmp_path / "lm.json"),
                    "--cache", str(tmp_path / "cache")]
@@ -71,7 +70,6 @@ def test_an_arm_that_cannot_run_a_setting_is_refused_before_training(tmp_path, c
     assert not out.exists() and not (tmp_path / "cache").exists()
 
 
-@pytest.mark.slow
 def test_gradual_two_of_four_arms_end_two_of_four():
     """At setting 2:4 torch.ao (2 zeros per (1, 4) block) and both SR-STE arms end with exactly two zeros in every
     four consecutive weights of each pruned linear; ``sr_ste_at_start`` has them from the start step (2 of 20) on,
@@ -144,7 +142,6 @@ def test_arms_prune_exactly_the_blocks(arm, setting):
             assert zeros == 0
 
 
-@pytest.mark.slow
 def test_gpt2_export_computes_the_same_logits(tmp_path):
     pytest.importorskip("transformers")
     corpus = lm_data.load_corpus()
@@ -156,7 +153,6 @@ def test_gpt2_export_computes_the_same_logits(tmp_path):
         assert float((hf(input_ids=x).logits - model(x)).abs().max()) < 1e-5
 
 
-@pytest.mark.slow
 def test_gradual_alone_reuses_the_recorded_dense_figures(tmp_path):
     out, cache = tmp_path / "lm.json", tmp_path / "cache"
     args = TINY + ["--gradual", "--gradual-targets", "50", "--gradual-arms", "default", "--out-json", str(out),

@@ -62,7 +62,6 @@ def test_the_table_derives_the_budget_and_the_frequency_that_fits():
     assert over[9].strip() == "no" and over[10].strip() == "11"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [(["--epochs", "1"], "--epochs: at least 2"),
                                            (["--backends", "jax,mxnet"], "--backends: a comma-separated subset")])
 def test_bad_arguments_are_refused_before_any_run(args, message, capsys):
