@@ -311,6 +311,7 @@ def test_option_errors_name_the_subcommand(capsys):
                           "(see 'sparsify schedule --help')")
 
 
+@pytest.mark.slow
 def test_os_errors_print_the_message_and_the_file_not_the_errno(tmp_path, capsys):
     rc = main(["demo", "--framework", "torch", "--steps", "3", "--no-progress", "--out", str(tmp_path / "f" / "x")])
     assert rc == 0                      # parents are created
