@@ -1,5 +1,5 @@
 #!/bin/bash
-# A Keras 3 user on JAX needs neither TensorFlow nor torch (issue 33): install sparsify with the `jax` extra
+# A Keras 3 user on JAX needs neither TensorFlow nor torch (issue 33): install sparsify-train (this checkout) with the `jax` extra
 # only into a fresh virtual environment, check that TensorFlow and torch are absent, and run the Keras 3 tests
 # of the JAX backend and the README's Keras quickstart there. Needs the package registry (pip).
 #

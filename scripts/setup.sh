@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install sparsify with every extra. Idempotent, and it heals:
+# Create .venv and install this checkout (the distribution sparsify-train) with every extra. Idempotent, and it heals:
 # - a .venv made by a Python older than 3.11 (or whose Python is gone) is moved aside to
 #   .venv.old and rebuilt with $PYTHON (default python3);
 # - the package is (re)installed only when setup.cfg, pyproject.toml or this script changed
@@ -32,6 +32,14 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && \
   exit 0                      # nothing changed since the last install
 fi
 .venv/bin/python -m pip install -q --upgrade pip
+# Before issue 47 this checkout was installed as the distribution `sparsify` (the registry's name of an unrelated
+# project); ours is `sparsify-train`. Remove that old install of this checkout first (its record also lists the
+# `sparsify` command, which the new install writes again); the registry's own `sparsify` is left alone.
+if .venv/bin/python -c "import json, os, sys, importlib.metadata as m
+urls = [json.loads(d.read_text('direct_url.json') or '{}').get('url') for d in m.distributions(name='sparsify')]
+sys.exit('file://' + os.path.abspath('.') not in urls)" >/dev/null 2>&1; then
+  .venv/bin/python -m pip uninstall -y -q sparsify
+fi
 .venv/bin/python -m pip install -q -e ".[all,test]"
 # The CUDA torch wheel pulls in triton, a GPU kernel compiler that CPU runs never use. Loaded after
 # TensorFlow (e.g. by torchvision or torch.compile) its libtriton segfaults the process, so drop it.

@@ -34,6 +34,7 @@ import numpy as np
 
 from .config import PruningConfig
 from .criteria import get_criterion, scored_every_step
+from .layout import view_shape
 from .pattern_fit import check_pattern_fit
 from .patterns import Pattern
 from .regrowth import regrow, regrowth_fraction
@@ -240,6 +241,8 @@ class PruningEngine:
                 activations: Mapping[str, np.ndarray] | None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Checked weights and their scores (the criterion's unless given)."""
         weights = {n: _numeric(f"weights[{n!r}]", w) for n, w in weights.items()}
+        for n, w in weights.items():
+            view_shape(w.shape, n)          # a scalar weight: a ValueError naming the layer, before any scoring
         if scores is None:
             scores = self.criterion_scores(weights, activations)
         else:

@@ -30,11 +30,23 @@ __all__ = ["to_2d", "from_2d", "view_shape", "tf_to_canonical", "canonical_to_tf
            "conv_transpose_to_canonical", "canonical_to_conv_transpose"]
 
 
-def to_2d(w: np.ndarray) -> np.ndarray:
-    """The 2-D view of a canonical weight (a copy only for rank >= 3)."""
+def _scalar_error(name: str | None) -> ValueError:
+    where = "weight" if name is None else f"layer {name!r}: the weight"
+    return ValueError(f"{where} must have at least 1 dimension, got a scalar of shape ()")
+
+
+def to_2d(w: np.ndarray, name: str | None = None) -> np.ndarray:
+    """The 2-D view of a canonical weight (a copy only for rank >= 3); ``name``, the layer's, goes in errors.
+
+    Example:
+        >>> to_2d(np.float32(1.0), "w")
+        Traceback (most recent call last):
+        ...
+        ValueError: layer 'w': the weight must have at least 1 dimension, got a scalar of shape ()
+    """
     w = np.asarray(w)
     if w.ndim == 0:
-        raise ValueError(f"weight must have at least 1 dimension, got a scalar of shape {w.shape}")
+        raise _scalar_error(name)
     if w.ndim == 1:
         return w.reshape(1, -1)
     if w.ndim == 2:
@@ -43,8 +55,8 @@ def to_2d(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w.transpose(axes)).reshape(w.shape[0], -1)
 
 
-def view_shape(shape: tuple[int, ...]) -> tuple[int, int]:
-    """Shape of the 2-D view of a canonical ``shape``, without an array.
+def view_shape(shape: tuple[int, ...], name: str | None = None) -> tuple[int, int]:
+    """Shape of the 2-D view of a canonical ``shape``, without an array; ``name``, the layer's, goes in errors.
 
     Example:
         >>> view_shape((8, 3, 5, 5)), view_shape((7,))
@@ -52,7 +64,7 @@ def view_shape(shape: tuple[int, ...]) -> tuple[int, int]:
     """
     shape = tuple(int(d) for d in shape)
     if len(shape) == 0:
-        raise ValueError("weight must have at least 1 dimension, got a scalar shape ()")
+        raise _scalar_error(name)
     if len(shape) == 1:
         return (1, shape[0])
     return (shape[0], int(np.prod(shape[1:], dtype=np.int64)))

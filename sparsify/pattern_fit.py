@@ -50,7 +50,7 @@ def incompatible_layers(pattern: Any, shapes: Mapping[str, tuple[int, ...]]) -> 
         shape = tuple(int(d) for d in shape)
         if 0 in shape:
             continue
-        shape2d = view_shape(shape)
+        shape2d = view_shape(shape, name)
         reason = pattern.shape_fit(shape)         # the 2-D view's fit; "OxIxK" checks the kernel too
         if reason is not None:
             out[name] = (shape2d, reason)

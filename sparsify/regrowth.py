@@ -72,17 +72,17 @@ def regrow(masks: Mapping[str, np.ndarray], scores: Mapping[str, np.ndarray],
     new, grown = {}, {}
     for index, (name, mask) in enumerate(masks.items()):
         mask = np.asarray(mask, dtype=bool)
-        m2 = to_2d(mask)
+        m2 = to_2d(mask, name)
         kept = int(np.count_nonzero(m2))
         candidates = ~m2
         d = min(exact_prune_count(fraction, kept, keep_one=False), int(np.count_nonzero(candidates)))
         if d <= 0 or mask.ndim < 2:
             new[name], grown[name] = mask.copy(), np.zeros(mask.shape, dtype=bool)
             continue
-        s2 = to_2d(np.asarray(scores[name]))
+        s2 = to_2d(np.asarray(scores[name]), name)
         drop = lowest_k_mask(s2, m2.size - kept + d, name, eligible=m2) & m2     # the pruned count towards k
         if method == "rigl":
-            key = -np.abs(to_2d(np.asarray(grads[name], dtype=np.float64)))
+            key = -np.abs(to_2d(np.asarray(grads[name], dtype=np.float64), name))
         else:
             key = np.random.default_rng([int(step) & 0xFFFFFFFF, index]).random(m2.shape)
         grow = lowest_k_mask(np.where(candidates, key, np.inf), d, name)

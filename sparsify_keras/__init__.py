@@ -1,7 +1,7 @@
 """Keras 3 pruning on every backend (JAX, PyTorch, TensorFlow): prune during ``model.fit`` with one callback.
 
-Importable without TensorFlow: a JAX or PyTorch user installs ``sparsify[jax]`` or
-``sparsify[keras-torch]``. tf-keras (Keras 2) models: :mod:`sparsify_tf.keras`.
+Importable without TensorFlow: a JAX or PyTorch user installs ``sparsify-train[jax]`` or
+``sparsify-train[keras-torch]``. tf-keras (Keras 2) models: :mod:`sparsify_tf.keras`.
 
 Example:
     >>> import numpy as np, keras
@@ -15,6 +15,15 @@ Example:
     >>> float((model.layers[0].kernel.numpy() == 0).mean())
     0.5
 """
+from sparsify.extras import missing_framework
+
+try:                                # without Keras, or the backend KERAS_BACKEND names: the extras to install
+    import keras as _keras
+except ImportError as _e:
+    raise missing_framework("sparsify_keras", "keras", "jax", _e, ' (Keras 3 on JAX), "sparsify-train[keras-torch]" '
+                            '(on PyTorch) or "sparsify-train[tf]" (on TensorFlow); set KERAS_BACKEND (jax, torch, '
+                            'tensorflow) to the installed backend before Keras is first imported') from None
+
 from .callback import PruningCallback
 from .compat import keras_flavor
 from .layers import KerasPrunableWeight, find_prunable_weights, weight_kinds

@@ -20,6 +20,13 @@ Example:
     >>> callable(sparsify_tf.prune_graph)
     True
 """
+from sparsify.extras import missing_framework
+
+try:                                # without TensorFlow: an ImportError naming the extra to install
+    import tensorflow as _tf
+except ImportError as _e:
+    raise missing_framework("sparsify_tf", "tensorflow", "tf", _e) from None
+
 from .common.export import export_frozen_graph, export_saved_model
 from .common.graph_utils import get_prunable_ops_and_inputs, is_prunable_op
 from .common.optimizer_slots import find_optimizer_slots

@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 from torch import nn
@@ -22,12 +22,14 @@ from sparsify.criteria import get_criterion
 from sparsify.engine import select_layers
 from sparsify.protocol import PruningProtocol
 
-from .fsdp import ShardedPruner, is_sharded
-from .fsdp_entry import prune_sharded
+from .dtensor import is_dtensor
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
 from .pruner import Pruner
 from .statistics import check_activation_layers
+
+if TYPE_CHECKING:
+    from .fsdp import ShardedPruner
 
 __all__ = ["prune"]
 
@@ -105,7 +107,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     shapes = {n: w.shape for n, w in by_name.items()}
     params = {w.name: w.module._parameters.get(w.tensor_name) for w in candidates}
     sharded = torch.distributed.is_available() and torch.distributed.is_initialized() \
-        and any(is_sharded(p) for p in params.values())
+        and any(is_dtensor(p) for p in params.values())
     if sharded:
         if process_group is not None:
             raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
@@ -117,6 +119,8 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         _check_plain(layers)
     _check_selected(layers, params, config)
     if sharded:       # the sharded protocol is built there, once its rows are known
+        from .fsdp_entry import prune_sharded     # FSDP2 only: torch.distributed.tensor is imported by now
+
         return prune_sharded(model, config, layers, params, log_dir=log_dir, optimizer=optimizer)
     done: list[tuple[nn.Module, str]] = []
     try:

@@ -44,10 +44,10 @@ from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 import torch
-from torch.distributed.tensor import DTensor
 
 from sparsify.protocol import MaskUpdate
 
+from .dtensor import local_tensor
 from .layers import PrunableWeight
 
 __all__ = ["WeightStorage", "ParametrizedStorage", "ShardStorage", "optimizer_state", "write_update"]
@@ -127,7 +127,7 @@ class ParametrizedStorage:
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    return local_tensor(tensor)
 
 
 @dataclass(frozen=True)

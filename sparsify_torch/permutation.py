@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -32,7 +32,8 @@ from torch.nn.utils import parametrize
 from sparsify import nm_channel_permutation, nm_kept_magnitude
 from sparsify.patterns import PatternNInM, get_pattern
 
-from .channels.graph import ChannelGroup, MemberSlot, analyze_channel_groups, preserved_state
+if TYPE_CHECKING:
+    from .channels.graph import ChannelGroup, MemberSlot
 
 __all__ = ["permute_for_nm", "PermutationReport"]
 
@@ -152,6 +153,8 @@ def _flat_tensors(value: Any) -> List[torch.Tensor]:
 
 def _outputs(model: nn.Module, args: Tuple[Any, ...]) -> List[torch.Tensor]:
     """Outputs in eval mode (dropout off, BatchNorm on its statistics); modes and buffers are restored."""
+    from .channels.graph import preserved_state
+
     with preserved_state(model), torch.no_grad():
         model.eval()
         return _flat_tensors(model(*args))
@@ -203,6 +206,8 @@ def permute_for_nm(model: nn.Module, example_inputs, pattern="2:4", *, entry_poi
     if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not tolerance >= 0:
         raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    from .channels.graph import analyze_channel_groups   # the channel tracer (torch.fx): imported on use
+
     groups = analyze_channel_groups(model, entry_point, args, {})
     report = PermutationReport(pattern=p.pattern)
     saved = {k: v.detach().clone() for k, v in model.state_dict().items()}

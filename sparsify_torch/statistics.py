@@ -20,6 +20,7 @@ Example:
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Mapping
 
 import numpy as np
@@ -37,8 +38,10 @@ _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d
 
 def _module_type(module: nn.Module) -> type:
     """The module's own class (FSDP2's ``fully_shard`` swaps it for a subclass ``FSDP<Class>``)."""
-    from torch.distributed.fsdp import FSDPModule
     kind = type(module)
+    if "torch.distributed.fsdp" not in sys.modules:         # no fully_shard yet: no FSDP module (and no import)
+        return kind
+    from torch.distributed.fsdp import FSDPModule
     if issubclass(kind, FSDPModule):
         kind = next(b for b in kind.__mro__[1:] if not issubclass(b, FSDPModule))
     return kind

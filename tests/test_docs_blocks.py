@@ -15,10 +15,21 @@ block's names), in one fresh process per page with a scratch working directory h
 ``#`` comments dropped); it runs through ``sparsify.cli.main`` in that process and must exit 0. The demo
 runs on 40 steps unless the line sets ``--steps``. ``text`` blocks show output or diagrams and are not
 run; every other fence must be labelled.
+
+What a block says it prints is checked (``claims``): a line of a ``python`` block that starts with
+``print(`` and ends in a comment that starts with a value (a digit, ``-``, ``{``, ``[``, ``(``, a quote,
+``True``, ``False`` or ``None``) claims that the call writes that value. The comment may go on in prose
+after the value, separated by ``:``, ``,``, ``;`` or a space and a word (``# 0.9: 450 of 500 blocks``),
+so the text printed must be the whole comment or its start up to such a separator. A comment that ends
+in ``:`` (``# the layers differ:``) hands the claim to the comment-only line below it (``# {'fc': 0.9}``).
+Comments that start with a word are prose and are not checked. The last call of a claimed ``print``
+counts (in a loop, the last round); a claimed ``print`` that never runs fails the block.
 """
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import io
 import json
 import os
 import re
@@ -26,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -37,6 +49,34 @@ _FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 _DIRECTIVE = re.compile(r"<!--\s*(setup|skip|keras-backend):(.*?)-->", re.S)
 
 
+_VALUE = re.compile(r"""(-?\d|[\[{('"]|(True|False|None)\b)""")
+_PROSE_AFTER = re.compile(r"([:,;]|\s+[A-Za-z(])")
+
+
+def claims(code: str) -> list[tuple[int, str]]:
+    """(line in the block, the value it claims) of each ``print`` whose comment states what it writes."""
+    lines = code.splitlines()
+    comments = {}
+    for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string[1:].strip()
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not re.match(r"\s*print\(", line) or n not in comments:
+            continue
+        text = comments[n]
+        if text.endswith(":") and n < len(lines) and lines[n].strip().startswith("#"):
+            text = comments.get(n + 1, "")
+        if _VALUE.match(text):
+            out.append((n, text))
+    return out
+
+
+def claim_holds(printed: str, claim: str) -> bool:
+    """Whether ``printed`` (one call's output, newline dropped) is the claim or its start before prose."""
+    return claim == printed or (claim.startswith(printed) and bool(_PROSE_AFTER.match(claim[len(printed):])))
+
+
 @dataclasses.dataclass
 class Block:
     page: str
@@ -46,6 +86,7 @@ class Block:
     setup: str = ""
     skip: str | None = None
     backend: str = ""
+    claims: list = dataclasses.field(default_factory=list)
 
     @property
     def where(self) -> str:
@@ -79,6 +120,8 @@ def extract(path: Path, name: str | None = None) -> list[Block]:
         if i == len(lines):
             raise AssertionError(f"{name}:{start + 1}: the fence is never closed")
         block = Block(name, start + 1, lang, "\n".join(body) + "\n", backend=backends[0] if backends else "")
+        if lang == "python":
+            block.claims = claims(block.code)
         if pending and pending[0] == "setup":
             block.setup = _dedent(pending[1])
         elif pending:
@@ -124,7 +167,16 @@ def run_command(line, where):
         if rc not in (0, None):
             raise SystemExit(f"{where}: sparsify {' '.join(args)} exited with {rc}")
 
-import time
+import io, re, time
+printed = {}
+
+def claimed_print(line, *args, **kwargs):
+    buffer = io.StringIO()
+    print(*args, **{**kwargs, "file": buffer})
+    sys.stdout.write(buffer.getvalue())
+    printed[line] = buffer.getvalue().rstrip("\n")
+
+namespace["__claimed_print__"] = claimed_print
 for b in blocks:
     where = b["where"]
     started = time.perf_counter()
@@ -132,7 +184,15 @@ for b in blocks:
         if b["setup"]:
             exec(compile(b["setup"], where + " (setup)", "exec"), namespace)
         if b["lang"] == "python":
-            exec(compile(b["code"], where, "exec"), namespace)
+            code = b["code"].splitlines()
+            for line, _ in b["claims"]:
+                code[line - 1] = code[line - 1].replace("print(", f"__claimed_print__({line}, ", 1)
+            printed.clear()
+            exec(compile("\n".join(code) + "\n", where, "exec"), namespace)
+            for line, claim in b["claims"]:
+                got = printed.get(line)
+                if got is None or not claim_holds(got, claim):
+                    raise AssertionError(f"line {line} of the block prints {got!r}, its comment says {claim!r}")
         else:
             for line in b["code"].splitlines():
                 if line.strip() and not line.lstrip().startswith("#"):
@@ -168,17 +228,47 @@ def test_extract_reads_setup_skip_and_indented_fences(tmp_path):
     assert blocks[1].code == "sparsify --help\n"
 
 
+def run_blocks(blocks: list[Block], cwd: Path, backend: str = "") -> subprocess.CompletedProcess:
+    """Run blocks in order in one fresh process (``KERAS_BACKEND=backend`` if given), claims checked."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0", MPLBACKEND="Agg",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               **({"KERAS_BACKEND": backend} if backend else {}))
+    runner = f"import re\n_PROSE_AFTER = re.compile({_PROSE_AFTER.pattern!r})\n" + inspect.getsource(claim_holds) + _RUNNER
+    return subprocess.run([sys.executable, "-c", runner], cwd=cwd, env=env, capture_output=True, text=True,
+                          input=json.dumps([dataclasses.asdict(b) | {"where": b.where} for b in blocks]), timeout=600)
+
+
+def test_claims_read_the_comment_of_a_print():
+    code = ("print(x)   # 0.9: 450 of 500 blocks\nprint(y)   # the layers differ:\n# {'a': 0.5}\n"
+            "print(z)   # prose, not checked\nw = 1      # 0.3, not a print\nprint('#', v)  # None\n")
+    assert claims(code) == [(1, "0.9: 450 of 500 blocks"), (2, "{'a': 0.5}"), (6, "None")]
+
+
+@pytest.mark.parametrize("printed, claim, holds", [
+    ("0.9", "0.9", True), ("0.9", "0.9: 450 of 500", True), ("0.9", "0.9, every layer", True),
+    ("0.9", "0.9 exactly", True), ("0.7994", "0.8 exactly", False), ("0.9", "0.9004: 506 of 562", False),
+    ("12", "12 0.5", False), ("12 0.5", "12 0.5", True), ("{'a': 0.5}", "{'a': 0.5, 'b': 0.5}", False)])
+def test_claim_holds_when_the_printed_text_is_the_claim_or_its_start(printed, claim, holds):
+    assert claim_holds(printed, claim) is holds
+
+
+def test_a_wrong_claim_fails_its_block(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```python\nn = 3\nprint(n / 4)    # 0.75\n```\n\n```python\nprint(n * 0.1)  # 0.3\n```\n")
+    res = run_blocks(extract(page, "page.md"), tmp_path)
+    assert res.returncode == 1 and res.stdout.splitlines()[0] == "0.75"
+    assert [ln.split()[:2] for ln in res.stdout.splitlines()[1:]] == [["ok", "page.md:1"], ["0.30000000000000004"]]
+    assert "BLOCK FAILED: page.md:6: AssertionError: line 1 of the block prints '0.30000000000000004', " \
+           "its comment says '0.3'" in res.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUNNABLE)
 def test_page_blocks_run(page, tmp_path):
     runnable = [b for b in ALL_BLOCKS[page] if b.lang in ("python", "bash") and b.skip is None]
     shutil.copy(ROOT / "prune.yaml", tmp_path / "prune.yaml")
     for backend in dict.fromkeys(b.backend for b in runnable):         # the page's default process first
-        blocks = [dataclasses.asdict(b) | {"where": b.where} for b in runnable if b.backend == backend]
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0", MPLBACKEND="Agg",
-                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-                   **({"KERAS_BACKEND": backend} if backend else {}))
-        res = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(blocks), cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=600)
+        blocks = [b for b in runnable if b.backend == backend]
+        res = run_blocks(blocks, tmp_path, backend)
         assert res.returncode == 0, f"{page} {backend}: a block failed\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
-        assert [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("ok ")] == [b["where"] for b in blocks]
+        assert [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("ok ")] == [b.where for b in blocks]

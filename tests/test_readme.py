@@ -38,7 +38,7 @@ def test_two_commands_come_first():
 
 def test_readme_is_short_and_keeps_the_figure_slot():
     visible = re.sub(r"<!--.*?-->\n?", "", README, flags=re.S)
-    assert len(visible.splitlines()) <= 150
+    assert len(visible.splitlines()) <= 165          # 150, plus the install line of each framework (issue 47)
     assert README.count("\n<!-- accuracy-figure -->\n") == 1
 
 

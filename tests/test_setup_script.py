@@ -88,3 +88,20 @@ def test_refuses_an_old_interpreter(tmp_path):
     _executable(old, "#!/bin/sh\nexit 1\n")
     res, _ = _setup(tree, old, log)
     assert res.returncode == 1 and "is missing or older than Python 3.11" in res.stderr and not (tree / ".venv").exists()
+
+
+def test_the_old_distribution_of_this_checkout_is_removed_first(tmp_path):
+    """Installed as `sparsify` before issue 47, this checkout is now `sparsify-train`: the old record goes first."""
+    tree, fake, log = _tree(tmp_path)
+    site = tmp_path / "site"
+    info = site / "sparsify-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sparsify\nVersion: 0.1.0\n")
+    (info / "direct_url.json").write_text(f'{{"url": "file://{tree}", "dir_info": {{"editable": true}}}}')
+    log.write_text("")
+    res = subprocess.run(["bash", "scripts/setup.sh"], cwd=tree, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHON=str(fake), PYTHONPATH=str(site)))
+    calls = [ln.split(" ", 1)[1] for ln in log.read_text().splitlines() if " -m " in ln]
+    assert res.returncode == 0, res.stderr
+    assert calls[:4] == ["-m venv .venv", "-m pip install -q --upgrade pip", "-m pip uninstall -y -q sparsify",
+                         '-m pip install -q -e .[all,test]']

@@ -50,7 +50,7 @@ def import_tensorflow(quiet_python_logs: bool = True) -> ModuleType:
         else:
             import tensorflow as tf
     except ImportError as e:
-        raise ImportError(f"tensorflow is not installed ({e}); pip install 'sparsify[tf]'") from None
+        raise ImportError(f"tensorflow is not installed ({e}); pip install 'sparsify-train[tf]'") from None
     if quiet_python_logs:
         tf.get_logger().setLevel("ERROR")
     return tf
@@ -61,5 +61,5 @@ def import_torch() -> ModuleType:
     try:
         import torch
     except ImportError as e:
-        raise ImportError(f"torch is not installed ({e}); pip install 'sparsify[torch]'") from None
+        raise ImportError(f"torch is not installed ({e}); pip install 'sparsify-train[torch]'") from None
     return torch

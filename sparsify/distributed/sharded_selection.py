@@ -220,7 +220,7 @@ def _fit_layers(pattern: Pattern, layers: list[ShardedLayer], key) -> tuple[dict
     shapes2d: dict[str, tuple[int, int]] = {}
     errors: list[tuple[tuple[int, int], str]] = []
     for layer in layers:
-        shape2d = view_shape(layer.shard.shape)
+        shape2d = view_shape(layer.shard.shape, layer.name)
         shapes2d[layer.name] = shape2d
         reason = pattern.fits(shape2d)
         if reason is not None:

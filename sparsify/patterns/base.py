@@ -272,7 +272,7 @@ class Pattern:
         shape = tuple(int(d) for d in shape)
         if len(shape) == 0:
             raise ValueError(f"layer {name!r}: scores must have at least 1 dimension, got a scalar")
-        shape2d = view_shape(shape)      # no array: a check of a huge (or sharded) weight allocates nothing
+        shape2d = view_shape(shape, name)   # no array: a check of a huge (or sharded) weight allocates nothing
         reason = self.fits(shape2d)
         if reason is None:
             return True

@@ -153,4 +153,4 @@ class PatternNxM(Pattern):
 
     def get_block_size_dict(self, data: Mapping[str, np.ndarray]) -> dict[str, list[int]]:
         """Block (rows, cols) of the 2-D view for each layer."""
-        return {n: list(self.block_shape(to_2d(np.asarray(w)).shape)) for n, w in data.items()}
+        return {n: list(self.block_shape(to_2d(np.asarray(w), n).shape)) for n, w in data.items()}

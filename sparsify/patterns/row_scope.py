@@ -42,8 +42,8 @@ def row_masks(pattern: Any, scores: Mapping[str, np.ndarray], target_sparsity_ra
                                                 None if pre_masks is None else {name: pre_masks[name]},
                                                 max_sparsity_ratio_per_layer)[name]
             continue
-        s2 = to_2d(score)
-        pre = None if pre_masks is None or pre_masks.get(name) is None else to_2d(np.asarray(pre_masks[name], bool))
+        s2 = to_2d(score, name)
+        pre = None if pre_masks is None or pre_masks.get(name) is None else to_2d(np.asarray(pre_masks[name], bool), name)
         rows = {f"{name} (row {i})": s2[i:i + 1] for i in range(s2.shape[0])}
         pre_rows = None if pre is None else {f"{name} (row {i})": pre[i:i + 1] for i in range(s2.shape[0])}
         masks = pattern.get_masks_local(rows, target_sparsity_ratio, pre_rows, max_sparsity_ratio_per_layer)

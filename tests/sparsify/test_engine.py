@@ -196,3 +196,17 @@ def test_kernel_block_misfits_are_named_together():
     eng = PruningEngine({"target_sparsity": 0.5, "pattern": "2x2x1", "start_step": 0, "end_step": 0})
     with pytest.raises(ValueError, match=r"fits none of the 2 selected layers: 'c1' .*; 'c2' "):
         eng.compute_masks({"c1": np.ones((3, 2, 1, 1)), "c2": np.ones((5, 4, 3, 3))}, step=0)
+
+
+@pytest.mark.parametrize("config", [
+    {}, {"pattern": "2:4"}, {"pattern": "4x1", "skip_incompatible_layers": True}, {"pruning_scope": "global"},
+    {"pruning_scope": "row"}, {"criterion": "wanda"}, {"regrowth": "set", "sparsity_decay_type": "constant"}])
+def test_a_scalar_weight_is_refused_naming_the_layer(config):
+    """Issue 47: whatever the pattern, scope or criterion, the error names the layer (and no mask of shape (1,))."""
+    engine = PruningEngine({"end_step": 0, **config})
+    weights = {"fc": np.ones((4, 4), np.float32), "w": np.float32(1.0)}
+    with pytest.raises(ValueError, match=r"^layer 'w': the weight must have at least 1 dimension, "
+                                         r"got a scalar of shape \(\)$"):
+        engine.compute_masks(weights, step=0)
+    with pytest.raises(ValueError, match=r"^layer 'w': the weight must have at least 1 dimension"):
+        engine.check_layers({"fc": (4, 4), "w": ()})

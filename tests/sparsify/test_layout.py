@@ -13,8 +13,18 @@ def test_2d_view_puts_input_channel_fastest():
     # element (o=0, kh=0, kw=1) across input channels 0..2 are consecutive
     assert view[0, 3:6].tolist() == [w[0, 0, 0, 1], w[0, 1, 0, 1], w[0, 2, 0, 1]]
     assert to_2d(np.arange(4.0)).shape == (1, 4)
-    with pytest.raises(ValueError, match="scalar"):
+    with pytest.raises(ValueError, match=r"^weight must have at least 1 dimension, got a scalar of shape \(\)$"):
         to_2d(np.float32(1.0))
+
+
+def test_a_scalar_is_refused_naming_the_layer():
+    from sparsify.layout import view_shape
+
+    message = r"^layer 'w': the weight must have at least 1 dimension, got a scalar of shape \(\)$"
+    with pytest.raises(ValueError, match=message):
+        to_2d(np.float32(1.0), "w")
+    with pytest.raises(ValueError, match=message):
+        view_shape((), "w")
 
 
 @settings(max_examples=40, deadline=None)

@@ -305,7 +305,7 @@ def switch_backend():
     import importlib.util
 
     other = next((b for b in ("torch", "jax", "tensorflow") if b != BACKEND and importlib.util.find_spec(b)), None)
-    if other is None:           # an environment with one backend only (pip install "sparsify[jax]")
+    if other is None:           # an environment with one backend only (pip install "sparsify-train[jax]")
         return {"skip": f"no Keras backend but {BACKEND!r} is installed: nothing to switch to"}
     keras.config.set_backend(other)
     import keras as switched

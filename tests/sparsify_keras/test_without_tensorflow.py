@@ -1,5 +1,5 @@
 """A JAX or PyTorch Keras user needs no TensorFlow: sparsify_keras imports and prunes with TensorFlow (and
-tf-keras) made unimportable, as in an environment where ``pip install "sparsify[jax]"`` put keras + jax only."""
+tf-keras) made unimportable, as in an environment where ``pip install "sparsify-train[jax]"`` put keras + jax only."""
 from __future__ import annotations
 
 import json

@@ -338,7 +338,7 @@ def _write_outputs(run_dir: RunDirectory, res: DemoResult, run: BackendRun, plot
             plot_mask(w != 0, name=name, path=stage / f"mask_{name}.png")
             staged.append(stage / f"mask_{name}.png")
     else:
-        res.notes.append("plots skipped: matplotlib is not installed (pip install 'sparsify[plot]')")
+        res.notes.append("plots skipped: matplotlib is not installed (pip install 'sparsify-train[plot]')")
     staged.append(stage / "summary.json")
     # the manifest is written last, when the run is committed
     res.files = [str(run_dir.final_path(p)) for p in staged] + [str(run_dir.out / MANIFEST)]

@@ -138,7 +138,8 @@ def _read_torch(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
     try:
         torch = import_torch()
     except ImportError:
-        raise ValueError(f"{p!r} is a torch file but torch is not installed (pip install 'sparsify[torch]')") from None
+        raise ValueError(f"{p!r} is a torch file but torch is not installed "
+                         "(pip install 'sparsify-train[torch]')") from None
     try:
         obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many types for bad files
@@ -180,7 +181,8 @@ def _tf_reader(prefix: str, what: str):
     try:
         tf = import_tensorflow()
     except ImportError:
-        raise ValueError(f"{prefix!r} is a {what} but tensorflow is not installed (pip install 'sparsify[tf]')") from None
+        raise ValueError(f"{prefix!r} is a {what} but tensorflow is not installed "
+                         "(pip install 'sparsify-train[tf]')") from None
     try:
         return tf, tf.train.load_checkpoint(prefix)
     except Exception as e:  # noqa: BLE001 - tf.errors.* for bad files
@@ -239,7 +241,8 @@ def _parse_graphs(p: str, saved_model: bool, max_bytes: int | None) -> tuple[Any
     try:
         tf = import_tensorflow()
     except ImportError:
-        raise ValueError(f"{p!r} is a {what} but tensorflow is not installed (pip install 'sparsify[tf]')") from None
+        raise ValueError(f"{p!r} is a {what} but tensorflow is not installed "
+                         "(pip install 'sparsify-train[tf]')") from None
     raw = _load_pb(p, what, max_bytes)
     try:
         if saved_model:

@@ -33,10 +33,10 @@ def test_import_torch():
 def test_missing_framework_names_the_extra(monkeypatch):
     # a None entry in sys.modules makes `import name` raise ImportError, as if it were not installed
     monkeypatch.setitem(sys.modules, "torch", None)
-    with pytest.raises(ImportError, match=r"torch is not installed .*pip install 'sparsify\[torch\]'"):
+    with pytest.raises(ImportError, match=r"torch is not installed .*pip install 'sparsify-train\[torch\]'"):
         import_torch()
     monkeypatch.setitem(sys.modules, "tensorflow", None)
-    with pytest.raises(ImportError, match=r"tensorflow is not installed .*pip install 'sparsify\[tf\]'"):
+    with pytest.raises(ImportError, match=r"tensorflow is not installed .*pip install 'sparsify-train\[tf\]'"):
         import_tensorflow()
 
 
