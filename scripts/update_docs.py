@@ -135,13 +135,11 @@ def bench_section() -> str:
 def public_modules(root: Path = ROOT) -> list[str]:
     """Dotted names of the public modules of the three packages (no part starting with ``_``), sorted.
 
-    A deprecated module path (a re-export whose source has a ``__deprecated__ = True`` line) is not one.
-
     Examples:
         >>> "sparsify.config" in public_modules() and "sparsify.__main__" not in public_modules()
         True
-        >>> "sparsify_tf.graph_pruning" in public_modules()      # the old path of sparsify_tf.graph.pruning
-        False
+        >>> "sparsify_tf.graph.pruning" in public_modules()
+        True
     """
     names = []
     for package in PACKAGES:
@@ -149,8 +147,7 @@ def public_modules(root: Path = ROOT) -> list[str]:
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            deprecated = re.search(r"^__deprecated__ = True\b", path.read_text(), flags=re.M)
-            if not any(part.startswith("_") for part in parts) and not deprecated:
+            if not any(part.startswith("_") for part in parts):
                 names.append(".".join(parts))
     return sorted(names)
 

@@ -32,7 +32,6 @@ Example:
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -41,7 +40,7 @@ import numpy as np
 __all__ = ["Criterion", "NEEDS", "register_criterion", "unregister_criterion", "get_criterion",
            "registered_criteria", "oneshot_needs_data",
            "magnitude", "snip", "snip_momentum", "wanda", "scored_every_step", "gradient_score",
-           "needs_gradients", "CRITERIA", "GRADIENT_CRITERIA"]
+           "CRITERIA", "GRADIENT_CRITERIA"]
 
 #: What a criterion may ask the adapters for.
 NEEDS = ("weight", "grad", "state", "activation")
@@ -173,14 +172,6 @@ def oneshot_needs_data(criterion: str, has_data: bool, what: str = "data") -> bo
     if needs and not has_data:
         raise ValueError(f"criterion {criterion!r} reads the layers' inputs: pass calibration {what}")
     return needs
-
-
-def needs_gradients(criterion: str) -> bool:
-    """Deprecated alias of :func:`scored_every_step` (the old name said "gradients", but it is False for
-    RigL, which reads gradients at the update, and true for any criterion with a running state)."""
-    warnings.warn("sparsify.criteria.needs_gradients is deprecated: use scored_every_step (same meaning: the "
-                  "criterion is scored after every backward pass)", DeprecationWarning, stacklevel=2)
-    return scored_every_step(criterion)
 
 
 def magnitude(weight: Any) -> Any:

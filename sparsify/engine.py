@@ -28,7 +28,6 @@ Example:
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -42,7 +41,7 @@ from .parallel_layers import layer_scores, map_layers
 from .regrowth import regrow, regrowth_fraction
 from .threads import default_threads, use_threads
 
-__all__ = ["PruningEngine", "select_names"]
+__all__ = ["PruningEngine", "select_names", "select_layers"]
 
 
 def select_names(names: Iterable[str], op_names: list[str], excluded_op_names: list[str]) -> list[str]:
@@ -55,6 +54,26 @@ def select_names(names: Iterable[str], op_names: list[str], excluded_op_names: l
     inc = [re.compile(r) for r in op_names]
     exc = [re.compile(r) for r in excluded_op_names]
     return [n for n in names if any(r.search(n) for r in inc) and not any(r.search(n) for r in exc)]
+
+
+def select_layers(config: PruningConfig, names: Iterable[str], shapes: Mapping[str, tuple[int, ...]] | None = None,
+                  min_ndim: int = 2) -> list[str]:
+    """The weights ``config`` prunes among ``names``: selected by its ``op_names``/``excluded_op_names``,
+    keeping order. Weights of fewer than ``min_ndim`` dimensions (biases, norms) are left out when ``shapes``
+    is given. Raises ``ValueError`` if nothing matches. (:meth:`PruningEngine.select_layers` is this function.)
+
+    Example:
+        >>> select_layers(PruningConfig(), ["fc.weight", "fc.bias"], {"fc.weight": (2, 2), "fc.bias": (2,)})
+        ['fc.weight']
+    """
+    names = list(names)
+    candidates = [n for n in names if shapes is None or len(tuple(shapes[n])) >= min_ndim]
+    chosen = select_names(candidates, config.op_names, config.excluded_op_names)
+    if not chosen:
+        shown = ", ".join(candidates[:20]) + (" ..." if len(candidates) > 20 else "")
+        raise ValueError(f"op_names={config.op_names} excluded_op_names={config.excluded_op_names} "
+                         f"match no prunable weight; prunable weights are: [{shown}]")
+    return chosen
 
 
 class PruningEngine:
@@ -83,13 +102,6 @@ class PruningEngine:
         return scored_every_step(self.config.criterion)
 
     @property
-    def needs_gradients(self) -> bool:
-        """Deprecated alias of :attr:`scored_every_step`."""
-        warnings.warn("PruningEngine.needs_gradients is deprecated: use scored_every_step (same meaning)",
-                      DeprecationWarning, stacklevel=2)
-        return self.scored_every_step
-
-    @property
     def needs(self) -> frozenset[str]:
         """What the adapters collect for this config: the criterion's needs, plus ``grad`` for RigL."""
         extra = {"grad"} if self.config.regrowth == "rigl" else set()
@@ -97,19 +109,12 @@ class PruningEngine:
 
     def select_layers(self, names: Iterable[str], shapes: Mapping[str, tuple[int, ...]] | None = None,
                       min_ndim: int = 2) -> list[str]:
-        """Names selected by ``op_names``/``excluded_op_names``, keeping order.
+        """Names selected by ``op_names``/``excluded_op_names``, keeping order (:func:`select_layers`).
 
         Weights of fewer than ``min_ndim`` dimensions (biases, norms) are left
         out when ``shapes`` is given. Raises ``ValueError`` if nothing matches.
         """
-        names = list(names)
-        candidates = [n for n in names if shapes is None or len(tuple(shapes[n])) >= min_ndim]
-        chosen = select_names(candidates, self.config.op_names, self.config.excluded_op_names)
-        if not chosen:
-            shown = ", ".join(candidates[:20]) + (" ..." if len(candidates) > 20 else "")
-            raise ValueError(f"op_names={self.config.op_names} excluded_op_names={self.config.excluded_op_names} "
-                             f"match no prunable weight; prunable weights are: [{shown}]")
-        return chosen
+        return select_layers(self.config, names, shapes, min_ndim)
 
     def check_layers(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, str]:
         """Raise ``ValueError`` now, naming every selected weight the pattern does not fit; with

@@ -367,6 +367,21 @@ class PruningProtocol:
             ValueError: the state was saved with another config (the differing
                 keys are named), for other weights, or holds bad values.
         """
+        self.check_state(state)
+        self.restore(state["done_step"], state["masks"], released=state["released"])
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Check what a saved state says about the run, without its masks (:meth:`restore` checks those):
+        its keys, version, config and pruned weights. An adapter that converts the saved masks first
+        calls it before, so that a state of another model or config is named as such.
+
+        Example:
+            >>> p = PruningProtocol({"target_sparsity": 0.5, "end_step": 0}, {"w": (2, 2)})
+            >>> p.check_state({**p.state_dict(), "names": ["v"]})
+            Traceback (most recent call last):
+            ...
+            ValueError: state was saved for pruned weights ['v'], but this model prunes ['w']
+        """
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         missing = [k for k in ("config", "names", "done_step", "released", "masks") if k not in state]
@@ -385,7 +400,6 @@ class PruningProtocol:
         names = state["names"]
         if not isinstance(names, (list, tuple)) or list(names) != self.names:
             raise ValueError(f"state was saved for pruned weights {names!r}, but this model prunes {self.names}")
-        self.restore(state["done_step"], state["masks"], released=state["released"])
 
     def restore(self, done_step: int, masks: Arrays, *, released: bool | None = None) -> None:
         """Set the done step and masks (e.g. read back from framework variables after a checkpoint load).

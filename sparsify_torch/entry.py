@@ -18,6 +18,8 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from sparsify import PruningConfig
+from sparsify.criteria import get_criterion
+from sparsify.engine import select_layers
 from sparsify.protocol import PruningProtocol
 
 from .dtensor import is_dtensor
@@ -100,6 +102,44 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         >>> int((m.weight != 0).sum())
         8
     """
+    config, candidates = _checked_call(model, config, optimizer)
+    by_name = {w.name: w for w in candidates}
+    shapes = {n: w.shape for n, w in by_name.items()}
+    params = {w.name: w.module._parameters.get(w.tensor_name) for w in candidates}
+    sharded = torch.distributed.is_available() and torch.distributed.is_initialized() \
+        and any(is_dtensor(p) for p in params.values())
+    if sharded:
+        if process_group is not None:
+            raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
+                             "over their own device mesh: pass process_group=None")
+        layers = [by_name[n] for n in select_layers(config, list(shapes), shapes)]
+    else:
+        protocol = PruningProtocol(config, shapes)
+        layers = [by_name[n] for n in protocol.names]
+        _check_plain(layers)
+    _check_selected(layers, params, config)
+    if sharded:       # the sharded protocol is built there, once its rows are known
+        from .fsdp_entry import prune_sharded     # FSDP2 only: torch.distributed.tensor is imported by now
+
+        return prune_sharded(model, config, layers, params, log_dir=log_dir, optimizer=optimizer)
+    done: list[tuple[nn.Module, str]] = []
+    try:
+        for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in layers):
+            p = module._parameters[tensor_name]
+            parametrize.register_parametrization(module, tensor_name, MaskParametrization(
+                torch.ones_like(p.detach()), straight_through=config.pruned_gradient == "straight_through",
+                pruned_decay=config.pruned_decay))
+            done.append((module, tensor_name))
+        return Pruner(model, protocol, layers, process_group, log_dir, optimizer)
+    except BaseException:
+        for module, tensor_name in done:   # nothing half-applied
+            parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)
+        raise
+
+
+def _checked_call(model: Any, config: Any, optimizer: Any) -> tuple[PruningConfig, list[PrunableWeight]]:
+    """The checks of a call to :func:`prune` on either path (plain or FSDP2 weights): the model, the config
+    (coerced here, once), the optimizer; returns the config and the candidate weights."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(model, torch.jit.ScriptModule):
@@ -122,23 +162,24 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     if hooked:
         warnings.warn(f"layers {sorted(hooked)} compute their weight with an old-style hook "
                       f"({', '.join(sorted(set(hooked.values())))}); their weights are not pruned. Remove the hook "
-                      "(torch.nn.utils.remove_spectral_norm / remove_weight_norm) to prune them", stacklevel=2)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        params = {w.name: w.module._parameters.get(w.tensor_name) for w in candidates}
-        if any(is_dtensor(p) for p in params.values()):
-            if process_group is not None:
-                raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
-                                 "over their own device mesh: pass process_group=None")
-            from .fsdp_entry import prune_sharded     # FSDP2 only: torch.distributed.tensor is imported by now
+                      "(torch.nn.utils.remove_spectral_norm / remove_weight_norm) to prune them", stacklevel=3)
+    return config, candidates
 
-            return prune_sharded(model, config, candidates, params, log_dir=log_dir, optimizer=optimizer)
-    by_name = {w.name: w for w in candidates}
-    protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
-    layers = [by_name[n] for n in protocol.names]
-    if "activation" in protocol.engine.needs:
+
+def _check_selected(layers: list[PrunableWeight], params: Mapping[str, Any], config: PruningConfig) -> None:
+    """The checks of the selected weights on either path: floating point, and inputs a criterion reads."""
+    for w in layers:
+        p = params[w.name]
+        if not p.is_floating_point():
+            raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
+    if "activation" in get_criterion(config.criterion).needs:
         check_activation_layers(layers, config.criterion)
+
+
+def _check_plain(layers: list[PrunableWeight]) -> None:
+    """The checks of plain (not FSDP2) weights before they are parametrized: not parametrized yet, not tied,
+    not on the meta device."""
     owner: dict[int, PrunableWeight] = {}     # parameter -> first weight reading it
-    tensors = list(dict.fromkeys((w.module, w.tensor_name) for w in layers))
     for w in layers:
         if parametrize.is_parametrized(w.module, w.tensor_name):
             kinds = [type(x).__name__ for x in w.module.parametrizations[w.tensor_name]]
@@ -150,21 +191,6 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         if (first.module, first.tensor_name) != (w.module, w.tensor_name):
             raise ValueError(f"weights {first.name!r} and {w.name!r} are the same (tied) parameter; exclude one "
                              "of them with excluded_op_names")
-        if not p.is_floating_point():
-            raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
         if p.is_meta:
             raise ValueError(f"weight {w.name!r} is on the meta device (it holds no data); materialize the model "
                              "(model.to_empty(device=...) and initialise its weights) before pruning")
-    done: list[tuple[nn.Module, str]] = []
-    try:
-        for module, tensor_name in tensors:
-            p = module._parameters[tensor_name]
-            parametrize.register_parametrization(module, tensor_name, MaskParametrization(
-                torch.ones_like(p.detach()), straight_through=config.pruned_gradient == "straight_through",
-                pruned_decay=config.pruned_decay))
-            done.append((module, tensor_name))
-        return Pruner(model, protocol, layers, process_group, log_dir, optimizer)
-    except BaseException:
-        for module, tensor_name in done:   # nothing half-applied
-            parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)
-        raise

@@ -59,6 +59,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from sparsify.criteria import gradient_score
 from sparsify.distributed import ShardedPruningProtocol
 from sparsify.protocol import MaskUpdate
 
@@ -67,7 +68,7 @@ from .frozen_pruned import FrozenPruned, PrunedParam
 from .fsdp_activations import GroupActivationNorms
 from .layers import PrunableWeight
 from .mask_write import ShardStorage
-from .pruner_base import PrunerBase, check_state_counters, gradient_score
+from .pruner_base import PrunerBase
 from .tensorboard import SparsityWriter
 from .torch_collective import TorchCollective
 
@@ -263,8 +264,10 @@ class ShardedPruner(PrunerBase):
             state.update(self._activations.checkpoint())
         return state
 
-    def _local_rows(self, what: str, name: str, value: Any) -> torch.Tensor:
-        """This rank's rows of a DTensor placed like the weight, or of a full tensor."""
+    def _state_rows(self, what: str, name: str, value: Any) -> torch.Tensor:
+        """This rank's rows of a DTensor placed like the weight, or of a full tensor. Masks and stored values
+        loaded by :meth:`load_state_dict` may be either (``torch.distributed.checkpoint`` loads DTensors into
+        this pruner's ``state_dict()``; a single-process ``Pruner.state_dict()`` holds full tensors)."""
         p = self._params[name]
         if isinstance(value, DTensor):
             if tuple(value.shape) != tuple(p.shape) or tuple(value.placements) != tuple(p.placements) \
@@ -280,60 +283,29 @@ class ShardedPruner(PrunerBase):
         raise ValueError(f"state[{what!r}][{name!r}] must be a DTensor placed like the weight or a full tensor of "
                          f"shape {tuple(p.shape)}, got {type(value).__name__}")
 
-    @torch.no_grad()
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (collective; everything is checked before anything changes).
+    def _loaded_mask(self, name: str, mask: torch.Tensor) -> np.ndarray:
+        return self._layers[name].to_canonical(mask.cpu())
 
-        Masks and stored values may be DTensors placed like the weights (what
-        ``torch.distributed.checkpoint`` loads into this pruner's ``state_dict()``)
-        or full tensors (a single-process ``Pruner.state_dict()``). A state without
-        stored values (a single-process state, an older checkpoint) stores zeros.
-        """
-        self.check_alive("load_state_dict")
-        step = check_state_counters(state, "ShardedPruner")
-        masks, scores = state["masks"], state["scores"]
-        if not isinstance(masks, Mapping) or set(masks) != set(self.names):
-            got = sorted(masks) if isinstance(masks, Mapping) else type(masks).__name__
-            raise ValueError(f"state['masks'] must hold a mask per pruned weight {self.names}, got {got}")
-        local_masks = {n: self._local_rows("masks", n, masks[n]) for n in self.names}
-        if not isinstance(scores, Mapping):
-            raise ValueError("state['scores'] must be a dict of tensors keyed by weight name")
-        scored = state.get("scored", sorted(scores))
-        if not isinstance(scored, (list, tuple)) or not all(n in self._layers for n in scored):
-            raise ValueError(f"state['scored'] must be a list of pruned weight names (of {self.names}), got {scored!r}")
-        local_scores = {}
-        for n in scored:
-            if n not in scores:
-                raise ValueError(f"state['scores'] lacks the scores of {n!r} named in state['scored']")
-            s = self._local_rows("scores", n, scores[n])
-            if not s.is_floating_point() or not bool(torch.isfinite(s).all()):
-                raise ValueError(f"state['scores'][{n!r}] is not a finite float tensor")
-            local_scores[n] = s.detach().clone().to(self._local(n).device)
+    def _check_loaded(self, state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """This rank's rows of the saved stored values (a state without them, e.g. a single-process one,
+        stores zeros)."""
         stored = state.get("stored") or {}
         if not isinstance(stored, Mapping) or not set(stored) <= set(self.names):
             got = sorted(stored) if isinstance(stored, Mapping) else type(stored).__name__
             raise ValueError(f"state['stored'] must be a dict of tensors keyed by pruned weight name (of "
                              f"{self.names}), got {got}")
-        local_stored = {n: self._local_rows("stored", n, stored[n]) for n in self._stored if n in stored}
-        for n, v in local_stored.items():
+        local = {n: self._state_rows("stored", n, stored[n]) for n in self._stored if n in stored}
+        for n, v in local.items():
             if not v.is_floating_point() or not bool(torch.isfinite(v).all()):
                 raise ValueError(f"state['stored'][{n!r}] is not a finite float tensor")
-        if self._activations is not None:
-            self._activations.restore(state, check_only=True)
-        core = {k: v for k, v in state.items() if k not in ("masks", "scores", "scored", "step", "stored",
-                                                          "activation_sums", "activation_seen")}
-        core["masks"] = {n: self._layers[n].to_canonical(m.cpu()) for n, m in local_masks.items()}
-        self.protocol.load_state_dict(core)              # checks the rest; raises before any change
+        return local
+
+    def _write_loaded(self, checked: dict[str, torch.Tensor]) -> None:
         for n in self.names:
             self._mask[n].copy_(self._layers[n].from_canonical(self.protocol.masks[n]).to(self._mask[n].device))
         for n, v in self._stored.items():
-            v.copy_(local_stored[n].masked_fill(self._mask[n], 0) if n in local_stored else torch.zeros_like(v))
+            v.copy_(checked[n].masked_fill(self._mask[n], 0) if n in checked else torch.zeros_like(v))
         self._apply_masks()
-        if self._activations is not None:
-            self._activations.restore(state)
-        self._scores = local_scores
-        self._pending.clear()
-        self._step = step
 
     def remove(self) -> nn.Module:
         """Stop pruning: drop the hooks and the stored values (the pruned weights stay zero, as

@@ -1,5 +1,6 @@
-"""``prune_sharded``: the FSDP2 path of :func:`sparsify_torch.prune`, checking the sharded weights and building
-the :class:`~sparsify_torch.fsdp.ShardedPruner`.
+"""``prune_sharded``: the FSDP2 path of :func:`sparsify_torch.prune`, checking what only sharded weights need and
+building the :class:`~sparsify_torch.fsdp.ShardedPruner` (``prune`` has checked the call, coerced the config and
+selected the weights, once for both paths).
 
 Example:
     >>> prune_sharded.__name__
@@ -13,12 +14,11 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 
-from sparsify import PruningConfig, PruningEngine
+from sparsify import PruningConfig
 from sparsify.distributed import RowShard, ShardedPruningProtocol
 
 from .fsdp import ShardedPruner, is_sharded
 from .layers import PrunableWeight
-from .statistics import check_activation_layers
 from .torch_collective import TorchCollective
 
 __all__ = ["prune_sharded"]
@@ -40,27 +40,20 @@ def _row_shard(name: str, param: DTensor) -> RowShard:
     return shard
 
 
-def prune_sharded(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str,
-                  candidates: list[PrunableWeight], params: Mapping[str, Any], *,
+def prune_sharded(model: nn.Module, config: PruningConfig, layers: list[PrunableWeight], params: Mapping[str, Any], *,
                   sample_size: int | None = None, log_dir: Any = None,
                   optimizer: torch.optim.Optimizer | None = None) -> ShardedPruner:
     """The FSDP2 path of :func:`sparsify_torch.prune` (called by it when weights are DTensors).
 
-    ``params[name]`` is the parameter of each candidate. Everything is checked
-    before anything changes.
+    ``layers`` are the weights ``config`` selects, checked by ``prune`` as on the plain path; ``params[name]``
+    is the parameter of each. What only sharded weights need is checked here, before anything changes.
     """
-    config = PruningConfig.coerce(config)
     if optimizer is None:
         dense = [f"{k}={getattr(config, k)!r}" for k, plain in
                  (("monotone", True), ("pruned_gradient", "none"), ("regrowth", "none")) if getattr(config, k) != plain]
         if dense:
             raise ValueError(f"{', '.join(dense)} on FSDP2 (DTensor) weights needs the values of the pruned weights, "
                              "which the optimizer steps: pass it, prune(model, config, optimizer=opt)")
-    engine = PruningEngine(config)
-    shapes = {w.name: w.shape for w in candidates}
-    chosen = engine.select_layers(list(shapes), shapes)
-    by_name = {w.name: w for w in candidates}
-    layers = [by_name[n] for n in chosen]
     plain = [w.name for w in layers if not is_sharded(params[w.name])]
     if plain:
         raise ValueError(f"weights {plain} are plain tensors while other weights of the model are FSDP2 shards "
@@ -72,11 +65,6 @@ def prune_sharded(model: nn.Module, config: PruningConfig | Mapping[str, Any] | 
             raise ValueError(f"weight {w.name!r} is {kind}: its rows in the core's layout are not its rows on the "
                              "shards, so it cannot be pruned sharded; exclude it with excluded_op_names (for "
                              "attention, separate q/k/v projections work)")
-        p = params[w.name]
-        if not p.is_floating_point():
-            raise ValueError(f"weight {w.name!r} has dtype {p.dtype}; only floating point weights can be pruned")
-    if "activation" in engine.needs:
-        check_activation_layers(layers, config.criterion)
     mesh = params[layers[0].name].device_mesh
     other = [w.name for w in layers if params[w.name].device_mesh != mesh]
     if other:
@@ -84,8 +72,7 @@ def prune_sharded(model: nn.Module, config: PruningConfig | Mapping[str, Any] | 
                          f"({mesh}); sparsify_torch prunes weights sharded over one mesh")
     shards = {w.name: _row_shard(w.name, params[w.name]) for w in layers}
     collective = TorchCollective(mesh.get_group(), device="cpu" if mesh.device_type == "cpu" else None)
-    protocol = ShardedPruningProtocol(config, {w.name: w.shape for w in candidates if w.name in shards}, shards,
-                                      collective, sample_size=sample_size)
+    protocol = ShardedPruningProtocol(config, {w.name: w.shape for w in layers}, shards, collective,
+                                      sample_size=sample_size)
     return ShardedPruner(model, protocol, layers, {w.name: params[w.name] for w in layers}, collective, log_dir,
                          optimizer)
-

@@ -23,20 +23,21 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from sparsify.criteria import gradient_score
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from . import mask_write
 from .layers import PrunableWeight
 from .mask_write import ParametrizedStorage
 from .parametrization import MaskParametrization
-from .pruner_base import PrunerBase, check_state_counters, dist_group_size, gradient_score
+from .pruner_base import PrunerBase, dist_group_size
 from .frozen_pruned import FrozenPruned, PrunedParam
 from .fsdp_activations import GroupActivationNorms
 from .statistics import ActivationNorms
@@ -221,46 +222,13 @@ class Pruner(PrunerBase):
             out.update(self._activations.checkpoint())
         return out
 
-    @torch.no_grad()
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (everything is checked before anything changes).
+    def _loaded_mask(self, name: str, mask: torch.Tensor) -> np.ndarray:
+        return mask.detach().cpu().numpy()          # saved in the canonical layout, like the core's
 
-        Raises:
-            ValueError: the state was saved with another config (the differing keys
-                are named), for other pruned weights or shapes, or is malformed.
-            RuntimeError: after :meth:`remove`.
-        """
-        self.check_alive("load_state_dict")
-        step = check_state_counters(state, "Pruner")
-        masks = state["masks"]
-        if not isinstance(masks, Mapping) or not all(isinstance(m, torch.Tensor) for m in masks.values()):
-            raise ValueError("state['masks'] must be a dict of tensors keyed by weight name")
-        scores = state["scores"]
-        if not isinstance(scores, Mapping):
-            raise ValueError("state['scores'] must be a dict of tensors keyed by weight name")
-        for n, s in scores.items():
-            if n not in self._layers:
-                raise ValueError(f"state['scores'] holds {n!r}, which is not a pruned weight (of {self.names})")
-            shape = tuple(self._layers[n].part(self._original(n)).shape)
-            if not isinstance(s, torch.Tensor) or tuple(s.shape) != shape or not s.is_floating_point() \
-                    or not bool(torch.isfinite(s).all()):
-                got = (f"{s.dtype} tensor of shape {tuple(s.shape)}" if isinstance(s, torch.Tensor)
-                       else type(s).__name__)
-                raise ValueError(f"state['scores'][{n!r}] must be a finite float tensor of shape {shape}, got {got}"
-                                 + (" holding NaN or inf" if isinstance(s, torch.Tensor) and s.is_floating_point()
-                                    and tuple(s.shape) == shape else ""))
-        if self._activations is not None:
-            self._activations.restore(state, check_only=True)     # before anything changes
-        core = {**state, "masks": {n: m.detach().cpu().numpy() for n, m in masks.items()}}
-        self.protocol.load_state_dict(core)            # checks the rest; raises before any change
-        if self._activations is not None:
-            self._activations.restore(state)
+    def _write_loaded(self, checked: Any) -> None:
         restored = self.protocol.masks                 # written as an update to themselves: only the buffers change
         mask_write.write_update(MaskUpdate(self.protocol.done_step, restored, restored), self._storages())
         self._loads = [self._par(n).loads for n in self.names]
-        self._scores = {n: s.detach().clone().to(self._original(n).device) for n, s in scores.items()}
-        self._pending.clear()
-        self._step = step
 
     # ----- removal ------------------------------------------------------------------------
     def remove(self) -> nn.Module:

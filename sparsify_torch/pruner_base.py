@@ -5,7 +5,7 @@ canonical weights (:meth:`PrunerBase.read_weights`), hands them with gradient
 scores, dense gradients and activation statistics to the core's
 :class:`sparsify.PruningProtocol`, and writes the :class:`sparsify.MaskUpdate`
 it gets back (:meth:`PrunerBase.write_update`). Also the checks of step
-counters and saved states both pruners use.
+counters and the one validation of saved states (:meth:`PrunerBase.load_state_dict`) both pruners use.
 
 Example:
     >>> check_num_steps(2)
@@ -21,14 +21,11 @@ import torch
 from sparsify import PruningEngine
 from sparsify.adapter import collect_reads
 from sparsify.target_check import warn_if_unreached
-from sparsify.criteria import gradient_score
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
 from .tensorboard import SparsityWriter
 
-__all__ = ["PrunerBase", "check_state_counters", "check_num_steps", "gradient_score", "dist_group_size"]
-
-# gradient_score is the core's (sparsify.criteria.gradient_score), re-exported for existing imports
+__all__ = ["PrunerBase", "check_state_counters", "check_num_steps", "dist_group_size"]
 
 _STATE_KEYS = ("step", "done_step", "released", "names", "masks", "scores", "config")
 
@@ -122,6 +119,23 @@ class PrunerBase:
 
     def _set_capture(self, on: bool) -> None:  # pragma: no cover - template method
         """Record (or not) the dense gradients in the next backward pass (RigL)."""
+        raise NotImplementedError
+
+    def _state_rows(self, what: str, name: str, value: Any) -> torch.Tensor:
+        """This pruner's part of a saved tensor ``state[what][name]`` (the tensor itself; FSDP2: this rank's
+        rows); raise ``ValueError`` for one it cannot hold."""
+        return value
+
+    def _loaded_mask(self, name: str, mask: torch.Tensor) -> np.ndarray:  # pragma: no cover - template method
+        """A saved mask of ``name`` (a tensor), as the core's canonical array of this pruner's rows."""
+        raise NotImplementedError
+
+    def _check_loaded(self, state: Mapping[str, Any]) -> Any:
+        """Check the state entries only this pruner saves (before anything changes); returns what
+        :meth:`_write_loaded` writes."""
+
+    def _write_loaded(self, checked: Any) -> None:  # pragma: no cover - template method
+        """Write the protocol's restored masks (and what :meth:`_check_loaded` returned) into torch state."""
         raise NotImplementedError
 
     def _before_step(self) -> None:
@@ -219,6 +233,68 @@ class PrunerBase:
             self.write_update(update)
             if self.writer is not None:
                 self.writer.write(self.protocol.figures(), step)
+
+    # ----- state -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; everything is checked before anything changes.
+
+        Raises:
+            TypeError: ``state`` is not a dict.
+            ValueError: the state was saved with another config (the differing keys are named), for
+                other pruned weights or shapes, or is malformed (the entry is named).
+            RuntimeError: after ``remove()``.
+        """
+        self.check_alive("load_state_dict")
+        step = check_state_counters(state, type(self).__name__)
+        self.protocol.check_state(state)                # config, pruned weights (and FSDP2: rows) first
+        masks = state["masks"]
+        if not isinstance(masks, Mapping) or set(masks) != set(self.names):
+            got = sorted(masks) if isinstance(masks, Mapping) else type(masks).__name__
+            raise ValueError(f"state['masks'] must hold a mask per pruned weight {self.names}, got {got}")
+        for n in self.names:
+            if not isinstance(masks[n], torch.Tensor):
+                raise ValueError(f"state['masks'][{n!r}] must be a tensor, got {type(masks[n]).__name__}")
+        canonical = {n: self._loaded_mask(n, self._state_rows("masks", n, masks[n])) for n in self.names}
+        scores = self._loaded_scores(state)
+        checked = self._check_loaded(state)
+        if self._activations is not None:
+            self._activations.restore(state, check_only=True)
+        self.protocol.restore(state["done_step"], canonical, released=state["released"])   # raises before any change
+        self._write_loaded(checked)
+        if self._activations is not None:
+            self._activations.restore(state)
+        self._scores = scores
+        self._pending.clear()
+        self._step = step
+
+    def _loaded_scores(self, state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """The per-step criterion's scores of a saved state, checked, on the weights' devices: those of the
+        weights ``state['scored']`` names (default: every key of ``state['scores']``)."""
+        scores = state["scores"]
+        if not isinstance(scores, Mapping):
+            raise ValueError(f"state['scores'] must be a dict of tensors keyed by weight name, got "
+                             f"{type(scores).__name__}")
+        for n in scores:
+            if n not in self._layers:
+                raise ValueError(f"state['scores'] holds {n!r}, which is not a pruned weight (of {self.names})")
+        scored = state.get("scored", sorted(scores))
+        if not isinstance(scored, (list, tuple)) or not all(n in self._layers for n in scored):
+            raise ValueError(f"state['scored'] must be a list of pruned weight names (of {self.names}), got {scored!r}")
+        out = {}
+        for n in scored:
+            if n not in scores:
+                raise ValueError(f"state['scores'] lacks the scores of {n!r} named in state['scored']")
+            like, s = self._score_like(n), scores[n]
+            s = self._state_rows("scores", n, s) if isinstance(s, torch.Tensor) else s
+            if not isinstance(s, torch.Tensor) or s.shape != like.shape or not s.is_floating_point() \
+                    or not bool(torch.isfinite(s).all()):
+                got = f"{s.dtype} tensor of shape {tuple(s.shape)}" if isinstance(s, torch.Tensor) else type(s).__name__
+                bad = isinstance(s, torch.Tensor) and s.is_floating_point() and s.shape == like.shape
+                raise ValueError(f"state['scores'][{n!r}] must be a finite float tensor of shape {tuple(like.shape)}, "
+                                 f"got {got}" + (" holding NaN or inf" if bad else ""))
+            out[n] = s.detach().clone().to(like.device)
+        return out
 
     def release_resources(self) -> None:
         """Drop the hooks and close the TensorBoard event file."""

@@ -262,6 +262,7 @@ def test_a_wrong_claim_fails_its_block(tmp_path):
            "its comment says '0.3'" in res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", RUNNABLE)
 def test_page_blocks_run(page, tmp_path):
     runnable = [b for b in ALL_BLOCKS[page] if b.lang in ("python", "bash") and b.skip is None]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +59,7 @@ def test_the_api_reference_is_the_public_surface_by_framework():
     assert "design.md" in pages
 
 
+@pytest.mark.slow
 def test_site_builds_strict(tmp_path):
     res = _build(ROOT / "mkdocs.yml", tmp_path / "site")
     assert res.returncode == 0, res.stderr[-5000:]
@@ -70,6 +72,7 @@ def test_site_builds_strict(tmp_path):
     assert 'id="sparsify.PruningConfig"' in core and "&gt;&gt;&gt;" in core   # the Example: doctests as code
 
 
+@pytest.mark.slow
 def test_a_stale_reference_fails_the_build(tmp_path):
     """What the strict build guards against: a page naming an object that was renamed."""
     (tmp_path / "docs").mkdir()
@@ -81,6 +84,7 @@ def test_a_stale_reference_fails_the_build(tmp_path):
     assert res.returncode != 0 and "PruningConfigRenamed" in res.stderr
 
 
+@pytest.mark.slow
 def test_guides_nav_lists_the_guides_that_exist_then_new_pages(tmp_path):
     for name, text in {"torch.md": "# T", "core.md": "# C", "index.md": "# I", "zeta.md": "# The `zeta` page\n"}.items():
         (tmp_path / name).write_text(text)

@@ -128,6 +128,7 @@ def test_the_readme_has_an_install_line_per_framework():
     assert "unrelated project" in readme
 
 
+@pytest.mark.slow
 def test_the_wheel_carries_the_license(tmp_path):
     """The wheel built from this checkout (no build isolation: nothing is downloaded) holds LICENSE."""
     license_text = (ROOT / "LICENSE").read_text()

@@ -60,6 +60,7 @@ def test_notebooks_match_their_generator_and_hold_a_real_run():
     assert len(plots) == 4             # one figure per notebook at least
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_executes(name, tmp_path):
     builder = _builder()

@@ -172,17 +172,15 @@ class ShardedPruningProtocol(PruningProtocol):
         state["shards"] = {n: [s.start, s.stop] for n, s in self.shards.items()}
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output saved for the same rows (collective).
-
-        A checkpoint saved on a different number of ranks must be resharded
-        first (``torch.distributed.checkpoint`` does this for DTensor masks).
-        """
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """:meth:`sparsify.PruningProtocol.check_state`, and a state saved for other rows is refused: a
+        checkpoint saved on a different number of ranks must be resharded first
+        (``torch.distributed.checkpoint`` does this for DTensor masks)."""
         saved = state.get("shards") if isinstance(state, Mapping) else None
         if saved is not None:
             mine = {n: [s.start, s.stop] for n, s in self.shards.items()}
             if {n: [int(x) for x in v] for n, v in dict(saved).items()} != mine:
                 raise ValueError(f"state holds the rows {dict(saved)} but this rank holds {mine}; load masks "
                                  "resharded for this rank (e.g. with torch.distributed.checkpoint)")
-        super().load_state_dict(state)
+        super().check_state(state)
 

@@ -21,6 +21,7 @@ SHORT = ["--seeds", "2", "--frameworks", "torch", "--datasets", "digits", "--set
          "--no-write"]
 
 
+@pytest.mark.slow
 def test_short_run_records_reaches_sparsity_and_reports(tmp_path):
     out, png = tmp_path / "acc.json", tmp_path / "acc.png"
     args = SHORT + ["--arms", "dense,default,torch.ao", "--out-json", str(out), "--plot", str(png)]
@@ -65,6 +66,7 @@ def test_torch_ao_view_model_equals_the_plain_model_and_batches_are_shared():
     assert order.shape == (6000, 100) and np.array_equal(np.sort(order[:40].ravel()), np.arange(4000))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None or importlib.util.find_spec("keras") is None,
                     reason="Keras 3 and jax not installed")
 def test_keras_jax_runs_in_a_jax_process_and_skips_the_peer_arms(tmp_path, capsys):

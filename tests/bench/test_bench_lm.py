@@ -32,6 +32,7 @@ def test_docstring_examples(module):
     assert result.attempted > 0 and result.failed == 0
 
 
+@pytest.mark.slow
 def test_short_run_records_every_arm_and_reports(tmp_path):
     out = tmp_path / "lm.json"
     args = TINY + ["--dense", "--oneshot", "--settings", "50", "2:4+perm", "--out-json", str(out),

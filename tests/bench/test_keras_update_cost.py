@@ -21,6 +21,7 @@ from bench import keras_update_cost as cost  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_two_epochs_on_jax_time_every_update_of_the_timed_epoch():
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "bench/keras_update_cost.py", "--epochs", "2", "--backends", "jax",
@@ -40,6 +41,7 @@ def test_two_epochs_on_jax_time_every_update_of_the_timed_epoch():
     assert 0 < float(floor) < float(host) and float(share) == pytest.approx(float(floor) / float(budget), abs=0.01)
 
 
+@pytest.mark.slow
 def test_the_floor_example_runs_on_jax():
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT), "KERAS_BACKEND": "jax"}
     code = "import doctest, bench.keras_update_cost as c; r = doctest.testmod(c); print(r.attempted, r.failed)"

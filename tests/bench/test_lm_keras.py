@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 pytest.importorskip("torch")
 if importlib.util.find_spec("jax") is None or importlib.util.find_spec("keras") is None:
     pytest.skip("needs jax and Keras 3", allow_module_level=True)

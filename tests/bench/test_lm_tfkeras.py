@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 pytest.importorskip("torch")
 if importlib.util.find_spec("tf_keras") is None:
     pytest.skip("needs tf-keras", allow_module_level=True)

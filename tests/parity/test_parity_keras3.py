@@ -11,6 +11,8 @@ way for each), and the other way round for "1x1", so both train steps are covere
 import pytest
 from parity_zoo import check_parity
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 PATTERNS = ["1x1", "2x2", "channelx2", "2xchannel", "2:4"]
 
 

@@ -77,6 +77,7 @@ def test_tf_graph_conv_kh_kw_swap_is_caught(monkeypatch):
     assert_caught("tf_graph", "channelx2", {"conv2d.weight", "conv2d_wide.weight", "gconv2d.weight"})
 
 
+@pytest.mark.slow
 def test_keras_dense_kernel_reshaped_instead_of_transposed_is_caught(monkeypatch):
     """tf-keras: a Dense (and EinsumDense) kernel ``(in, out)`` reinterpreted as ``(out, in)``."""
     import sparsify_keras.layers as keras_layers
@@ -96,6 +97,7 @@ def test_keras_dense_kernel_reshaped_instead_of_transposed_is_caught(monkeypatch
     assert_caught("tf_keras", "1x1", dense)
 
 
+@pytest.mark.slow
 def test_keras_conv_transpose_rows_as_input_channels_is_caught(monkeypatch):
     """Keras 3: ``Conv*DTranspose`` kernels ``(*k, out, in)`` viewed like a Conv's ``(*k, in, out)``,
     so the rows are the layer's input channels (the layout of issue 11 point 6)."""

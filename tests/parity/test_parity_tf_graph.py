@@ -13,6 +13,8 @@ this test's own layout code.
 import pytest
 from parity_zoo import check_parity
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 PATTERNS = ["1x1", "2x2", "channelx2", "2xchannel", "2:4"]
 
 

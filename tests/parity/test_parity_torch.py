@@ -10,6 +10,8 @@ reference's final masks.
 import pytest
 from parity_zoo import check_parity
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 PATTERNS = ["1x1", "2x2", "1x4", "channelx2", "channelx1", "2xchannel", "1xchannel", "2:4", "1:4"]
 
 

@@ -3,7 +3,7 @@ import pytest
 
 import sparsify.criteria as criteria_module
 from sparsify import PruningConfig, PruningEngine
-from sparsify.criteria import (get_criterion, magnitude, needs_gradients, register_criterion, registered_criteria,
+from sparsify.criteria import (get_criterion, magnitude, register_criterion, registered_criteria,
                                scored_every_step, snip, snip_momentum, unregister_criterion, wanda)
 
 
@@ -81,10 +81,3 @@ def test_missing_inputs_are_named():
         get_criterion("wanda").scores(weight=np.ones(2))
     with pytest.raises(ValueError, match="needs the input activation statistics of 'w'"):
         PruningEngine({"criterion": "wanda", "end_step": 0}).compute_masks({"w": np.ones((2, 2))}, step=0)
-
-
-def test_needs_gradients_is_a_deprecated_alias_of_scored_every_step():
-    with pytest.warns(DeprecationWarning, match="needs_gradients is deprecated: use scored_every_step"):
-        assert needs_gradients("snip") is True
-    with pytest.warns(DeprecationWarning):
-        assert needs_gradients("wanda") is False

@@ -51,8 +51,6 @@ def test_non_monotone_config_can_revive():
 def test_gradient_criteria_need_scores():
     eng = PruningEngine({"criterion": "snip", "end_step": 0, "target_sparsity": 0.5})
     assert eng.scored_every_step
-    with pytest.warns(DeprecationWarning, match="PruningEngine.needs_gradients is deprecated"):
-        assert eng.needs_gradients
     with pytest.raises(ValueError, match="needs scores"):
         eng.compute_masks({"w": np.ones((2, 2))}, 0)
     m = eng.compute_masks({"w": np.ones((2, 2))}, 0, scores={"w": np.array([[3.0, 1.0], [2.0, 0.0]])})["w"]

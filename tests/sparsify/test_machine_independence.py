@@ -17,6 +17,7 @@ import tokenize
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from machine_battery import all_digests, dispatch_targets_on, schedule_digests
 
@@ -30,6 +31,7 @@ def run_battery(env_extra: dict) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_same_bytes_with_numpy_simd_dispatch_turned_off():
     on_here = dispatch_targets_on()
     # With NumPy 2.4 on x86-64 these are "X86_V3 X86_V4 AVX512_ICL AVX512_SPR" (the AVX2/AVX-512 levels).

@@ -194,6 +194,19 @@ def test_load_state_dict_checks_everything_before_changing(change, match):
     assert fresh.done_step == -1 and all(m.all() for m in fresh.masks.values())
 
 
+def test_check_state_checks_the_run_not_the_masks():
+    p = proto()
+    p.advance(0, W)
+    state = {**p.state_dict(), "masks": "converted by the adapter after this check"}
+    fresh = proto()
+    fresh.check_state(state)                              # config, names, version and keys agree
+    with pytest.raises(ValueError, match=r"end_step: saved 10, now 12"):
+        proto(end_step=12).check_state(state)
+    with pytest.raises(ValueError, match=r"^state was saved for pruned weights \['b', 'a'\], but this model prunes "):
+        fresh.check_state({**state, "names": ["b", "a"]})
+    assert fresh.done_step == -1 and all(m.all() for m in fresh.masks.values())
+
+
 def test_restore_from_framework_variables_accepts_01_floats_and_derives_release():
     p = proto(leave_enabled=False)
     p.restore(11, {n: np.ones(s) for n, s in p.shapes.items()})

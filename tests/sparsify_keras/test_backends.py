@@ -15,6 +15,8 @@ from backend_runs import BACKENDS, run_python, scenarios
 from sparsify import PruningConfig, PruningProtocol
 from sparsify.activation_stats import ActivationWindow, sum_of_squares
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 ALL = ("masks_lr0,training,pruned_values,sr_ste,resume,strip_and_save,traces,tensorboard,oneshot,step_scores,"
        "bad_input")
 

@@ -1,7 +1,11 @@
 """Keras 3 on JAX with ``keras.distribution``: data and model parallel runs give the single-device masks."""
 from __future__ import annotations
 
+import pytest
+
 from backend_runs import HERE, run_python
+
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
 
 
 def test_data_and_model_parallel_masks_equal_one_device():

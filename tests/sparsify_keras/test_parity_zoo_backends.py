@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from backend_runs import ROOT, run_python
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_keras3_zoo_masks_match_the_reference(backend):

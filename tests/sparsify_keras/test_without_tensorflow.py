@@ -7,6 +7,8 @@ import json
 import pytest
 from backend_runs import run_python
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 BLOCKED = ("tensorflow", "tf_keras", "tensorboard")
 SCRIPT = f"""
 import json, sys

@@ -94,6 +94,7 @@ def test_flattened_reader_moves_with_the_group():
     assert not torch.equal(net.fc.weight, before.fc.weight)
 
 
+@pytest.mark.slow
 def test_resnet18_outputs_unchanged_and_more_magnitude_kept():
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)

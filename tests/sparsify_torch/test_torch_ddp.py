@@ -8,6 +8,7 @@ import time
 import warnings
 
 import numpy as np
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -17,6 +18,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from sparsify import PruningEngine, criteria
 from sparsify_torch import prune
 from torch_helpers import batch, digits, expected_pruned, mlp
+
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
 
 WORLD = 2
 SNIP = {"target_sparsity": 0.7, "criterion": "snip", "start_step": 0, "end_step": 6, "pruning_frequency": 2}

@@ -120,6 +120,12 @@ def test_state_dict_from_a_different_model_changes_nothing():
     narrow["masks"] = {n: torch.ones(2, 2, dtype=torch.bool) for n in pruner.names}
     with pytest.raises(ValueError, match=r"masks\['fc1.weight'\] has shape \(2, 2\), but the weight's canonical shape is \(32, 64\)"):
         pruner.load_state_dict(narrow)
+    good = pruner.state_dict()        # the masks are checked as ShardedPruner checks them (one validation)
+    with pytest.raises(ValueError, match=r"^state\['masks'\] must hold a mask per pruned weight \['fc1.weight', "
+                                         r"'fc2.weight', 'head.weight'\], got \['fc1.weight', 'head.weight'\]$"):
+        pruner.load_state_dict({**good, "masks": {n: m for n, m in good["masks"].items() if n != "fc2.weight"}})
+    with pytest.raises(ValueError, match=r"^state\['masks'\]\['fc2.weight'\] must be a tensor, got ndarray$"):
+        pruner.load_state_dict({**good, "masks": {**good["masks"], "fc2.weight": good["masks"]["fc2.weight"].numpy()}})
     with pytest.raises(ValueError, match="missing keys"):
         pruner.load_state_dict({"step": 3})
     with pytest.raises(TypeError, match="state must be a dict"):

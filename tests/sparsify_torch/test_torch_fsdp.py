@@ -211,6 +211,24 @@ def errors_run(rank: int, world: int) -> dict:
     return out
 
 
+def engines_run(rank: int, world: int) -> dict:
+    """prune() on FSDP2 weights: the config coerced and the core's engine built once (the sharded protocol's)."""
+    built, init = [], PruningEngine.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(args[0] if args else kwargs.get("config"))
+        init(self, *args, **kwargs)
+
+    PruningEngine.__init__ = counting
+    try:
+        pruner = prune(shard_model(Net()), {"target_sparsity": 0.5, "start_step": 0, "end_step": 0,
+                                            "op_names": ["fc"]})
+    finally:
+        PruningEngine.__init__ = init
+    return {"type": type(pruner).__name__, "built": len(built), "coerced_once": built[0] is pruner.config,
+            "names": pruner.names}
+
+
 def _partly_sharded() -> nn.Module:
     from torch.distributed.fsdp import fully_shard
     model = Net()
@@ -509,6 +527,7 @@ def suite(rank: int, world: int, ckpt: str) -> dict:
     out = {"schedule": schedule_run(rank, world), "failed_step": failed_step_run(rank, world)}
     if world == 1:
         out["load_errors"] = load_errors_run(rank, world)
+        out["engines"] = engines_run(rank, world)
         out["dense_train"] = {k: dense_train_run(rank, world, k, ckpt + "/unused", "full") for k in DENSE_CFGS}
     if world == 2:
         out["train_full"] = train_run(rank, world, ckpt + "/train", "full")
@@ -532,6 +551,7 @@ def runs(tmp_path_factory):
     return spawned_runs(suite, tmp, str(tmp / "ckpt"), before={4: 2})
 
 
+@pytest.mark.slow
 def test_fsdp_one_and_two_ranks_give_the_single_process_masks_bit_for_bit(runs):
     _check_against_single(runs(1), 1)
     _check_against_single(runs(2), 2)
@@ -550,6 +570,7 @@ def _assert_records_equal(got: dict, want: dict, what: str) -> None:
             assert np.array_equal(got[part][n], want[part][n]), (what, part, n)
 
 
+@pytest.mark.slow
 def test_fsdp_optimizer_steps_the_dense_weights_as_the_single_process_pruner(runs):
     """One rank: AdamW with weight decay, monotone=False (and straight-through gradients, with and without
     SR-STE's pruned_decay) train exactly like the single-process Pruner: same masks, weights and dense weights bit for bit; pruned weights come back."""
@@ -564,6 +585,7 @@ def test_fsdp_optimizer_steps_the_dense_weights_as_the_single_process_pruner(run
         _assert_records_equal(got["final"], want["final"], key)
 
 
+@pytest.mark.slow
 def test_fsdp_failed_update_changes_nothing_and_the_retry_gives_the_masks(runs):
     for world in (1, 2):
         for res in [r["failed_step"] for r in runs(world)]:
@@ -576,6 +598,7 @@ def test_fsdp_failed_update_changes_nothing_and_the_retry_gives_the_masks(runs):
                 assert np.array_equal(res["retry"]["masks"][n], m), (world, n)
 
 
+@pytest.mark.slow
 def test_fsdp_load_state_dict_errors_name_the_problem(runs):
     res = runs(1)[0]["load_errors"]
     names = "['conv.weight', 'fc1.weight', 'fc2.weight', 'head.weight']"
@@ -589,6 +612,13 @@ def test_fsdp_load_state_dict_errors_name_the_problem(runs):
     assert res["unchanged"]
 
 
+@pytest.mark.slow
+def test_fsdp_prune_checks_coerces_and_builds_one_engine(runs):
+    assert runs(1)[0]["engines"] == {"type": "ShardedPruner", "built": 1, "coerced_once": True,
+                                     "names": ["fc1.weight", "fc2.weight"]}
+
+
+@pytest.mark.slow
 def test_fsdp_four_ranks_uneven_shards_give_the_single_process_masks(runs):
     _check_against_single(runs(4), 4)
     for res in runs(4):                                 # every rank raises the same clear errors
@@ -601,6 +631,7 @@ def test_fsdp_four_ranks_uneven_shards_give_the_single_process_masks(runs):
             "pruned weights, which the optimizer steps: pass it, prune(model, config, optimizer=opt)")
 
 
+@pytest.mark.slow
 def test_fsdp_training_keeps_zeros_and_resumes_exactly_also_on_four_ranks(runs):
     full = [r["train_full"] for r in runs(2)]
     for res in full:
@@ -630,6 +661,7 @@ def test_fsdp_training_keeps_zeros_and_resumes_exactly_also_on_four_ranks(runs):
             assert np.array_equal(res["after"][n], want[n]), n
 
 
+@pytest.mark.slow
 def test_fsdp_dense_weights_resume_exactly_and_reshard(runs):
     full = [r["dense_full"] for r in runs(2)]
     for a, b in zip(full, [r["dense_resume"] for r in runs(2)]):
@@ -640,6 +672,7 @@ def test_fsdp_dense_weights_resume_exactly_and_reshard(runs):
         _assert_records_equal(res["loaded"], full[0]["saved"], "resharded")
 
 
+@pytest.mark.slow
 def test_fsdp_snip_momentum_scores_are_exact_and_reshard(runs):
     trained = [r["momentum"] for r in runs(2)]
     assert all(all(r["checks"]) and len(r["checks"]) == 3 for r in trained)

@@ -15,6 +15,8 @@ from sparsify.criteria import register_criterion, registered_criteria, unregiste
 from sparsify_torch import prune
 from test_torch_fsdp import SetWeights, set_weights, spawned_runs
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 
 @register_criterion("input_energy", needs=("weight", "activation"))
 def input_energy(weight, activation, **_):

@@ -12,6 +12,8 @@ from sparsify_torch import prune
 from test_torch_fsdp import SetWeights, set_weights, spawned_runs
 from test_torch_fsdp_activations import WNet, _forget_input_energy, inputs, shard, weights  # noqa: F401
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 CONFIGS = {
     "rigl": {"target_sparsity": 0.5, "regrowth": "rigl", "regrowth_fraction": 0.5, "start_step": 0, "end_step": 6,
              "pruning_frequency": 2},

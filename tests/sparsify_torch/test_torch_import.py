@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from sparsify_torch.dtensor import is_dtensor, local_tensor
@@ -26,6 +27,7 @@ def _loaded_after(code: str) -> list[str]:
     return json.loads(res.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_import_and_a_plain_prune_load_no_fsdp_and_no_tracer():
     assert _loaded_after("import torch\nloaded = set(sys.modules)") == []     # torch alone loads none of them
     code = ("import torch, sparsify_torch\n"
@@ -35,6 +37,7 @@ def test_import_and_a_plain_prune_load_no_fsdp_and_no_tracer():
     assert _loaded_after(code) == []
 
 
+@pytest.mark.slow
 def test_the_channel_tracer_loads_when_permute_for_nm_runs():
     code = ("import torch, sparsify_torch\n"
             "model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))\n"

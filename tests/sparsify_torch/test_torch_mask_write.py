@@ -229,6 +229,7 @@ def fsdp_regrowth(rank: int, world: int) -> dict:
             "exp_avg": opt.state[lin.weight]["exp_avg"].to_local().clone()}
 
 
+@pytest.mark.slow
 def test_a_shard_storage_writes_the_local_rows_of_an_fsdp2_weight_and_its_adam_state(tmp_path):
     got = spawn(fsdp_regrowth, 2, tmp_path)
     assert [r["local"] for r in got] == [[[1.0, 0.0], [0.0, 4.0]], [[0.0, 6.0], [7.0, 0.0]]]

@@ -246,6 +246,7 @@ def test_wanda_refuses_layers_without_input_channels():
         sparsify_torch.prune(model, {"criterion": "wanda"})
 
 
+@pytest.mark.slow
 def test_oneshot_wanda_keeps_more_accuracy_than_magnitude_on_a_trained_mlp():
     x, y, xt, yt = _digits()
     acc = {"magnitude": [], "wanda": [], "magnitude 2:4": [], "wanda 2:4": []}

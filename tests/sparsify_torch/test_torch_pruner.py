@@ -30,6 +30,25 @@ def kept(m: nn.Module, name: str = "weight") -> list:
     return (getattr(m, name) != 0).tolist()
 
 
+def count_engines(monkeypatch) -> list:
+    """Every PruningEngine built from now on (the core's engine, which coerces the config)."""
+    built, init = [], PruningEngine.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(args[0] if args else kwargs.get("config"))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(PruningEngine, "__init__", counting)
+    return built
+
+
+def test_prune_checks_coerces_and_builds_one_engine(monkeypatch):
+    built = count_engines(monkeypatch)
+    pruner = prune(mlp(), {"target_sparsity": 0.5, "op_names": ["fc"], **ONE_SHOT})
+    assert len(built) == 1 and built[0] is pruner.config       # the config prune() coerced, once
+    assert pruner.names == ["fc1.weight", "fc2.weight"]
+
+
 # ----- literal masks -------------------------------------------------------------------------
 def test_unstructured_local_literal():
     lin = linear([[1, 2, 3, 4], [5, 6, 7, 8]])

@@ -80,6 +80,7 @@ def test_deepcopy_of_pruned_model():
     assert clone.fc1.parametrizations.weight.original.grad is not None
 
 
+@pytest.mark.slow
 def test_torch_compile_forward_follows_in_place_mask_updates():
     # aot_eager: dynamo + AOTAutograd without inductor's C++ codegen, which takes ~17 s on this CPU.
     torch.manual_seed(0)

@@ -11,6 +11,7 @@ from sparsify.protocol import sparsity_figures
 from sparsify_torch.tensorboard import read_scalars
 
 
+@pytest.mark.slow
 def test_sparsity_scalars_at_every_mask_update(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))

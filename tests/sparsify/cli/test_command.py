@@ -56,6 +56,7 @@ def test_schedule_every_and_json_from_yaml(tmp_path, capsys):
     assert d["sparsity"][-1] == pytest.approx(0.8)
 
 
+@pytest.mark.slow
 def test_schedule_plot_writes_png(tmp_path):
     png = tmp_path / "schedule.png"
     res = run_cli("schedule", "--set", "end_step=100", "--set", "pruning_frequency=10", "--plot", str(png))
@@ -95,6 +96,7 @@ def test_report_text_and_json(torch_file, capsys):
     assert d["total"] == {"tensors": 2, "size": 10, "zeros": 4, "sparsity": 0.4}
 
 
+@pytest.mark.slow
 def test_report_via_console_script(torch_file):
     res = run_cli("report", str(torch_file), "--json")
     assert res.returncode == 0, res.stderr
@@ -112,6 +114,7 @@ def _assert_one_line_error(res: subprocess.CompletedProcess, needle: str, rc: in
     assert "Traceback" not in res.stderr and needle in err[0], err
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("not weights")
     (tmp_path / "bad.pt").write_bytes(b"PK\x03\x04garbage")
@@ -195,6 +198,7 @@ def test_parser_choices_come_from_the_demo_and_the_report():
     assert parser.parse_args(["demo"]).framework == "tf-graph"
 
 
+@pytest.mark.slow
 def test_command_and_help_load_no_framework():
     # `sparsify --help` and `sparsify schedule` stay fast: no TensorFlow, Keras or torch behind them
     code = ("import sys\n"
@@ -210,6 +214,7 @@ def test_command_and_help_load_no_framework():
     assert out.stdout.strip().splitlines()[-1] == "LOADED []"
 
 
+@pytest.mark.slow
 def test_python_dash_m_sparsify_help():
     res = subprocess.run([sys.executable, "-m", "sparsify", "--help"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.startswith("usage: sparsify [-h] [--version] {demo,report,export,schedule}")
@@ -306,6 +311,7 @@ def test_option_errors_name_the_subcommand(capsys):
                           "(see 'sparsify schedule --help')")
 
 
+@pytest.mark.slow
 def test_os_errors_print_the_message_and_the_file_not_the_errno(tmp_path, capsys):
     rc = main(["demo", "--framework", "torch", "--steps", "3", "--no-progress", "--out", str(tmp_path / "f" / "x")])
     assert rc == 0                      # parents are created

@@ -49,6 +49,7 @@ def test_frameworks():
     assert all(callable(backend.train) for backend in FRAMEWORKS.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", list(FRAMEWORKS))
 def test_demo_each_framework(framework, tmp_path):
     out = tmp_path / "out"
@@ -115,6 +116,7 @@ def test_demo_nm_pattern_in_process():
     assert "fc1    128x64  50.00%    50.00%  4096 / 8192   yes" in format_result(res)
 
 
+@pytest.mark.slow
 def test_demo_bad_input(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("target_sparsty: 0.9\n")
@@ -192,6 +194,7 @@ def test_row_patterns_leave_the_classifier_alone(capsys):
     assert rc == 0 and table(out)["out"][1:3] == ["50.00%", "50.00%"]
 
 
+@pytest.mark.slow
 def test_bad_demo_input_exits_with_one_line(tmp_path, capsys):
     for args, rc_want, needle in [
         (("demo", "--pattern", "3x1", "--framework", "torch"), 1,
@@ -208,6 +211,7 @@ def test_bad_demo_input_exits_with_one_line(tmp_path, capsys):
         run_demo("torch", steps=5, seed=-1, progress=False)
 
 
+@pytest.mark.slow
 def test_out_never_replaces_what_sparsify_did_not_write(tmp_path, capsys):
     out = tmp_path / "D"
     (out / "saved_model").mkdir(parents=True)

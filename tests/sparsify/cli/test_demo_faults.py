@@ -55,6 +55,7 @@ def second_config():
     return demo.default_config(pattern="2:4", steps=20)
 
 
+@pytest.mark.slow
 def test_interrupt_during_training_keeps_the_old_run(first_run, monkeypatch):
     import sparsify_torch
 
@@ -75,6 +76,7 @@ def test_interrupt_during_training_keeps_the_old_run(first_run, monkeypatch):
     assert_complete_run(out, before, "1x1")
 
 
+@pytest.mark.slow
 def test_interrupt_while_saving_the_model_keeps_the_old_run(first_run, monkeypatch):
     import torch
 
@@ -93,6 +95,7 @@ def test_interrupt_while_saving_the_model_keeps_the_old_run(first_run, monkeypat
     assert_complete_run(out, before, "1x1")
 
 
+@pytest.mark.slow
 def test_interrupt_while_writing_plots_keeps_the_old_run(first_run, monkeypatch):
     out, before = first_run
     calls = {"n": 0}
@@ -110,6 +113,7 @@ def test_interrupt_while_writing_plots_keeps_the_old_run(first_run, monkeypatch)
     assert_complete_run(out, before, "1x1")
 
 
+@pytest.mark.slow
 def test_sigint_during_the_commit_is_held_until_the_new_run_is_complete(first_run, monkeypatch, sigint_raises):
     out, before = first_run
     calls = {"n": 0}
@@ -154,6 +158,7 @@ def _stage(out: Path) -> list[Path]:
     return [p for p in out.glob(".sparsify-staging-*") if p.is_dir()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["training", "export"])
 def test_sigint_to_the_command(tmp_path, point):
     """The real thing: the `sparsify` command (TF graph mode), SIGINT from outside."""
@@ -186,6 +191,7 @@ def _limited(max_bytes: int):
     return setup
 
 
+@pytest.mark.slow
 def test_disk_full_while_saving_leaves_the_old_run_and_no_partial_file(first_run):
     out, before = first_run
     proc = _cli("demo", "--framework", "torch", "--steps", "20", "--pattern", "2:4", "--out", str(out),
@@ -197,6 +203,7 @@ def test_disk_full_while_saving_leaves_the_old_run_and_no_partial_file(first_run
     assert_complete_run(out, before, "1x1")
 
 
+@pytest.mark.slow
 def test_disk_full_on_export_and_report_output(tmp_path, first_run):
     out, _ = first_run
     target = tmp_path / "m.sparse.pt"

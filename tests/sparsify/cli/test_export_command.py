@@ -34,6 +34,7 @@ def keras_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_tflite_from_keras_matches_the_model_and_is_smaller(keras_run, capsys):
     import keras
 
@@ -55,6 +56,7 @@ def test_tflite_from_keras_matches_the_model_and_is_smaller(keras_run, capsys):
     assert re.search(r"^dense/sparse\s+\d+\.\d\dx\s+\d+\.\d\dx$", text, flags=re.M), text
 
 
+@pytest.mark.slow
 def test_tflite_from_the_tf_graph_saved_model(tmp_path, capsys):
     out = tmp_path / "tfg"
     run_demo("tf-graph", default_config(pattern="2:4", steps=20), steps=20, out=out, progress=False)

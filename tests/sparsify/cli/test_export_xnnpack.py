@@ -38,6 +38,7 @@ def _pruned(size: int = 17):
     return prune_oneshot(model, cfg)
 
 
+@pytest.mark.slow
 def test_preset_pruned_model_is_ready_and_exports_with_its_outputs(tmp_path):
     model = _pruned()
     report = xnnpack_report(model)
@@ -53,6 +54,7 @@ def test_preset_pruned_model_is_ready_and_exports_with_its_outputs(tmp_path):
         export_tflite_xnnpack(model, tmp_path / "m.tflite")
 
 
+@pytest.mark.slow
 def test_rules_broken_are_named_and_strict_refuses(tmp_path):
     dense = _mobilenet()
     report = xnnpack_report(dense)

@@ -28,6 +28,7 @@ def _write_large_zero_npz(path, rows: int, cols: int, nonzero_rows: int) -> None
             fh.write(block.tobytes())
 
 
+@pytest.mark.slow
 def test_a_large_compressible_array_is_reported_in_bounded_memory(tmp_path, capsys):
     rows, cols = 16384, 4096                             # 256 MiB declared, a few hundred KiB on disk
     path = tmp_path / "big.npz"

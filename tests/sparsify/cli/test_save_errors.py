@@ -89,6 +89,7 @@ def _file_size_limit(max_bytes: int):
     return setup
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework, written", [("torch", "model.pt"),
                                                 ("tf-graph", "checkpoint/model.ckpt.data-00000-of-00001")])
 def test_demo_that_cannot_write_its_model_names_the_os_error_and_the_file(tmp_path, framework, written):

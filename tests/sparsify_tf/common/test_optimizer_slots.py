@@ -48,6 +48,7 @@ def _assert_live_slots(masks, slot_vals, pr, slots):
             assert np.any(val[masks[n] != 0] != 0.0), s.op.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("masking", ["weights", "inputs"])
 @pytest.mark.parametrize("opt,builder,resource", [
     ("momentum", "mlp", True),

@@ -28,6 +28,7 @@ def fit(model, digits, epochs=2, callbacks=None, optimizer="adam"):
                      callbacks=[sk.UpdatePruningStep()] if callbacks is None else callbacks)
 
 
+@pytest.mark.slow
 def test_whole_sequential_model_guide_flow(K, digits, tmp_path):
     base = dense_model(K)
     end_step = 2 * 8
@@ -95,6 +96,7 @@ def test_prunable_layer_prunes_the_bias_too(K, digits):
     assert float((layer.bias.numpy() == 0).mean()) == 0.5 and kernel_sparsity(layer) == 0.5
 
 
+@pytest.mark.slow
 def test_subclassed_model_with_pruned_layers(K, digits):
     class Net(K.Model):
         def __init__(self):
@@ -142,12 +144,14 @@ def test_custom_training_loop_guide_flow(K, digits, tmp_path):
     assert kernel_sparsity(model_for_pruning.layers[0].layer) == pytest.approx(0.6, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_training_without_update_pruning_step_is_refused(K, digits):
     model = sk.prune_low_magnitude(dense_model(K))
     with pytest.raises(tf.errors.InvalidArgumentError, match="UpdatePruningStep"):
         fit(model, digits, epochs=1, callbacks=[])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ext", [".keras", ".h5"])
 def test_saved_model_loads_inside_prune_scope_and_keeps_training(K, digits, tmp_path, ext):
     model = sk.prune_low_magnitude(dense_model(K), pruning_schedule=sk.ConstantSparsity(0.5, 0, frequency=3))
@@ -174,6 +178,7 @@ def test_saved_model_loads_inside_prune_scope_and_keeps_training(K, digits, tmp_
     assert kernel_sparsity(sk.strip_pruning(loaded).layers[0]) == 0.5
 
 
+@pytest.mark.slow
 def test_m_by_n_two_of_four_on_dense_and_conv(K, digits):
     x, y = digits
     K.utils.set_random_seed(1)
@@ -191,6 +196,7 @@ def test_m_by_n_two_of_four_on_dense_and_conv(K, digits):
     assert (conv1 != 0).all()
 
 
+@pytest.mark.slow
 def test_block_size_prunes_whole_blocks(K, digits):
     model = sk.prune_low_magnitude(dense_model(K), block_size=(1, 16),
                                    pruning_schedule=sk.ConstantSparsity(0.5, 0, frequency=1))
@@ -260,6 +266,7 @@ def test_pruned_weights_can_grow_back_at_a_later_update(K):
     assert kernel[0] == 0.0 and kernel[1] == pytest.approx(0.0204, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_xla_compiled_train_step(K, digits):
     model = sk.prune_low_magnitude(dense_model(K), pruning_schedule=sk.PolynomialDecay(0.0, 0.5, 0, 8, frequency=2))
     x, y = digits
@@ -299,6 +306,7 @@ def test_nested_model_is_pruned_and_stripped_recursively(K):
     assert kernel_sparsity(stripped.get_layer("head")) == 0.5
 
 
+@pytest.mark.slow
 def test_tf_keras_savedmodel_loads_inside_prune_scope(digits, tmp_path):
     import tf_keras as K
 

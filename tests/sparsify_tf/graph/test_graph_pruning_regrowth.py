@@ -49,6 +49,7 @@ def _reference_grads(weights: dict[str, np.ndarray], xb, yb) -> dict[str, np.nda
     return {"fc1/kernel": g1, "fc2/kernel": g2}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regrowth,masking", [("rigl", "weights"), ("rigl", "inputs"), ("set", "weights"),
                                               ("set", "inputs")])
 def test_regrowth_keeps_exact_sparsity_grows_zeros_and_follows_the_core(regrowth, masking):
@@ -110,6 +111,7 @@ def _torch_mlp(weights: dict[str, np.ndarray]):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regrowth", ["rigl", "set"])
 def test_regrowth_gives_torchs_masks_for_the_same_weights_and_batches(regrowth):
     """lr 0: both frameworks keep the same weights (only regrowth's zeros change them), so each update

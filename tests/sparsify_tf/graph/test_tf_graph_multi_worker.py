@@ -15,6 +15,8 @@ import pytest
 from sparsify import exact_prune_count
 from tf_workers import run_workers
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 SCRIPT = textwrap.dedent("""
     import hashlib, json, os, sys
     import numpy as np, tensorflow as tf

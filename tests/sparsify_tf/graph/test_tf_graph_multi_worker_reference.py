@@ -19,9 +19,12 @@ import textwrap
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 from sparsify import PruningEngine  # noqa: E402
 from tf_workers import WANDA_HALVES, run_workers  # noqa: E402
+
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
 
 # shared by the worker script and the single-process reference (run here, in a tf.Graph)
 COMMON = textwrap.dedent("""

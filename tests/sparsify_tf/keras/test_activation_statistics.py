@@ -101,6 +101,7 @@ class _Probe:
         self.callbacks = [Before(), cb, After()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scope", ["local", "row"])
 def test_each_update_s_masks_are_the_core_s_wanda_masks_of_those_weights_and_sums(K, digits, scope):
     """Adam at lr 0.01 moves the weights: at every update the masks equal what the core's protocol gives for
@@ -196,6 +197,7 @@ def test_masks_and_sums_equal_torch_s_for_the_same_weights_and_batches(K, scope)
     np.testing.assert_allclose(chw, torch_sums["3.weight"].numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first_in_graph", [True, False], ids=["saved_in_graph", "saved_on_host"])
 def test_resume_from_a_checkpoint_continues_bit_exactly(K, digits, tmp_path, first_in_graph):
     """Windows span the checkpoint (updates every 15 steps, 10 steps an epoch): the saved sums carry over.
@@ -213,6 +215,7 @@ def test_resume_from_a_checkpoint_continues_bit_exactly(K, digits, tmp_path, fir
     assert all(np.array_equal(sa[k], sb[k]) for k in sa) and _calls(ref_cb) == _calls(cb)
 
 
+@pytest.mark.slow
 def test_strip_pruning_gives_the_layers_their_own_call_back(K, digits):
     model = compile_(mlp(K), K)
     cb = PruningCallback({"target_sparsity": 0.5, "end_step": 0, "criterion": "wanda"})
@@ -289,6 +292,7 @@ DISTRIBUTED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_under_mirrored_strategy_each_replica_adds_its_share_of_the_global_batch():
     """Two logical CPUs (own process: devices are fixed before TF starts), batch 16 split 8 + 8: the sums on
     every replica are those of the whole batch and the masks are those of training without a strategy."""
@@ -307,6 +311,7 @@ def test_under_mirrored_strategy_each_replica_adds_its_share_of_the_global_batch
             np.testing.assert_allclose(sums, np.square(x[48:].astype(np.float64)).sum(axis=0), rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compile_kw", [{"jit_compile": True}, {"steps_per_execution": 3}], ids=["xla", "spe3"])
 def test_xla_and_several_steps_per_execution_record_the_same_statistics(K, digits, compile_kw):
     """Under XLA the updates run on the host, with steps_per_execution=3 the host or graph sees 3 steps a call:

@@ -245,6 +245,7 @@ def test_nan_weights_at_an_update_in_the_train_step_name_the_layer_and_change_no
     assert all(np.array_equal(a, m.numpy()) for a, m in zip(before, cb._state.masks))
 
 
+@pytest.mark.slow
 def test_xla_train_step_keeps_the_updates_on_the_host(K, digits):
     """numpy_function does not compile with XLA: a jit-compiled train step falls back to the host path."""
     X, y = digits

@@ -69,6 +69,7 @@ def _checkpoint_then_resume(K, digits, tmp_path, epochs, first_cb, resumed_cb):
     return ref, ref_cb, resumed
 
 
+@pytest.mark.slow
 def test_resume_from_model_checkpoint_weights_equals_uninterrupted(K, digits, tmp_path):
     cb = PruningCallback(CFG)
     ref, ref_cb, resumed = _checkpoint_then_resume(K, digits, tmp_path, 2, PruningCallback(CFG), cb)
@@ -90,6 +91,7 @@ def test_resume_across_update_paths_equals_uninterrupted(K, digits, tmp_path, fi
     _assert_same(ref, ref_cb, resumed, cb)
 
 
+@pytest.mark.slow
 def test_backup_and_restore_resume_equals_uninterrupted(K, digits, tmp_path):
     X, y = _data(digits)
     init = _fresh(K).get_weights()
@@ -164,6 +166,7 @@ def _train_strip_save(K, digits, d):
     return float((k == 0).mean())
 
 
+@pytest.mark.slow
 def test_strip_and_reload_in_a_process_without_sparsify(digits, tmp_path):
     args, zero_frac = [], {}
     for flavor in FLAVORS:
@@ -184,6 +187,7 @@ def test_strip_and_reload_in_a_process_without_sparsify(digits, tmp_path):
         assert out["savedmodel"][0] < 1e-5
 
 
+@pytest.mark.slow
 def test_resume_with_another_config_is_refused_naming_the_keys(K, digits, tmp_path):
     X, y = _data(digits)
     path = str(tmp_path / ("ckpt.weights.h5" if K.__name__ == "keras" else "ckpt"))
@@ -209,6 +213,7 @@ def test_resume_with_another_config_is_refused_naming_the_keys(K, digits, tmp_pa
     assert again.sparsity["total"] > 0
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_config_loaded_between_fits_is_refused(K, digits, tmp_path):
     """The saved config is checked at every fit, not only the first one (the callback compares the config
     again whenever the saved digests change)."""
@@ -224,6 +229,7 @@ def test_a_checkpoint_of_another_config_loaded_between_fits_is_refused(K, digits
         model.fit(X, y, batch_size=32, epochs=1, verbose=0, callbacks=[cb])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_masks_restored_between_fits_at_the_same_update_step_are_picked_up(flavor, digits):
     """Each fit re-reads the state; it skips restoring the protocol only when the variables hold exactly what

@@ -6,6 +6,9 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys

@@ -53,6 +53,7 @@ def test_config_matching_no_weight_names_the_prunable_ones(K, digits):
     assert int(model.optimizer.iterations.numpy()) == 0
 
 
+@pytest.mark.slow
 def test_pattern_that_does_not_fit_names_the_layer(K, digits):
     model = compile_(mlp(K), K)
     cb = PruningCallback({"pattern": "4x1", "target_sparsity": 0.5})
@@ -89,6 +90,7 @@ def test_unbuilt_model_is_refused(K, digits):
                     callbacks=[PruningCallback({})])
 
 
+@pytest.mark.slow
 def test_fit_with_a_different_model_is_refused(K, digits):
     a, b = compile_(mlp(K, seed=0), K), compile_(mlp(K, seed=1), K)
     cb = PruningCallback({"end_step": 2, "pruning_frequency": 1})

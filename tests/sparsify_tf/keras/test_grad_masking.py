@@ -40,6 +40,7 @@ def test_grad_masking_needs_a_positive_epsilon(K):
     assert not grad_masking_supported(None)
 
 
+@pytest.mark.slow
 def test_every_optimizer_keeps_weights_and_slots_zero(K, digits):
     X, y = digits
     X, y = X[:192], y[:192]
@@ -105,6 +106,7 @@ def test_custom_train_step_with_another_optimizer_falls_back(K, digits):
         assert int((w == 0).sum()) == exact_pruned(0.6, w.size), pw.path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opt", ["Adam", "RMSprop"])
 def test_training_equals_per_step_masking(K, digits, opt):
     """Masking gradients gives the same weights as re-masking weights and slots after every step."""

@@ -101,6 +101,7 @@ def test_weight_kinds_of_plain_layers(K):
     assert weight_kinds(K.layers.Embedding(3, 2)) == {"embeddings": "embedding"}
 
 
+@pytest.mark.slow
 def test_masks_match_the_core_for_every_layer_type(K, digits):
     """Parity: one-shot pruning at step 0 equals the core applied to the same weights."""
     from sparsify_tf.keras import PruningCallback

@@ -64,6 +64,7 @@ def _digits_fit(model, digits, cb, epochs, n=1280):
     model.fit(X[:n], y[:n], batch_size=64, epochs=epochs, verbose=0, shuffle=False, callbacks=[cb])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("in_graph", [True, False], ids=["in_graph", "host"])
 @pytest.mark.parametrize("method", ["set", "rigl"])
 def test_regrowth_keeps_exact_sparsity_and_grown_weights_start_at_zero(K, digits, method, in_graph):
@@ -94,6 +95,7 @@ def test_regrowth_keeps_exact_sparsity_and_grown_weights_start_at_zero(K, digits
     assert cb.sparsity["total"] == pytest.approx(0.8, abs=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first_in_graph", [True, False], ids=["saved_in_graph", "saved_on_host"])
 @pytest.mark.parametrize("method", ["set", "rigl"])
 def test_regrowth_resumes_bit_exactly_from_a_checkpoint(K, digits, tmp_path, method, first_in_graph):
@@ -205,6 +207,7 @@ def _torch_copy(model):
     return tm
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,cfg", [("wanda", {"target_sparsity": 0.5, "criterion": "wanda", "pruning_scope": "row"}),
                                       ("magnitude", {"target_sparsity": 0.5, "pruning_scope": "row"}),
                                       ("wanda 2:4", {"pattern": "2:4", "criterion": "wanda"})])
@@ -221,6 +224,7 @@ def test_prune_oneshot_gives_torch_s_masks_on_a_trained_mlp(K, digits, name, cfg
     assert not any("sparsify" in w.name for w in model.weights)
 
 
+@pytest.mark.slow
 def test_prune_oneshot_wanda_keeps_more_accuracy_than_magnitude(K, digits):
     X, y = digits
     acc = {"magnitude": [], "wanda": []}

@@ -10,9 +10,12 @@ multi-worker tutorial.
 import textwrap
 
 import numpy as np
+import pytest
 
 from sparsify import exact_prune_count
 from tf_workers import run_workers
+
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
 
 SCRIPT = textwrap.dedent("""
     import hashlib, json, os, sys

@@ -55,6 +55,7 @@ def test_the_step_keeps_pruned_weights_at_zero_and_hands_itself_to_the_extension
     assert "train_step" not in model.__dict__
 
 
+@pytest.mark.slow
 def test_the_step_holds_its_extension_weakly(K):
     model, state = _pruned_model(K)
     ext = RecordTraces()

@@ -247,6 +247,7 @@ def test_optimal_kwargs_reach_the_selector(residual_net, batches):
     assert same_state(residual_net, saved)
 
 
+@pytest.mark.slow
 def test_optimal_meets_target_with_default_settings(batches):
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),

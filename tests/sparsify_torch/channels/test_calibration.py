@@ -182,6 +182,7 @@ def timm_model(name, **kwargs):
     return timm.create_model(name, pretrained=False, **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,size,batch,train", [("levit_128s", 64, 2, False), ("levit_128s", 64, 2, True),
                                                    ("efficientformer_l1", 224, 1, False)])
 def test_timm_models_with_attention_bias_caches_calibrate(name, size, batch, train):

@@ -14,6 +14,8 @@ from sparsify_torch.channels.metrics import count_macs, count_params
 from zoo_helpers import (build, main_output, prune_half_checked, roundtrip, seg_loss, structure,
                          torch_pruning_macs_ratio, tv)
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 CLASSIFIERS = ["resnet18", "resnet34", "resnet50", "wide_resnet50_2", "densenet161", "mobilenet_v2",
                "mobilenet_v3_large", "efficientnet_b0"]
 SEGMENTERS = ["fcn_resnet50", "fcn_resnet101", "deeplabv3_resnet50", "deeplabv3_resnet101",

@@ -14,6 +14,8 @@ from sparsify_torch.channels.metrics import count_macs
 from sparsify_torch.channels.surgery import select_and_prune
 from zoo_helpers import assert_one_label_one_unit, build, prune_half_checked, roundtrip
 
+pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
+
 
 def select_and_prune_half(model, data, loss, **kwargs):
     """What ``calibrate_and_prune_model_equal`` does, keeping the info and the original for the accounting."""
