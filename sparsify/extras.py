@@ -15,7 +15,7 @@ __all__ = ["DISTRIBUTION", "EXTRAS", "install_command", "missing_framework"]
 
 DISTRIBUTION = "sparsify-train"
 # The extras of setup.cfg that a message may name (tests/test_install_lines.py checks they exist there).
-EXTRAS = ("tf", "jax", "keras-torch", "torch", "structured", "plot", "test", "docs", "all")
+EXTRAS = ("tf", "jax", "keras-torch", "torch", "structured", "deploy", "plot", "test", "docs", "all")
 
 
 def install_command(extra: str) -> str:

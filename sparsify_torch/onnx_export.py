@@ -19,7 +19,7 @@ model's outputs. onnxruntime computes with dense weights either way (it
 densifies sparse initializers and folds the bitmask decoder when the session
 loads): the file shrinks, the latency does not (``bench/bench_deploy.py``).
 
-Needs ``onnx`` (and ``onnxruntime`` for the check): ``pip install sparsify[deploy]``.
+Needs ``onnx`` (and ``onnxruntime`` for the check): ``pip install "sparsify-train[deploy]"``.
 
 Example:
     >>> import torch, tempfile, os
@@ -41,6 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparsify.extras import install_command
+
 __all__ = ["sparse_initializers", "export_onnx", "ONNX_INDEX_BYTES", "ENCODINGS"]
 
 #: Bytes per stored position of an ONNX sparse tensor (the spec's int64 indices).
@@ -53,7 +55,7 @@ def _onnx() -> Any:
     try:
         import onnx
     except ImportError as e:   # pragma: no cover - the deploy extra installs it
-        raise ImportError("ONNX export needs the onnx package: pip install sparsify[deploy]") from e
+        raise ImportError(f"ONNX export needs the onnx package: {install_command('deploy')}") from e
     return onnx
 
 
