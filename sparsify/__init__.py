@@ -25,11 +25,12 @@ from .patterns import (Pattern, PatternNInM, PatternNxM, get_pattern, pattern_ex
 from .schedules import (ConstantSchedule, DecaySchedule, GradualSchedule, get_schedule, register_schedule,
                         registered_schedules)
 from .lowest_k import exact_prune_count, lowest_k_mask
+from .distillation import DistillationConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "PruningConfig", "PruningEngine", "select_names", "PruningProtocol", "MaskUpdate", "sparsity_figures",
+    "PruningConfig", "DistillationConfig", "PruningEngine", "select_names", "PruningProtocol", "MaskUpdate", "sparsity_figures",
     "WeightReader", "GradientReader", "ActivationReader", "MaskWriter", "collect_reads",
     "register_criterion", "get_criterion", "registered_criteria", "wanda",
     "GradualSchedule", "ConstantSchedule", "DecaySchedule", "get_schedule", "register_schedule",

@@ -18,8 +18,10 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from sparsify import PruningConfig
+from sparsify.distillation import DistillationConfig
 from sparsify.protocol import PruningProtocol
 
+from .distillation import Distiller
 from .fsdp import ShardedPruner, is_sharded
 from .fsdp_entry import prune_sharded
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
@@ -35,7 +37,9 @@ def _has_mask_param(model: nn.Module) -> bool:
 
 
 def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
-          process_group: Any = None, log_dir: Any = None, optimizer: Any = None) -> Pruner | ShardedPruner:
+          process_group: Any = None, log_dir: Any = None, optimizer: Any = None,
+          distillation: DistillationConfig | Mapping[str, Any] | str | None = None, teacher: nn.Module | None = None,
+          logits_fn: Any = None) -> Pruner | ShardedPruner:
     """Register mask parametrizations on the selected weights of ``model``.
 
     Weights of Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d, Embedding(Bag)
@@ -73,6 +77,14 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         optimizer: the ``torch.optim.Optimizer`` training the model; required with
             ``regrowth`` (grown weights start with zeroed optimizer state), and on FSDP2
             weights for the dense weights under the masks.
+        distillation: a :class:`sparsify.DistillationConfig` (or its dict, or a YAML path): the
+            dense model teaches the pruned one through ``pruner.distill_loss(inputs, logits)``
+            (:mod:`sparsify_torch.distillation`). Its teacher is a frozen deep copy of ``model``
+            taken here, before any mask (``teacher="dense_at_start"``), or ``teacher``.
+        teacher: the teacher module with ``distillation={"teacher": "user", ...}``; frozen in place
+            (``requires_grad=False``, ``eval()``). On FSDP2, shard it with ``fully_shard`` too.
+        logits_fn: picks the logits from the teacher's output when it is not a tensor (default:
+            ``.logits``, ``["logits"]`` or ``[0]``).
 
     The stored weights stay dense under the masks (``parametrizations.weight.original``):
     the model computes with ``original * mask``, :meth:`Pruner.remove` and exports bake
@@ -109,6 +121,10 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     if config.regrowth != "none" and optimizer is None:
         raise ValueError(f"regrowth={config.regrowth!r} zeroes the optimizer state of grown weights: pass the "
                          "optimizer, prune(model, config, optimizer=opt)")
+    distill = None if distillation is None else DistillationConfig.coerce(distillation)
+    if distill is None and teacher is not None:
+        raise ValueError("teacher was passed without distillation: prune(..., distillation={'teacher': 'user'}, "
+                         "teacher=module)")
     if _has_mask_param(model):
         raise ValueError("model is already pruned (it has MaskParametrization layers); call Pruner.remove() "
                          "before pruning it again")
@@ -127,7 +143,15 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             if process_group is not None:
                 raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
                                  "over their own device mesh: pass process_group=None")
-            return prune_sharded(model, config, candidates, params, log_dir=log_dir, optimizer=optimizer)
+            config = PruningConfig.coerce(config)
+            distiller = None if distill is None else Distiller(model, distill, teacher, logits_fn)
+            try:
+                pruner = prune_sharded(model, config, candidates, params, log_dir=log_dir, optimizer=optimizer)
+            except BaseException:
+                if distiller is not None:
+                    distiller.remove()
+                raise
+            return _with_distiller(pruner, distiller)
     by_name = {w.name: w for w in candidates}
     protocol = PruningProtocol(config, {n: w.shape for n, w in by_name.items()})
     layers = [by_name[n] for n in protocol.names]
@@ -151,6 +175,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         if p.is_meta:
             raise ValueError(f"weight {w.name!r} is on the meta device (it holds no data); materialize the model "
                              "(model.to_empty(device=...) and initialise its weights) before pruning")
+    distiller = None if distill is None else Distiller(model, distill, teacher, logits_fn)   # before any mask
     done: list[tuple[nn.Module, str]] = []
     try:
         for module, tensor_name in tensors:
@@ -159,8 +184,16 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
                 torch.ones_like(p.detach()), straight_through=config.pruned_gradient == "straight_through",
                 pruned_decay=config.pruned_decay))
             done.append((module, tensor_name))
-        return Pruner(model, protocol, layers, process_group, log_dir, optimizer)
+        return _with_distiller(Pruner(model, protocol, layers, process_group, log_dir, optimizer), distiller)
     except BaseException:
         for module, tensor_name in done:   # nothing half-applied
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)
+        if distiller is not None:
+            distiller.remove()
         raise
+
+
+def _with_distiller(pruner: Pruner | ShardedPruner, distiller: Distiller | None) -> Pruner | ShardedPruner:
+    if distiller is not None:
+        pruner.attach_distiller(distiller)
+    return pruner
