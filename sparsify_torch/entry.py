@@ -143,7 +143,11 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             if process_group is not None:
                 raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
                                  "over their own device mesh: pass process_group=None")
-            config = PruningConfig.coerce(config)
+            if distill is not None and distill.teacher == "dense_at_start":
+                raise ValueError("distillation teacher='dense_at_start' copies the model, but FSDP2 modules cannot "
+                                 "be deep-copied: build the teacher (the same model, fully_shard the same way, its "
+                                 "shards copied from the model's before prune) and pass it: prune(..., "
+                                 "distillation={'teacher': 'user', ...}, teacher=teacher)")
             distiller = None if distill is None else Distiller(model, distill, teacher, logits_fn)
             try:
                 pruner = prune_sharded(model, config, candidates, params, log_dir=log_dir, optimizer=optimizer)
