@@ -63,7 +63,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--oneshot", action="store_true", help="one-shot arms on the dense models")
     p.add_argument("--peer", action="store_true", help="llm-compressor's one-shot modifiers")
     p.add_argument("--gradual", action="store_true", help="prune while training (bench/lm/gradual.py)")
-    p.add_argument("--gradual-arms", nargs="+", default=list(GRADUAL_ARMS))
+    p.add_argument("--gradual-arms", nargs="+", default=[a for a in GRADUAL_ARMS if a not in DISTILL_ARMS],
+                   help="default: every arm without a teacher (teacher arms, e.g. sr_ste_distill, when named)")
     p.add_argument("--gradual-targets", nargs="+", default=["90", "80", "50"], help="percent, or 2:4")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=1800)
