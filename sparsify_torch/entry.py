@@ -121,10 +121,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     if config.regrowth != "none" and optimizer is None:
         raise ValueError(f"regrowth={config.regrowth!r} zeroes the optimizer state of grown weights: pass the "
                          "optimizer, prune(model, config, optimizer=opt)")
-    distill = None if distillation is None else DistillationConfig.coerce(distillation)
-    if distill is None and teacher is not None:
-        raise ValueError("teacher was passed without distillation: prune(..., distillation={'teacher': 'user'}, "
-                         "teacher=module)")
+    distill = _distillation(distillation, teacher)
     if _has_mask_param(model):
         raise ValueError("model is already pruned (it has MaskParametrization layers); call Pruner.remove() "
                          "before pruning it again")
@@ -143,17 +140,11 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             if process_group is not None:
                 raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
                                  "over their own device mesh: pass process_group=None")
-            if distill is not None and distill.teacher == "dense_at_start":
-                raise ValueError("distillation teacher='dense_at_start' copies the model, but FSDP2 modules cannot "
-                                 "be deep-copied: build the teacher (the same model, fully_shard the same way, its "
-                                 "shards copied from the model's before prune) and pass it: prune(..., "
-                                 "distillation={'teacher': 'user', ...}, teacher=teacher)")
-            distiller = None if distill is None else Distiller(model, distill, teacher, logits_fn)
+            distiller = _sharded_distiller(model, distill, teacher, logits_fn)
             try:
                 pruner = prune_sharded(model, config, candidates, params, log_dir=log_dir, optimizer=optimizer)
             except BaseException:
-                if distiller is not None:
-                    distiller.remove()
+                _drop(distiller)
                 raise
             return _with_distiller(pruner, distiller)
     by_name = {w.name: w for w in candidates}
@@ -192,9 +183,36 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     except BaseException:
         for module, tensor_name in done:   # nothing half-applied
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)
-        if distiller is not None:
-            distiller.remove()
+        _drop(distiller)
         raise
+
+
+def _distillation(distillation: Any, teacher: Any) -> DistillationConfig | None:
+    """The checked distillation config of ``prune`` (None without one)."""
+    if distillation is None:
+        if teacher is not None:
+            raise ValueError("teacher was passed without distillation: prune(..., distillation={'teacher': 'user'}, "
+                             "teacher=module)")
+        return None
+    return DistillationConfig.coerce(distillation)
+
+
+def _sharded_distiller(model: nn.Module, distill: DistillationConfig | None, teacher: nn.Module | None,
+                       logits_fn: Any) -> Distiller | None:
+    """The distiller of an FSDP2 model: its teacher must be the user's (FSDP2 refuses ``deepcopy``)."""
+    if distill is None:
+        return None
+    if distill.teacher == "dense_at_start":
+        raise ValueError("distillation teacher='dense_at_start' copies the model, but FSDP2 modules cannot "
+                         "be deep-copied: build the teacher (the same model, fully_shard the same way, its "
+                         "shards copied from the model's before prune) and pass it: prune(..., "
+                         "distillation={'teacher': 'user', ...}, teacher=teacher)")
+    return Distiller(model, distill, teacher, logits_fn)
+
+
+def _drop(distiller: Distiller | None) -> None:
+    if distiller is not None:
+        distiller.remove()
 
 
 def _with_distiller(pruner: Pruner | ShardedPruner, distiller: Distiller | None) -> Pruner | ShardedPruner:
