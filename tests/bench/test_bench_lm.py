@@ -213,3 +213,23 @@ def test_teacher_arm_trains_with_the_dense_model_and_the_report_shows_it(tmp_pat
     assert "| torch | 80 | 1.805 | 1.905 (torch.ao) | 1.895 (gradual/sr_ste) | 10% | 2 |" in text
     assert "| torch + teacher | 80 | 1.805 | 1.905 (torch.ao) | 1.875 (gradual/sr_ste_distill) | 30% | 2 |" in text
     assert "| gradual/sr_ste_distill - gradual/sr_ste | 80 | -0.0200 ± 0.0000 | 2/2 |" in text
+
+
+def test_merge_brings_runs_of_parallel_files_into_the_results_file(tmp_path, capsys):
+    base = {"model": {"d": 1}, "train": {"steps": 3}, "runs": [{"seed": 0, "arm": "dense", "setting": "0", "bpc": 1.8},
+                                                               {"seed": 0, "arm": "gradual/sr_ste", "setting": "80",
+                                                                "bpc": 1.9}], "commands": ["a"]}
+    part = {"model": {"d": 1}, "train": {"steps": 3}, "commands": ["b"],
+            "runs": [{"seed": 0, "arm": "dense", "setting": "0", "bpc": 1.7},
+                     {"seed": 0, "arm": "gradual/sr_ste_distill", "setting": "80", "bpc": 1.85}]}
+    into, src, other = tmp_path / "r.json", tmp_path / "p.json", tmp_path / "o.json"
+    into.write_text(json.dumps(base))
+    src.write_text(json.dumps(part))
+    other.write_text(json.dumps({**part, "train": {"steps": 4}}))
+    lm_records.main(["--merge", str(src), "--into", str(into)])
+    got = json.loads(into.read_text())
+    assert [(r["arm"], r["bpc"]) for r in got["runs"]] == [("dense", 1.8), ("gradual/sr_ste", 1.9),
+                                                          ("gradual/sr_ste_distill", 1.85)]
+    assert got["commands"] == ["a", "b"]
+    with pytest.raises(SystemExit, match="holds runs of another model or training"):
+        lm_records.main(["--merge", str(other), "--into", str(into)])
