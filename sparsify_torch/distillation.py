@@ -163,7 +163,8 @@ class Distiller:
         """``w(step) * (logit_weight * KD + feature_weight * mean MSE of the features)``, a scalar with the
         student's graph; 0 (no teacher pass) while ``w(step)`` is 0."""
         if not isinstance(student_logits, torch.Tensor):
-            raise TypeError(f"student_logits must be a tensor (the model's logits), got {type(student_logits).__name__}")
+            raise TypeError(f"student_logits must be a tensor (the model's logits), "
+                            f"got {type(student_logits).__name__}")
         w = self.config.weight_at(step)
         if w == 0.0:
             self._student.outputs.clear()

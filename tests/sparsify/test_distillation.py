@@ -58,7 +58,8 @@ def test_validation_names_key_and_value(changes, error, message):
 def test_unknown_key_and_wrong_type():
     with pytest.raises(ValueError, match=r"unknown distillation key 'wieght' \(did you mean 'weight'\?\)"):
         DistillationConfig.from_dict({"wieght": 1})
-    with pytest.raises(TypeError, match="distillation must be a DistillationConfig, a dict or a YAML file path, got int"):
+    with pytest.raises(TypeError, match="distillation must be a DistillationConfig, a dict or a YAML file path, "
+                                        "got int"):
         DistillationConfig.coerce(3)
 
 
@@ -112,7 +113,8 @@ def test_kd_is_nonnegative_and_invariant_to_shifts(logits, temp):
 def test_whole_term_literal():
     cfg = DistillationConfig(temperature=1.0, weight=0.5, logit_weight=2.0, features=["a", "b"], feature_weight=0.1)
     # 0.5 * (2 * 1.150420765 + 0.1 * mean(2.0, 0.0))
-    got = distillation_loss(cfg, 0, [[1.0, 2.0, 3.0]], [[3.0, 2.0, 1.0]], [[[1.0, 2.0]], [[0.0]]], [[[1.0, 4.0]], [[0.0]]])
+    got = distillation_loss(cfg, 0, [[1.0, 2.0, 3.0]], [[3.0, 2.0, 1.0]], [[[1.0, 2.0]], [[0.0]]],
+                            [[[1.0, 4.0]], [[0.0]]])
     assert got == pytest.approx(0.5 * (2 * 1.150420765208883 + 0.1 * 1.0), rel=1e-12)
     assert feature_loss([[1.0, 2.0]], [[1.0, 4.0]]) == 2.0
     with pytest.raises(ValueError, match=r"features: 2 named \(\['a', 'b'\]\), got 1 of the student's and 2"):

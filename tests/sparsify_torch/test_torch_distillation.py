@@ -98,9 +98,8 @@ def test_pruned_model_saves_and_loads_without_the_teacher():
     model = net()
     pruner = prune(model, {**GRADUAL, "start_step": 0, "end_step": 0}, distillation={"features": ["1"]})
     assert not any("teacher" in k for k in model.state_dict())
-    assert set(model.state_dict()) == {"0.bias", "0.parametrizations.weight.original", "0.parametrizations.weight.0.mask",
-                                       "2.bias", "2.parametrizations.weight.original", "2.parametrizations.weight.0.mask"}
-    assert all(isinstance(v, (torch.Tensor, int, dict, list, str, bool, type(None))) for v in pruner.state_dict().values())
+    assert set(model.state_dict()) == {f"{i}.{k}" for i in (0, 2) for k in (
+        "bias", "parametrizations.weight.original", "parametrizations.weight.0.mask")}
     assert all(not isinstance(v, nn.Module) for v in pruner.state_dict().values())
     pruner.remove()
     buf = io.BytesIO()

@@ -39,7 +39,8 @@ def test_term_equals_the_core_reference_over_a_ramp():
             for k in (0, 2, 3, 4, 6, 9):
                 want = np_distillation_loss(cfg, k, s, t, [sh], [th])
                 assert sess.run(loss, {step: k}) == pytest.approx(want, rel=1e-5)
-    with pytest.raises(ValueError, match=r"student_features must hold the tensors of config.features \['h'\], got \[\]"):
+    with pytest.raises(ValueError, match=r"student_features must hold the tensors of config.features "
+                                         r"\['h'\], got \[\]"):
         with tf.Graph().as_default():
             sparsify_tf.distillation_loss(tf.zeros([1, 2]), tf.zeros([1, 2]), cfg, 0)
 
@@ -57,7 +58,8 @@ def test_snapshot_teacher_is_frozen_while_the_pruned_student_trains(tmp_path):
         kd = sparsify_tf.distillation_loss(logits, t_logits, cfg, pruning.global_step, {"hidden": hidden},
                                            {"hidden": t_hidden})
         task = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
-        train = pruning.wrap_train_op(tf1.train.AdamOptimizer(1e-2).minimize(task + kd, global_step=pruning.global_step))
+        opt = tf1.train.AdamOptimizer(1e-2)
+        train = pruning.wrap_train_op(opt.minimize(task + kd, global_step=pruning.global_step))
         snapshot = sparsify_tf.teacher_snapshot_op(student_vars, teacher_vars)
         assert not {v.name for v in teacher_vars} & {v.name for v in tf1.trainable_variables()}
         saver = tf1.train.Saver(var_list=student_vars)
