@@ -75,7 +75,7 @@ def run_key(job: dict[str, Any]) -> str:
 
 def plan(args: argparse.Namespace, custom: dict[str, dict]) -> list[dict[str, Any]]:
     """Every run the arguments ask for; sparsify configs are validated here, before anything trains."""
-    from sparsify import PruningConfig
+    from sparsify import DistillationConfig, PruningConfig
 
     jobs, seen = [], set()
     for ds in args.datasets:
@@ -88,7 +88,13 @@ def plan(args: argparse.Namespace, custom: dict[str, dict]) -> list[dict[str, An
                         continue
                     overrides = custom.get(arm, SPARSIFY_ARMS.get(arm, {}))
                     if arm not in PEER_ARMS and arm != "dense":
-                        PruningConfig.coerce(sparsify_config(spec, s, overrides))     # raises ValueError
+                        config = sparsify_config(spec, s, overrides)
+                        if "distillation" in config:          # a teacher arm (torch only)
+                            if fw != "torch":
+                                raise ValueError(f"--arms {arm}: distillation runs in the torch framework only, "
+                                                 f"not {fw}")
+                            DistillationConfig.coerce(config.pop("distillation"))
+                        PruningConfig.coerce(config)                                   # raises ValueError
                     for seed in range(args.first_seed, args.first_seed + args.seeds):
                         job = {"dataset": ds, "framework": fw, "arm": arm, "seed": seed, "steps": spec.steps,
                                "setting": f"dense:{spec.variant(s)}" if arm == "dense" else name,

@@ -42,7 +42,7 @@ import torch
 
 from ._results import publish
 from .lm.data import calibration_windows, load_corpus, validation_windows
-from .lm.gradual import GRADUAL_ARMS, gradual_attach, gradual_config, setting_target
+from .lm.gradual import DISTILL_ARMS, GRADUAL_ARMS, gradual_attach, gradual_config, setting_target
 from .lm.model import CharLM, LMConfig, bits_per_char
 from .lm.oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
 from .lm.plot import FIGURE, plot
@@ -63,7 +63,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--oneshot", action="store_true", help="one-shot arms on the dense models")
     p.add_argument("--peer", action="store_true", help="llm-compressor's one-shot modifiers")
     p.add_argument("--gradual", action="store_true", help="prune while training (bench/lm/gradual.py)")
-    p.add_argument("--gradual-arms", nargs="+", default=list(GRADUAL_ARMS))
+    p.add_argument("--gradual-arms", nargs="+", default=[a for a in GRADUAL_ARMS if a not in DISTILL_ARMS],
+                   help="default: every arm without a teacher (teacher arms, e.g. sr_ste_distill, when named)")
     p.add_argument("--gradual-targets", nargs="+", default=["90", "80", "50"], help="percent, or 2:4")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=1800)
@@ -137,9 +138,10 @@ def _peer(args, cfg: LMConfig, seed: int, weights: str, calib_path: str, data: d
 
 def _gradual(args, cfg: LMConfig, corpus, seed: int, val: tuple[np.ndarray, np.ndarray], data: dict) -> None:
     """One training run per gradual arm and target, each recorded (and saved) as it ends."""
+    teacher = _dense(cfg, corpus, args, seed, data) if set(args.gradual_arms) & set(DISTILL_ARMS) else None
     for target in args.gradual_targets:
         for arm in args.gradual_arms:
-            attach = gradual_attach(arm, target, args.steps)
+            attach = gradual_attach(arm, target, args.steps, teacher if arm in DISTILL_ARMS else None)
             model, info = train_dense(cfg, corpus, seed, args.steps, args.batch_size, attach=attach)
             record_run(data, seed, f"gradual/{arm}", target, bits_per_char(model, *val), {"seconds": info["seconds"]})
             _save(args.out_json, data)

@@ -40,7 +40,8 @@ PACKAGES = ("sparsify", "sparsify_keras", "sparsify_tf", "sparsify_torch")
 # The guides in reading order, with their titles in the site's navigation.
 GUIDES = (("The core and its masks", "core.md"), ("Config reference", "config.md"), ("PyTorch", "torch.md"),
           ("Structured channel pruning", "channels.md"), ("Keras", "keras.md"), ("TensorFlow graphs", "tf_graph.md"),
-          ("Sharded and multi-worker training", "distributed.md"), ("The sparsify command", "cli.md"),
+          ("Sharded and multi-worker training", "distributed.md"), ("Distillation while pruning", "distillation.md"),
+          ("The sparsify command", "cli.md"),
           ("Shipping a pruned model", "export.md"), ("Migrating from other libraries", "migrating.md"))
 # Pages of docs/ with their own place in the navigation (not guides).
 OTHER_PAGES = ("index.md", "design.md", "benchmarks.md")

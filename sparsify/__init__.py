@@ -27,11 +27,13 @@ from .schedules import (ConstantSchedule, DecaySchedule, GradualSchedule, get_sc
 from .lowest_k import exact_prune_count, lowest_k_mask
 from .runtime_presets import RUNTIME_PRESETS, runtime_config, runtime_layers
 from .target_check import TargetNotReachedWarning
+from .distillation import DistillationConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "PruningConfig", "PruningEngine", "select_names", "PruningProtocol", "MaskUpdate", "sparsity_figures",
+    "PruningConfig", "DistillationConfig", "PruningEngine", "select_names", "PruningProtocol", "MaskUpdate",
+    "sparsity_figures",
     "WeightReader", "GradientReader", "ActivationReader", "MaskWriter", "collect_reads",
     "register_criterion", "get_criterion", "registered_criteria", "wanda",
     "GradualSchedule", "ConstantSchedule", "DecaySchedule", "get_schedule", "register_schedule",

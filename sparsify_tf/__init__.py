@@ -4,7 +4,8 @@ Its folders say what serves what:
 
 * :mod:`sparsify_tf.graph`: the high-level :func:`prune_graph` entry point (which follows the core's
   ``sparsify.PruningProtocol``) with :class:`PruningHook` (pruned weights and their optimizer slots stay
-  exactly zero through training);
+  exactly zero through training), and distillation from the dense model (:func:`distillation_loss`,
+  :func:`teacher_snapshot_op`);
 * :mod:`sparsify_tf.seed`: the SparseML seed API (``create_op_pruning``, ``get_or_create_ks_scheduled_graph_ops``,
   SparseML's mask creators...);
 * :mod:`sparsify_tf.common`: what every TF path shares (the guarded in-graph update, the mask writer, layout
@@ -31,6 +32,7 @@ from .common.export import export_frozen_graph, export_saved_model
 from .common.graph_utils import get_prunable_ops_and_inputs, is_prunable_op
 from .common.optimizer_slots import find_optimizer_slots
 from .common.schedule_ops import schedule_tensors
+from .graph.distillation import distillation_loss, teacher_snapshot_op
 from .graph.hook import PruningHook
 from .graph.pruning import GraphPruning, prune_graph
 from .seed.mask_creator import CoreMaskCreator
@@ -48,7 +50,7 @@ from .seed.mask_pruning import (
 from .seed.utils import VAR_INDEX_FROM_TRAINABLE, eval_tensor_sparsity, get_op_input_var
 
 __all__ = [
-    "prune_graph", "GraphPruning", "PruningHook", "export_frozen_graph", "export_saved_model",
+    "prune_graph", "GraphPruning", "PruningHook", "distillation_loss", "teacher_snapshot_op", "export_frozen_graph", "export_saved_model",
     "PruningOpVars", "PruningScope", "create_op_pruning_no_update", "create_op_pruning",
     "create_constant_op_pruning", "create_graph_ops_pruning", "get_or_create_graph_ops_pruning",
     "create_summaries_pruning", "apply_op_vars_masks", "create_ks_schedule_ops",

@@ -19,9 +19,11 @@ from torch.nn.utils import parametrize
 
 from sparsify import PruningConfig
 from sparsify.criteria import get_criterion
+from sparsify.distillation import DistillationConfig
 from sparsify.engine import select_layers
 from sparsify.protocol import PruningProtocol
 
+from .distillation import Distiller
 from .dtensor import is_dtensor
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
@@ -39,7 +41,9 @@ def _has_mask_param(model: nn.Module) -> bool:
 
 
 def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
-          process_group: Any = None, log_dir: Any = None, optimizer: Any = None) -> Pruner | ShardedPruner:
+          process_group: Any = None, log_dir: Any = None, optimizer: Any = None,
+          distillation: DistillationConfig | Mapping[str, Any] | str | None = None, teacher: nn.Module | None = None,
+          logits_fn: Any = None) -> Pruner | ShardedPruner:
     """Register mask parametrizations on the selected weights of ``model``.
 
     Weights of Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d, Embedding(Bag)
@@ -77,6 +81,14 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         optimizer: the ``torch.optim.Optimizer`` training the model; required with
             ``regrowth`` (grown weights start with zeroed optimizer state), and on FSDP2
             weights for the dense weights under the masks.
+        distillation: a :class:`sparsify.DistillationConfig` (or its dict, or a YAML path): the
+            dense model teaches the pruned one through ``pruner.distill_loss(inputs, logits)``
+            (:mod:`sparsify_torch.distillation`). Its teacher is a frozen deep copy of ``model``
+            taken here, before any mask (``teacher="dense_at_start"``), or ``teacher``.
+        teacher: the teacher module with ``distillation={"teacher": "user", ...}``; frozen in place
+            (``requires_grad=False``, ``eval()``). On FSDP2, shard it with ``fully_shard`` too.
+        logits_fn: picks the logits from the teacher's output when it is not a tensor (default:
+            ``.logits``, ``["logits"]`` or ``[0]``).
 
     The stored weights stay dense under the masks (``parametrizations.weight.original``):
     the model computes with ``original * mask``, :meth:`Pruner.remove` and exports bake
@@ -103,6 +115,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         8
     """
     config, candidates = _checked_call(model, config, optimizer)
+    distill = _distillation(distillation, teacher)
     by_name = {w.name: w for w in candidates}
     shapes = {n: w.shape for n, w in by_name.items()}
     params = {w.name: w.module._parameters.get(w.tensor_name) for w in candidates}
@@ -121,7 +134,14 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     if sharded:       # the sharded protocol is built there, once its rows are known
         from .fsdp_entry import prune_sharded     # FSDP2 only: torch.distributed.tensor is imported by now
 
-        return prune_sharded(model, config, layers, params, log_dir=log_dir, optimizer=optimizer)
+        distiller = _sharded_distiller(model, distill, teacher, logits_fn)
+        try:
+            pruner = prune_sharded(model, config, layers, params, log_dir=log_dir, optimizer=optimizer)
+        except BaseException:
+            _drop(distiller)
+            raise
+        return _with_distiller(pruner, distiller)
+    distiller = None if distill is None else Distiller(model, distill, teacher, logits_fn)   # before any mask
     done: list[tuple[nn.Module, str]] = []
     try:
         for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in layers):
@@ -130,10 +150,11 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
                 torch.ones_like(p.detach()), straight_through=config.pruned_gradient == "straight_through",
                 pruned_decay=config.pruned_decay))
             done.append((module, tensor_name))
-        return Pruner(model, protocol, layers, process_group, log_dir, optimizer)
+        return _with_distiller(Pruner(model, protocol, layers, process_group, log_dir, optimizer), distiller)
     except BaseException:
         for module, tensor_name in done:   # nothing half-applied
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)
+        _drop(distiller)
         raise
 
 
@@ -194,3 +215,37 @@ def _check_plain(layers: list[PrunableWeight]) -> None:
         if p.is_meta:
             raise ValueError(f"weight {w.name!r} is on the meta device (it holds no data); materialize the model "
                              "(model.to_empty(device=...) and initialise its weights) before pruning")
+
+
+def _distillation(distillation: Any, teacher: Any) -> DistillationConfig | None:
+    """The checked distillation config of ``prune`` (None without one)."""
+    if distillation is None:
+        if teacher is not None:
+            raise ValueError("teacher was passed without distillation: prune(..., distillation={'teacher': 'user'}, "
+                             "teacher=module)")
+        return None
+    return DistillationConfig.coerce(distillation)
+
+
+def _sharded_distiller(model: nn.Module, distill: DistillationConfig | None, teacher: nn.Module | None,
+                       logits_fn: Any) -> Distiller | None:
+    """The distiller of an FSDP2 model: its teacher must be the user's (FSDP2 refuses ``deepcopy``)."""
+    if distill is None:
+        return None
+    if distill.teacher == "dense_at_start":
+        raise ValueError("distillation teacher='dense_at_start' copies the model, but FSDP2 modules cannot "
+                         "be deep-copied: build the teacher (the same model, fully_shard the same way, its "
+                         "shards copied from the model's before prune) and pass it: prune(..., "
+                         "distillation={'teacher': 'user', ...}, teacher=teacher)")
+    return Distiller(model, distill, teacher, logits_fn)
+
+
+def _drop(distiller: Distiller | None) -> None:
+    if distiller is not None:
+        distiller.remove()
+
+
+def _with_distiller(pruner: Pruner | ShardedPruner, distiller: Distiller | None) -> Pruner | ShardedPruner:
+    if distiller is not None:
+        pruner.attach_distiller(distiller)
+    return pruner

@@ -103,6 +103,7 @@ class PrunerBase:
         self._activations: Any = None
         # RigL: the dense gradient of the backward pass before an update
         self._capture_grads = "grad" in protocol.engine.needs and not protocol.engine.scored_every_step
+        self.distiller: Any = None         # a sparsify_torch.distillation.Distiller (prune(distillation=...))
 
     # ----- template methods ---------------------------------------------------------------------
     def read_weights(self) -> dict[str, np.ndarray]:  # pragma: no cover - template method
@@ -295,6 +296,25 @@ class PrunerBase:
                                  f"got {got}" + (" holding NaN or inf" if bad else ""))
             out[n] = s.detach().clone().to(like.device)
         return out
+
+    def attach_distiller(self, distiller: Any) -> None:
+        """Use ``distiller`` (a :class:`~sparsify_torch.distillation.Distiller`) for :meth:`distill_loss`;
+        its hooks go with :meth:`release_resources`."""
+        self.distiller = distiller
+        self.hooks.append(distiller)
+
+    def distill_loss(self, inputs: Any, student_logits: torch.Tensor) -> torch.Tensor:
+        """The distillation term at the current step, to add to the task loss before ``backward()``:
+        ``loss = task_loss + pruner.distill_loss(x, logits)`` where ``logits = model(x)``. The teacher runs
+        on ``inputs`` (a tensor, a tuple of arguments or a dict of keyword arguments) without a graph.
+
+        Raises:
+            RuntimeError: ``prune`` was called without ``distillation=``, or after ``remove()``.
+        """
+        self.check_alive("distill_loss")
+        if self.distiller is None:
+            raise RuntimeError("distill_loss() needs a teacher: prune(model, config, distillation={...})")
+        return self.distiller.loss(inputs, student_logits, self._step)
 
     def release_resources(self) -> None:
         """Drop the hooks and close the TensorBoard event file."""

@@ -119,7 +119,10 @@ SPARSIFY_ARMS: dict[str, dict[str, Any]] = {
     "global": {"pruning_scope": "global"}, "global_nm": {"pruning_scope": "global", "monotone": False},
     "global_rigl": {"pruning_scope": "global", "regrowth": "rigl"}, "erk": {"pruning_scope": "erk"},
     "erk_rigl": {"pruning_scope": "erk", "regrowth": "rigl"}, "erk_nm": {"pruning_scope": "erk", "monotone": False},
-    "erk_wanda": {"pruning_scope": "erk", "criterion": "wanda"}}
+    "erk_wanda": {"pruning_scope": "erk", "criterion": "wanda"},
+    # the best arm at 90/95 %, taught by the trained dense model of the seed (torch only)
+    "erk_wanda_kd": {"pruning_scope": "erk", "criterion": "wanda",
+                     "distillation": {"temperature": 2.0, "weight": 1.0}}}
 #: peer arms and the framework each runs in.
 PEER_ARMS = {"torch.ao": "torch", "tfmot": "tf_keras"}
 
@@ -204,7 +207,7 @@ def sparsify_config(spec: Problem, s: Setting, overrides: dict[str, Any]) -> dic
         >>> sparsify_config(problem("mnist1d"), setting("90"), {"monotone": False})["monotone"]
         False
     """
-    base = {"target_sparsity": s.target, "pattern": s.pattern, "start_step": spec.start, "end_step": spec.end,
+    base: dict[str, Any] = {"target_sparsity": s.target, "pattern": s.pattern, "start_step": spec.start, "end_step": spec.end,
             "pruning_frequency": spec.frequency, "sparsity_decay_type": "gradual", "exponent": 3.0,
             "skip_incompatible_layers": s.structured}
     return {**base, **overrides}

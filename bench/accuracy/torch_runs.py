@@ -1,5 +1,9 @@
 """One torch accuracy run: dense, sparsify (``sparsify_torch.prune``) or torch.ao's ``WeightNormSparsifier``.
 
+A sparsify arm whose config holds ``"distillation"`` (a :class:`sparsify.DistillationConfig` dict) is a teacher
+arm: the dense model of the seed is trained first (the ``dense`` arm's run; its time is not in the record's
+seconds) and teaches the pruned one through ``pruner.distill_loss`` at every step.
+
 Plain tensors, no DataLoader, one thread, ``torch.set_flush_denormal(True)``. torch.ao only handles 2-D
 weights, so its model holds every conv weight as sparsify's 2-D view ``(out, prod(kernel) * in)`` (input
 channel fastest) and reshapes it in ``forward``: the same function and the same initial numbers, and
@@ -90,10 +94,27 @@ def run_torch(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None
         torch.set_flush_denormal(False)
 
 
+def _dense_teacher(spec: Problem, s: Setting, seed: int, x: torch.Tensor, y: torch.Tensor,
+                   order: torch.Tensor) -> Net:
+    """The dense model of ``seed`` (the ``dense`` arm's run: same initial weights and batches), trained here."""
+    model = Net(spec.layers(s), init_weights(spec, s, seed))
+    opt = torch.optim.Adam(model.parameters(), lr=spec.lr)
+    for step in range(1, spec.steps + 1):
+        idx = order[step - 1]
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
 def _run_torch(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | None, seed: int) -> dict[str, Any]:
     torch.set_num_threads(1)
     x, y, xt, yt = (torch.from_numpy(a) for a in load_data(spec.name))
     order = torch.from_numpy(batch_order(spec, len(x), seed))
+    config = dict(config or {})
+    distillation = config.pop("distillation", None)     # a teacher arm: the trained dense model of the seed
+    teacher = None if distillation is None else _dense_teacher(spec, s, seed, x, y, order)
     model = Net(spec.layers(s), init_weights(spec, s, seed), flat=arm == "torch.ao")
     opt = torch.optim.Adam(model.parameters(), lr=spec.lr)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -111,10 +132,14 @@ def _run_torch(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | Non
     elif arm != "dense":
         from sparsify_torch import prune
 
-        pruner = prune(model, config, optimizer=opt)
+        pruner = prune(model, config, optimizer=opt, teacher=teacher,
+                       distillation=None if distillation is None else {**distillation, "teacher": "user"})
     for step in range(1, spec.steps + 1):
         idx = order[step - 1]
-        loss = F.cross_entropy(model(x[idx]), y[idx])
+        out = model(x[idx])
+        loss = F.cross_entropy(out, y[idx])
+        if teacher is not None:
+            loss = loss + pruner.distill_loss(x[idx], out)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -131,4 +156,3 @@ def _run_torch(spec: Problem, s: Setting, arm: str, config: dict[str, Any] | Non
     if pruner is not None:
         pruner.remove()
     return summarize(weights, spec, s, acc, seconds, cpu)
-

@@ -9,10 +9,13 @@ values (``sparsity_level`` set, then ``step()``), unstructured (``(1, 1)`` block
 2 zeros in every ``(1, 4)`` block (its level is the share of 2:4 blocks: the schedule's value over 0.5). ``sr_ste``
 is SR-STE: straight-through gradients plus ``pruned_decay`` on the pruned weights, masks every step;
 ``sr_ste_at_start`` the same with the whole target from the start step on (the schedule ``"constant"``).
+``sr_ste_distill`` is SR-STE plus distillation (:mod:`sparsify_torch.distillation`) from the trained dense
+model of the seed (the ``dense`` arm's model: its 1800 steps are not counted in the arm's budget): the task
+loss plus ``weight`` times the KL of the teacher's and student's softmax at ``temperature`` (:data:`DISTILL_ARMS`).
 
 Example:
     >>> sorted(GRADUAL_ARMS)
-    ['default', 'erk_rigl', 'erk_wanda', 'rigl', 'sr_ste', 'sr_ste_at_start', 'torch.ao']
+    ['default', 'erk_rigl', 'erk_wanda', 'rigl', 'sr_ste', 'sr_ste_at_start', 'sr_ste_distill', 'torch.ao']
     >>> window(1800)
     (180, 1260, 45)
     >>> setting_target("2:4"), setting_target("90")
@@ -25,7 +28,7 @@ Example:
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -35,7 +38,7 @@ from sparsify import GradualSchedule, PruningConfig
 from .model import PRUNABLE, CharLM
 from .train import Attach
 
-__all__ = ["GRADUAL_ARMS", "window", "setting_target", "gradual_config", "gradual_attach"]
+__all__ = ["GRADUAL_ARMS", "DISTILL_ARMS", "window", "setting_target", "gradual_config", "gradual_attach"]
 
 # the MNIST-1D accuracy benchmark's SR-STE arm (bench/accuracy/problems.py), tuned there
 _SR_STE = {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1, "monotone": False}
@@ -51,6 +54,13 @@ GRADUAL_ARMS: dict[str, dict[str, Any]] = {
     "rigl": {"regrowth": "rigl"},
     "erk_rigl": {"pruning_scope": "erk", "regrowth": "rigl"},
     "torch.ao": {},
+    # SR-STE, taught by the trained dense model of the seed (DISTILL_ARMS)
+    "sr_ste_distill": _SR_STE,
+}
+
+#: arm -> the DistillationConfig of its teacher term (the teacher: the trained dense model of the seed)
+DISTILL_ARMS: dict[str, dict[str, Any]] = {
+    "sr_ste_distill": {"temperature": 1.0, "weight": 1.0, "teacher": "user"},
 }
 
 
@@ -59,10 +69,14 @@ def window(steps: int) -> tuple[int, int, int]:
     return steps // 10, steps * 7 // 10, max(1, steps // 40)
 
 
-def _ours(config: dict[str, Any]) -> Attach:
-    def attach(model: CharLM, opt: torch.optim.Optimizer) -> tuple[Callable[[int], None], Callable[[], None]]:
-        pruner = sparsify_torch.prune(model, config, optimizer=opt)
-        return (lambda _step: pruner.step()), pruner.remove
+def _ours(config: dict[str, Any], distillation: dict[str, Any] | None = None,
+          teacher: torch.nn.Module | None = None) -> Attach:
+    def attach(model: CharLM, opt: torch.optim.Optimizer) -> tuple:
+        if distillation is None:
+            pruner = sparsify_torch.prune(model, config, optimizer=opt)
+            return (lambda _step: pruner.step()), pruner.remove
+        pruner = sparsify_torch.prune(model, config, optimizer=opt, distillation=distillation, teacher=teacher)
+        return (lambda _step: pruner.step()), pruner.remove, pruner.distill_loss
     return attach
 
 
@@ -76,7 +90,7 @@ def setting_target(setting: str) -> tuple[float, str]:
 
 
 def _torch_ao(target: float, steps: int, pattern: str = "1x1") -> Attach:
-    def attach(model: CharLM, opt: torch.optim.Optimizer) -> tuple[Callable[[int], None], Callable[[], None]]:
+    def attach(model: CharLM, opt: torch.optim.Optimizer) -> tuple:
         from torch.ao.pruning import WeightNormSparsifier
 
         sched = GradualSchedule(0.0, target, *window(steps), 3.0)
@@ -111,8 +125,13 @@ def gradual_config(arm: str, setting: str, steps: int, op_names: str = PRUNABLE)
     return config
 
 
-def gradual_attach(arm: str, setting: str, steps: int) -> Attach:
-    """The :data:`bench.lm.train.Attach` of an arm at ``setting`` (a percent or ``"2:4"``) over ``steps`` steps."""
+def gradual_attach(arm: str, setting: str, steps: int, teacher: torch.nn.Module | None = None) -> Attach:
+    """The :data:`bench.lm.train.Attach` of an arm at ``setting`` (a percent or ``"2:4"``) over ``steps`` steps;
+    ``teacher``: the trained dense model of the seed, for the arms of :data:`DISTILL_ARMS` (and only them)."""
+    if (arm in DISTILL_ARMS) != (teacher is not None):
+        raise ValueError(f"arm {arm!r}: a teacher is {'needed' if arm in DISTILL_ARMS else 'not used'}")
+    if arm in DISTILL_ARMS:
+        return _ours(gradual_config(arm, setting, steps), DISTILL_ARMS[arm], teacher)
     if arm == "torch.ao":
         target, pattern = setting_target(setting)
         return _torch_ao(target, steps, pattern)

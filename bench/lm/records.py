@@ -9,6 +9,15 @@ Example:
     seed 0            keras/dense     0: 1.7000 bits/char, 2 s
     >>> [r["bpc"] for r in data["runs"]]
     [1.7]
+    >>> merge_runs(data, {"runs": [{"seed": 1, "arm": "gradual/sr_ste_distill", "setting": "80", "bpc": 1.84}],
+    ...                   "commands": ["python -m bench.bench_lm --gradual"]})
+    1
+    >>> [r["arm"] for r in data["runs"]], data["commands"]
+    (['keras/dense', 'gradual/sr_ste_distill'], ['python -m bench.bench_lm --gradual'])
+
+Runs written to another file (parallel processes, each with its own ``--out-json``) join the results file with
+``python -m bench.lm.records --merge /tmp/a.json /tmp/b.json --into bench/lm_results.json``: their runs other
+than ``dense`` (whose figures the results file holds already) replace those of the same (seed, arm, setting).
 """
 from __future__ import annotations
 
@@ -22,7 +31,7 @@ from typing import Any, Sequence
 
 from .._results import cpu_model
 
-__all__ = ["record_run", "save_results", "run_arguments", "open_results"]
+__all__ = ["record_run", "save_results", "run_arguments", "open_results", "merge_runs", "main"]
 
 
 def run_arguments(argv: list[str] | None, description: str, arms: Sequence[str],
@@ -84,3 +93,33 @@ def save_results(path: str, data: dict[str, Any]) -> None:
     with open(tmp, "w") as fh:
         json.dump(data, fh, indent=1)
     os.replace(tmp, path)
+
+
+def merge_runs(data: dict, other: dict, skip_arms: Sequence[str] = ("dense",)) -> int:
+    """Copy the runs of ``other`` (but those of ``skip_arms``) into ``data``, replacing those of the same
+    (seed, arm, setting), and append its commands; returns how many runs were copied."""
+    runs = [r for r in other.get("runs", []) if r["arm"] not in skip_arms]
+    keys = {(r["seed"], r["arm"], r["setting"]) for r in runs}
+    data["runs"] = [r for r in data["runs"] if (r["seed"], r["arm"], r["setting"]) not in keys] + runs
+    data["commands"] = [c for c in data.get("commands", []) if c not in other.get("commands", [])] \
+        + list(other.get("commands", []))
+    return len(runs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``--merge SRC... --into DST``: :func:`merge_runs` of each SRC into DST (same model and training only)."""
+    p = argparse.ArgumentParser(description="merge LM results files")
+    p.add_argument("--merge", nargs="+", required=True)
+    p.add_argument("--into", required=True)
+    args = p.parse_args(argv)
+    data = json.loads(Path(args.into).read_text())
+    for src in args.merge:
+        other = json.loads(Path(src).read_text())
+        if (other.get("model"), other.get("train")) != (data.get("model"), data.get("train")):
+            raise SystemExit(f"{src} holds runs of another model or training than {args.into}")
+        print(f"{src}: {merge_runs(data, other)} runs")
+    save_results(args.into, data)
+
+
+if __name__ == "__main__":
+    main()

@@ -12,12 +12,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["render", "paired_line", "machines_note", "ARM_ORDER"]
+__all__ = ["render", "paired_line", "machines_note", "ARM_ORDER", "TEACHER_GRADUAL"]
 
 ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt", "gradual/default",
              "gradual/erk_wanda", "gradual/sr_ste", "gradual/sr_ste_at_start", "gradual/rigl", "gradual/erk_rigl",
-             "gradual/torch.ao")
+             "gradual/sr_ste_distill", "gradual/torch.ao")
 OUR_GRADUAL = ("default", "erk_wanda", "sr_ste", "sr_ste_at_start", "rigl", "erk_rigl")
+#: our gradual arms taught by the trained dense model (distillation): their own rows in the gap table
+TEACHER_GRADUAL = ("sr_ste_distill",)
 TFMOT = "tfkeras/gradual/tfmot"
 PEER_NOTES = (
     "The peer runs on the same trained weights exported as a `GPT2LMHeadModel` built from a `GPT2Config` "
@@ -227,7 +229,9 @@ def render(data: dict[str, Any]) -> str:
                      "`sr_ste`: SR-STE (straight-through gradients, `pruned_decay=6e-4`, masks every step, "
                      "`monotone=False`), `sr_ste_at_start`: SR-STE with the whole target from the schedule's start "
                      "(`sparsity_decay_type=\"constant\"`, as its paper trains N:M), `rigl`/`erk_rigl`: RigL "
-                     "regrowth (local or ERK scope), `torch.ao`: "
+                     "regrowth (local or ERK scope), `sr_ste_distill`: SR-STE plus distillation from the trained "
+                     "dense model of the seed (task loss + KL at temperature 1, weight 1; the teacher's own "
+                     "training is not counted in the arm's steps), `torch.ao`: "
                      "WeightNormSparsifier at the same steps and values, 2:4 as 2 zeros per (1, 4) block):\n\n"
                      + _main_table(gradual + [r for r in runs if r["arm"] == "dense"]))
     pairs = [paired_line(runs, *p) for p in
@@ -238,17 +242,21 @@ def render(data: dict[str, Any]) -> str:
     pairs += [paired_line(runs, f"gradual/{a}", "gradual/torch.ao", t) for t in ("50", "80", "90", "2:4")
               for a in OUR_GRADUAL]
     pairs.append(paired_line(runs, "gradual/sr_ste_at_start", "gradual/sr_ste", "2:4"))
+    pairs += [paired_line(runs, f"gradual/{a}", b, t) for t in ("50", "80", "90", "2:4") for a in TEACHER_GRADUAL
+              for b in ("gradual/torch.ao", "gradual/sr_ste")]
     pairs = [p for p in pairs if p]
     if pairs:
         parts.append("Paired differences (bits/char, per seed; negative: the first is better):\n\n"
                      "| pair | setting | mean ± std | first better |\n|---|---|---|---|\n" + "\n".join(pairs))
     closed = _gap_lines(runs, "torch", "dense", "gradual/torch.ao", tuple(f"gradual/{a}" for a in OUR_GRADUAL))
+    closed += _gap_lines(runs, "torch + teacher", "dense", "gradual/torch.ao",
+                         tuple(f"gradual/{a}" for a in TEACHER_GRADUAL))
     closed += _gap_lines(runs, "Keras", "tfkeras/dense", TFMOT,
                          tuple(f"{k}/gradual/{a}" for k in ("keras", "tfkeras") for a in OUR_GRADUAL))
     if closed:
         parts.append("Share of the gap between the peer and dense that our best gradual arm closes (means over "
                      "the seeds every column ran, bits/char; Keras: dense and tfmot in tf-keras, ours the best of "
-                     "Keras 3 and tf-keras):\n\n| framework | setting | dense | peer | ours best | share closed | "
+                     "Keras 3 and tf-keras; `torch + teacher`: with distillation from the dense model):\n\n| framework | setting | dense | peer | ours best | share closed | "
                      "seeds |\n|---|---|---|---|---|---|---|\n" + "\n".join(closed))
     for part in (_keras_part(data), _tfkeras_part(data)):
         if part:

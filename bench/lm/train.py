@@ -24,9 +24,11 @@ from .model import CharLM, LMConfig, build_model
 
 __all__ = ["TrainSettings", "train_dense", "lr_at", "Attach"]
 
-Attach = Callable[[CharLM, torch.optim.Optimizer], tuple[Callable[[int], None], Callable[[], None]]]
-"""``attach(model, optimizer) -> (after_step, finish)``: a pruning method's hooks into a training run;
-``after_step(step)`` runs after each optimizer step (``step`` counts from 1), ``finish()`` once at the end."""
+Attach = Callable[[CharLM, torch.optim.Optimizer], tuple]
+"""``attach(model, optimizer) -> (after_step, finish)`` or ``(after_step, finish, loss_term)``: a pruning
+method's hooks into a training run; ``after_step(step)`` runs after each optimizer step (``step`` counts from 1),
+``finish()`` once at the end, ``loss_term(x, logits)`` (a scalar tensor) is added to the task loss of every step
+(distillation)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,9 @@ def train_dense(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size
     torch.manual_seed(seed)
     model = build_model(cfg, seed)
     opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay)
-    after_step, finish = attach(model, opt) if attach is not None else (None, None)
+    hooks = attach(model, opt) if attach is not None else (None, None)
+    after_step, finish = hooks[0], hooks[1]
+    loss_term = hooks[2] if len(hooks) > 2 else None
     offsets = batch_offsets(corpus, seed, steps, batch_size, cfg.context)
     losses = []
     start = time.perf_counter()
@@ -71,13 +75,16 @@ def train_dense(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size
         x, y = (torch.from_numpy(a) for a in windows(corpus.train, offsets[step], cfg.context))
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        task = loss
+        if loss_term is not None:
+            loss = loss + loss_term(x, logits)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.clip)
         opt.step()
         if after_step is not None:
             after_step(step + 1)
-        losses.append(loss.item())
+        losses.append(task.item())
     if finish is not None:
         finish()
     model.eval()

@@ -4,5 +4,6 @@
 :mod:`~sparsify_tf.graph.setup` (its named steps: checks, selection, variables),
 :mod:`~sparsify_tf.graph.handles` (what a :class:`~sparsify_tf.GraphPruning` holds and does in a session),
 :mod:`~sparsify_tf.graph.statistics` (input statistics and dense gradients for Wanda and RigL) and
-:mod:`~sparsify_tf.graph.hook` (:class:`~sparsify_tf.PruningHook`). Import the names from ``sparsify_tf``.
+:mod:`~sparsify_tf.graph.hook` (:class:`~sparsify_tf.PruningHook`); :mod:`~sparsify_tf.graph.distillation`
+(the distillation term and the teacher's snapshot). Import the names from ``sparsify_tf``.
 """

@@ -55,6 +55,22 @@ def test_an_arm_the_installed_sparsify_does_not_know_fails_loudly(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+def test_teacher_arm_trains_in_torch_and_is_refused_elsewhere(tmp_path):
+    out = tmp_path / "kd.json"
+    data = bench_accuracy.main(["--seeds", "1", "--frameworks", "torch", "--datasets", "digits", "--settings", "90",
+                                "--steps", "20", "--no-write", "--plot", "", "--arms", "erk_wanda_kd",
+                                "--out-json", str(out)])
+    (run,) = data["runs"]
+    assert run["status"] == "ok" and run["sparsity"] == pytest.approx(0.9, abs=1e-3)
+    assert run["overrides"]["distillation"] == {"temperature": 2.0, "weight": 1.0}
+    with pytest.raises(ValueError, match="--arms erk_wanda_kd: distillation runs in the torch framework only, "
+                                         "not tf_keras"):
+        bench_accuracy.main(["--seeds", "1", "--frameworks", "tf_keras", "--datasets", "digits", "--settings", "90",
+                             "--steps", "20", "--no-write", "--arms", "erk_wanda_kd", "--out-json",
+                             str(tmp_path / "no.json")])
+    assert not (tmp_path / "no.json").exists()
+
+
 def test_torch_ao_view_model_equals_the_plain_model_and_batches_are_shared():
     spec, s = problem("mnist1d"), setting("90")
     w = init_weights(spec, s, seed=3)

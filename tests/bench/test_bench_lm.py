@@ -197,3 +197,40 @@ def test_runs_name_their_processor_and_the_report_says_when_there_are_two():
     note = lm_report.machines_note(older + data["runs"])
     assert note.startswith("Runs from 2 machines") and f"{cpu_model()}: gradual/sr_ste at 2:4 (1 run)" in note
     assert note.endswith("the other runs on an earlier machine whose processor was not recorded.")
+
+
+def test_teacher_arm_trains_with_the_dense_model_and_the_report_shows_it(tmp_path):
+    args = TINY + ["--gradual", "--gradual-targets", "50", "--gradual-arms", "sr_ste_distill", "--out-json",
+                   str(tmp_path / "lm.json"), "--cache", str(tmp_path / "cache")]
+    data = bench_lm.main(args)
+    assert sorted(r["arm"] for r in data["runs"]) == ["dense", "gradual/sr_ste_distill"]
+    assert all(math.isfinite(r["bpc"]) for r in data["runs"])
+    with pytest.raises(ValueError, match="arm 'sr_ste_distill': a teacher is needed"):
+        lm_gradual.gradual_attach("sr_ste_distill", "50", 10)
+    runs = [{"seed": s, "arm": a, "setting": "80", "bpc": b + 0.01 * s} for s in (0, 1) for a, b in
+            [("gradual/torch.ao", 1.9), ("gradual/sr_ste", 1.89), ("gradual/sr_ste_distill", 1.87)]]
+    runs += [{"seed": s, "arm": "dense", "setting": "0", "bpc": 1.8 + 0.01 * s} for s in (0, 1)]
+    text = lm_report.render({**data, "runs": runs})
+    assert "| torch | 80 | 1.805 | 1.905 (torch.ao) | 1.895 (gradual/sr_ste) | 10% | 2 |" in text
+    assert "| torch + teacher | 80 | 1.805 | 1.905 (torch.ao) | 1.875 (gradual/sr_ste_distill) | 30% | 2 |" in text
+    assert "| gradual/sr_ste_distill - gradual/sr_ste | 80 | -0.0200 ± 0.0000 | 2/2 |" in text
+
+
+def test_merge_brings_runs_of_parallel_files_into_the_results_file(tmp_path, capsys):
+    base = {"model": {"d": 1}, "train": {"steps": 3}, "runs": [{"seed": 0, "arm": "dense", "setting": "0", "bpc": 1.8},
+                                                               {"seed": 0, "arm": "gradual/sr_ste", "setting": "80",
+                                                                "bpc": 1.9}], "commands": ["a"]}
+    part = {"model": {"d": 1}, "train": {"steps": 3}, "commands": ["b"],
+            "runs": [{"seed": 0, "arm": "dense", "setting": "0", "bpc": 1.7},
+                     {"seed": 0, "arm": "gradual/sr_ste_distill", "setting": "80", "bpc": 1.85}]}
+    into, src, other = tmp_path / "r.json", tmp_path / "p.json", tmp_path / "o.json"
+    into.write_text(json.dumps(base))
+    src.write_text(json.dumps(part))
+    other.write_text(json.dumps({**part, "train": {"steps": 4}}))
+    lm_records.main(["--merge", str(src), "--into", str(into)])
+    got = json.loads(into.read_text())
+    assert [(r["arm"], r["bpc"]) for r in got["runs"]] == [("dense", 1.8), ("gradual/sr_ste", 1.9),
+                                                          ("gradual/sr_ste_distill", 1.85)]
+    assert got["commands"] == ["a", "b"]
+    with pytest.raises(SystemExit, match="holds runs of another model or training"):
+        lm_records.main(["--merge", str(other), "--into", str(into)])

@@ -55,7 +55,7 @@ def test_missing_framework_names_user_module_reason_and_extra():
     assert isinstance(error, ImportError) and error.name == "torch_pruning"
     assert str(error) == ("sparsify_torch.channels needs torch_pruning, which cannot be imported (No module named "
                           "'no_such_framework_47'): pip install \"sparsify-train[structured]\"; see docs/channels.md")
-    with pytest.raises(ValueError, match=r"^extra must be one of tf, jax, keras-torch, torch, structured, plot, "
-                                         r"test, docs, all, got 'pytorch'$"):
+    with pytest.raises(ValueError, match=r"^extra must be one of tf, jax, keras-torch, torch, structured, deploy, "
+                                         r"plot, test, docs, all, got 'pytorch'$"):
         missing_framework("x", "torch", "pytorch", ImportError("no"))
     assert install_command("tf") == 'pip install "sparsify-train[tf]"'

@@ -1,0 +1,90 @@
+"""Distillation in a tf.compat.v1 graph: the term against the core's NumPy reference, a frozen snapshot teacher."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import sparsify_tf
+from sparsify import DistillationConfig, PruningConfig
+from sparsify.distillation import distillation_loss as np_distillation_loss
+from tf_graph_models import batch, session_config
+
+tf1 = tf.compat.v1
+
+
+def mlp(x, scope: str, trainable: bool = True):
+    """x (None, 64) -> fc1 (64, 16) -> relu -> fc2 (16, 10); the hidden layer and logits."""
+    rng = np.random.default_rng(0)
+    with tf1.variable_scope(scope):
+        w1 = tf1.get_variable("fc1/kernel", initializer=rng.normal(0, 0.2, (64, 16)).astype(np.float32),
+                              trainable=trainable, use_resource=True)
+        w2 = tf1.get_variable("fc2/kernel", initializer=rng.normal(0, 0.2, (16, 10)).astype(np.float32),
+                              trainable=trainable, use_resource=True)
+    hidden = tf.nn.relu(tf.matmul(x, w1))
+    return hidden, tf.matmul(hidden, w2), [w1, w2]
+
+
+def test_term_equals_the_core_reference_over_a_ramp():
+    cfg = DistillationConfig(temperature=2.0, weight=0.6, weight_schedule="cos", init_weight=0.1, start_step=2,
+                             end_step=6, logit_weight=1.5, features=["h"], feature_weight=0.4)
+    s, t = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]), np.array([[3.0, 2.0, 1.0], [1.0, 1.0, -1.0]])
+    sh, th = np.array([[1.0, 2.0]]), np.array([[1.0, 4.0]])
+    g = tf.Graph()
+    with g.as_default():
+        step = tf1.placeholder(tf.int64, [])
+        loss = sparsify_tf.distillation_loss(tf.constant(s, tf.float32), tf.constant(t, tf.float32), cfg, step,
+                                             {"h": tf.constant(sh, tf.float32)}, {"h": tf.constant(th, tf.float32)})
+        with tf1.Session(graph=g, config=session_config()) as sess:
+            for k in (0, 2, 3, 4, 6, 9):
+                want = np_distillation_loss(cfg, k, s, t, [sh], [th])
+                assert sess.run(loss, {step: k}) == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match=r"student_features must hold the tensors of config.features "
+                                         r"\['h'\], got \[\]"):
+        with tf.Graph().as_default():
+            sparsify_tf.distillation_loss(tf.zeros([1, 2]), tf.zeros([1, 2]), cfg, 0)
+
+
+def test_snapshot_teacher_is_frozen_while_the_pruned_student_trains(tmp_path):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 64])
+        y = tf1.placeholder(tf.int64, [None])
+        hidden, logits, student_vars = mlp(x, "student")
+        t_hidden, t_logits, teacher_vars = mlp(x, "teacher", trainable=False)
+        pruning = sparsify_tf.prune_graph(PruningConfig(target_sparsity=0.75, start_step=2, end_step=20,
+                                                        pruning_frequency=6, op_names=["student/"]))
+        cfg = DistillationConfig(temperature=2.0, weight=1.0, features=["hidden"], feature_weight=0.5)
+        kd = sparsify_tf.distillation_loss(logits, t_logits, cfg, pruning.global_step, {"hidden": hidden},
+                                           {"hidden": t_hidden})
+        task = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        opt = tf1.train.AdamOptimizer(1e-2)
+        train = pruning.wrap_train_op(opt.minimize(task + kd, global_step=pruning.global_step))
+        snapshot = sparsify_tf.teacher_snapshot_op(student_vars, teacher_vars)
+        assert not {v.name for v in teacher_vars} & {v.name for v in tf1.trainable_variables()}
+        saver = tf1.train.Saver(var_list=student_vars)
+        with tf1.Session(graph=g, config=session_config()) as sess:
+            sess.run(tf1.global_variables_initializer())
+            assert sess.run(kd, {x: batch(0)[0]}) == 0.0                      # same initial values
+            sess.run(teacher_vars[1].assign(tf.zeros([16, 10])))              # differs until the snapshot
+            assert sess.run(kd, {x: batch(0)[0]}) > 0
+            sess.run(snapshot)
+            bx, by = batch(0)
+            assert sess.run(kd, {x: bx}) == 0.0                               # student == teacher
+            before = sess.run(teacher_vars)
+            losses = []
+            for i in range(25):
+                bx, by = batch(i)
+                sess.run(train, {x: bx, y: by})
+                losses.append(sess.run(kd, {x: bx}))
+            after = sess.run(teacher_vars)
+            assert all(np.array_equal(a, b) for a, b in zip(before, after))
+            assert sess.run(pruning.layer_sparsity)["student/fc1/kernel"] == pytest.approx(0.75)
+            assert losses[-1] > 0
+            path = saver.save(sess, str(tmp_path / "student"))
+    names = [n for n, _ in tf.train.list_variables(path)]
+    assert names and all(n.startswith("student/") for n in names)
+    with pytest.raises(ValueError, match="student_vars and teacher_vars must pair up one to one, got 2 and 1"):
+        with tf.Graph().as_default():
+            a = [tf1.get_variable(n, [2], use_resource=True) for n in ("a", "b")]
+            sparsify_tf.teacher_snapshot_op(a, a[:1])
