@@ -76,6 +76,15 @@ def select_layers(config: PruningConfig, names: Iterable[str], shapes: Mapping[s
     return chosen
 
 
+def _checked_weights(weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Numeric arrays of at least one dimension (a ``ValueError`` naming the layer otherwise), before any
+    scoring."""
+    out = {n: _numeric(f"weights[{n!r}]", w) for n, w in weights.items()}
+    for n, w in out.items():
+        view_shape(w.shape, n)
+    return out
+
+
 class PruningEngine:
     """Schedule + pattern + criterion for one config.
 
@@ -260,9 +269,7 @@ class PruningEngine:
     def _scored(self, weights: Mapping[str, np.ndarray], scores: Mapping[str, np.ndarray] | None,
                 activations: Mapping[str, np.ndarray] | None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Checked weights and their scores (the criterion's unless given)."""
-        weights = {n: _numeric(f"weights[{n!r}]", w) for n, w in weights.items()}
-        for n, w in weights.items():
-            view_shape(w.shape, n)          # a scalar weight: a ValueError naming the layer, before any scoring
+        weights = _checked_weights(weights)
         if scores is None:
             scores = self.criterion_scores(weights, activations)
         else:
@@ -278,7 +285,7 @@ class PruningEngine:
                   activations: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
         """The masks of :meth:`_selected` in local scope, each layer scored then selected, layers side by side
         (:func:`~sparsify.parallel_layers.map_layers`); every argument is checked before any layer is scored."""
-        weights = {n: _numeric(f"weights[{n!r}]", w) for n, w in weights.items()}
+        weights = _checked_weights(weights)
         crit = get_criterion(self.config.criterion)
         inputs = self._criterion_inputs(weights, activations)
         pre = self._checked_pre(weights, pre_masks)
