@@ -20,6 +20,12 @@ Example:
     >>> callable(sparsify_tf.prune_graph)
     True
 """
+try:
+    import tensorflow as _tensorflow  # noqa: F401
+except ModuleNotFoundError as _missing:       # a JAX- or PyTorch-only install
+    raise ImportError("sparsify_tf needs TensorFlow: install sparsify's `tf` extra; for Keras 3 on JAX or PyTorch "
+                      "use sparsify_keras (from sparsify_keras import PruningCallback)") from _missing
+
 from .common.export import export_frozen_graph, export_saved_model
 from .common.graph_utils import get_prunable_ops_and_inputs, is_prunable_op
 from .common.optimizer_slots import find_optimizer_slots

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import sparsify
 from sparsify_tf.keras import PruningCallback, find_prunable_weights
-from sparsify_tf.keras.adapter import KerasAdapter
+from sparsify_keras.adapter import KerasAdapter
 from sparsify_tf.keras.compat import optimizer_slots
 
 from _keras_helpers import cnn, compile_, exact_pruned, first, inp, mlp
@@ -103,9 +103,9 @@ def test_subclassed_model_steps_per_execution_4_loses_no_update(K, digits, in_gr
     updates = []
     cfg = {"target_sparsity": 0.7, "start_step": 1, "end_step": 11, "pruning_frequency": 5}   # points 1, 6, 11
     cb = PruningCallback(cfg, update_in_graph=in_graph)
-    orig, orig_graph = cb._update, cb._graph_updated
+    orig, orig_graph = cb._update, cb.record_update_in_step
     cb._update = lambda step: (updates.append(("host", step)), orig(step))
-    cb._graph_updated = lambda done, keep: (updates.append(("graph", done)), orig_graph(done, keep))
+    cb.record_update_in_step = lambda done, keep: (updates.append(("graph", done)), orig_graph(done, keep))
     model.fit(X, y, batch_size=32, epochs=2, verbose=0, callbacks=[cb])    # 16 steps, callbacks at 0, 4, 8, 12
     if in_graph:       # inside the 4-step loop: every update point at its own step
         assert [u for u in updates if u[0] == "graph"] == [("graph", 1), ("graph", 6), ("graph", 11)]
@@ -187,7 +187,7 @@ def test_mask_update_built_once_and_step_read_only_when_an_update_may_be_due(K, 
     step, write = cb._step, KerasAdapter.write_update
     cb._step = lambda: reads.append(step()) or reads[-1]
     monkeypatch.setattr(KerasAdapter, "write_update",
-                        lambda self, update: applies.append((update.step, self.apply_function)) or write(self, update))
+                        lambda self, update: applies.append((update.step, self.io.apply_function)) or write(self, update))
     model.fit(X[:1408], y[:1408], batch_size=64, epochs=2, verbose=0, shuffle=False,
               callbacks=[cb, zero_checker(K, cb, model, checked)])
     assert [s for s, _ in applies] == [0, 10, 20, 30]
@@ -209,10 +209,10 @@ def test_updates_in_the_train_step_need_no_host_work_between_epoch_starts(K, dig
         cb = PruningCallback({"target_sparsity": 0.6, "start_step": 0, "end_step": 30, "pruning_frequency": 10},
                              update_in_graph=in_graph)
         reads, host, graph, checked = [], [], [], []
-        step, update, graph_updated = cb._step, cb._update, cb._graph_updated
+        step, update, graph_updated = cb._step, cb._update, cb.record_update_in_step
         cb._step = lambda: reads.append(step()) or reads[-1]
         cb._update = lambda s: host.append(s) or update(s)
-        cb._graph_updated = lambda done, keep: graph.append(done) or graph_updated(done, keep)
+        cb.record_update_in_step = lambda done, keep: graph.append(done) or graph_updated(done, keep)
         model.fit(X[:1408], y[:1408], batch_size=64, epochs=2, verbose=0, shuffle=False,
                   callbacks=[cb, zero_checker(K, cb, model, checked)])
         results[in_graph] = [w.numpy() for w in model.weights]
