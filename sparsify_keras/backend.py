@@ -31,7 +31,7 @@ import keras
 import numpy as np
 
 __all__ = ["backend_name", "StepValues", "StatefulValues", "JaxStateValues", "current_step_values",
-           "using_step_values", "wrap_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_read",
+           "using_step_values", "wrap_train_step", "stateful_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_read",
            "compiled_assign",           "selector", "keep_where", "dense_gradient", "STEP_OPS", "state_scope", "tf_strategy", "add_to"]
 
 _TLS = threading.local()
@@ -127,13 +127,20 @@ def wrap_train_step(model: Any, inner: Callable, after_step: Callable[[StepValue
             return logs, after.state()
         return train_step
 
-    def stateful_train_step(data: Any) -> Any:
-        values = StatefulValues()
-        with using_step_values(values):
+    return stateful_train_step(inner, after_step)
+
+
+def stateful_train_step(inner: Callable, after_step: Callable[[StepValues], None],
+                        values: Callable[[], StepValues] = StatefulValues) -> Callable:
+    """The train step of a Keras whose step assigns variables in place (TensorFlow, PyTorch, tf-keras): ``inner``
+    then ``after_step``, with ``values()`` (a new :class:`StepValues` per call) as :func:`current_step_values`."""
+    def train_step(data: Any) -> Any:
+        step_values = values()
+        with using_step_values(step_values):
             logs = inner(data)
-            after_step(values)
+            after_step(step_values)
         return logs
-    return stateful_train_step
+    return train_step
 
 
 def _pending(values: JaxStateValues, state: tuple) -> Iterator[tuple[tuple[int, int], Any]]:

@@ -73,6 +73,13 @@ class StateSchema:
     INT_DTYPE = "int32"
     FULL_FINGERPRINT = False
 
+    def __init__(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
+                 keep_activations: bool = False, straight_through: bool = False, pruned_decay: float = 0.0,
+                 step_scores: Any = None) -> None:
+        super().__init__(name="sparsify_pruning_state", trainable=False)      # the Keras's Layer
+        self._build_state(pweights, fingerprint, keep_grads, keep_activations, straight_through, pruned_decay,
+                          step_scores)
+
     def _build_state(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool,
                      keep_activations: bool, straight_through: bool, pruned_decay: float, step_scores: Any) -> None:
         if pruned_decay and not straight_through:
@@ -142,13 +149,6 @@ class PruningState(StateSchema, keras.layers.Layer):
         pruned_decay: with ``straight_through``, the train step adds ``pruned_decay`` times the stored
             values to the gradients (SR-STE, ``PruningConfig.pruned_decay``); 0 adds nothing.
     """
-
-    def __init__(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
-                 keep_activations: bool = False, straight_through: bool = False, pruned_decay: float = 0.0,
-                 step_scores: Any = None) -> None:
-        super().__init__(name="sparsify_pruning_state", trainable=False)
-        self._build_state(pweights, fingerprint, keep_grads, keep_activations, straight_through, pruned_decay,
-                          step_scores)
 
     def _variable(self, value: Any, dtype: str, name: str, summed: bool = False) -> keras.Variable:
         value = np.asarray(value)

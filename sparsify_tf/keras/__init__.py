@@ -7,18 +7,15 @@ update inside the train step). Keras 3 models (any backend) work through the sam
 
 Needs TensorFlow and tf-keras (sparsify's ``tf`` extra); Keras 3 on JAX or PyTorch: :mod:`sparsify_keras`.
 
-Example:
+Example (a tf-keras model scored by ``snip`` from every step's gradients, then stripped):
     >>> import numpy as np, tf_keras
     >>> from sparsify_tf.keras import PruningCallback, strip_pruning
-    >>> x, y = np.random.default_rng(0).standard_normal((32, 8)).astype("float32"), np.arange(32) % 2
-    >>> model = tf_keras.Sequential([tf_keras.layers.InputLayer((8,)), tf_keras.layers.Dense(4),
-    ...                              tf_keras.layers.Dense(2)])
-    >>> model.compile("adam", tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    >>> cb = PruningCallback({"target_sparsity": 0.5, "end_step": 4, "pruning_frequency": 2})
-    >>> _ = model.fit(x, y, epochs=2, batch_size=8, verbose=0, callbacks=[cb])
-    >>> model = strip_pruning(model)                   # a plain Keras model with the zeros baked in
-    >>> float((model.layers[0].kernel.numpy() == 0).mean())
-    0.5
+    >>> net = tf_keras.Sequential([tf_keras.layers.InputLayer((6,)), tf_keras.layers.Dense(4, name="hidden")])
+    >>> net.compile("sgd", "mse")
+    >>> pruning = PruningCallback({"criterion": "snip", "target_sparsity": 0.75, "start_step": 1, "end_step": 1})
+    >>> _ = net.fit(np.eye(6)[:4], np.ones((4, 4)), batch_size=2, epochs=2, verbose=0, callbacks=[pruning])
+    >>> pruning.sparsity["hidden/kernel"], int((strip_pruning(net).get_layer("hidden").kernel.numpy() != 0).sum())
+    (0.75, 6)
 """
 import importlib.util as _util
 import os as _os

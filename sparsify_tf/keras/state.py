@@ -17,12 +17,11 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from sparsify_keras.layers import KerasPrunableWeight
 from sparsify_keras.state import STATE_ATTR, StateSchema, model_state
 
 from .compat import keras_module, track_dependency, untrack_dependency
@@ -45,13 +44,6 @@ def state_class() -> type:
 
         INT_DTYPE = "int64"
         FULL_FINGERPRINT = True
-
-        def __init__(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
-                     keep_activations: bool = False, straight_through: bool = False, pruned_decay: float = 0.0,
-                     step_scores: Any = None) -> None:
-            super().__init__(name="sparsify_pruning_state", trainable=False)
-            self._build_state(pweights, fingerprint, keep_grads, keep_activations, straight_through, pruned_decay,
-                              step_scores)
 
         def _variable(self, value: Any, dtype: str, name: str, summed: bool = False) -> tf.Variable:
             value = np.asarray(value)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from sparsify.patching import unpatch
-from sparsify_keras.backend import StepValues, using_step_values
+from sparsify_keras.backend import StepValues, stateful_train_step
 from sparsify_keras.train_step import StepHooks, hook_optimizer
 
 from .compat import tf_variable
@@ -70,13 +70,8 @@ class TfStepHooks(StepHooks):
     ops = TF_OPS
 
     def wrap_train_step(self, model: Any, run_inner: Callable, after_step: Callable) -> Callable:
-        def train_step(data: Any) -> Any:      # runs when tf-keras traces the train function (per replica)
-            values = TfStepValues()
-            with using_step_values(values):
-                logs = run_inner(data)
-                after_step(values)
-            return logs
-        return train_step
+        # runs when tf-keras traces the train function (per replica under a strategy)
+        return stateful_train_step(run_inner, after_step, TfStepValues)
 
     def install_grad_hook(self, model: Any, state: Any) -> None:
         def make(orig: Any, mask: Callable) -> Any:

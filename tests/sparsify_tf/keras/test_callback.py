@@ -256,3 +256,30 @@ def test_xla_train_step_keeps_the_updates_on_the_host(K, digits):
     for pw in find_prunable_weights(model):
         k = pw.variable.numpy()
         assert int((k == 0).sum()) == exact_pruned(0.5, k.size), pw.path
+
+
+def test_fit_that_stops_before_end_step_warns_once_naming_the_steps_and_sparsity(K):
+    """Issue 47: at the end of ``fit`` a schedule that never reached its target says so (once), on both Kerases;
+    a fit that reaches it says nothing."""
+    import warnings
+
+    from sparsify.target_check import TargetNotReachedWarning
+
+    x, y = np.ones((32, 8), np.float32), np.zeros(32, np.int32)
+    model = compile_(K.Sequential([first(K, (8,)), K.layers.Dense(4, name="fc")]), K, opt="sgd")
+    cb = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 100, "pruning_frequency": 2})
+    with pytest.warns(TargetNotReachedWarning) as caught:
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[cb])
+    assert len(caught) == 1 and cb.last_update_step == 4
+    assert str(caught[0].message) == (
+        f"PruningCallback (model {model.name!r}): training ended at step 4 before the pruning schedule reached its "
+        f"target: the last mask update was at step 4 and the masks hold sparsity {cb.sparsity['total']:.4f}, but "
+        "target_sparsity 0.5 is reached only at end_step 100. Train for at least end_step steps, or lower end_step "
+        "(and pruning_frequency).")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TargetNotReachedWarning)     # once per run: the next fit says nothing
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[cb])
+        reached = compile_(K.Sequential([first(K, (8,)), K.layers.Dense(4, name="fc")]), K, opt="sgd")
+        done = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 2, "pruning_frequency": 2})
+        reached.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[done])
+    assert done.sparsity["total"] == 0.5
