@@ -10,6 +10,8 @@ How it works (docs/keras.md has the long version):
   due (:class:`~sparsify_keras.adapter.KerasAdapter` reads and writes; on JAX the trainer's state is synced
   into the variables first and the next step starts from what was written: no retracing). Between
   updates a batch costs a comparison: the step is counted, not read.
+* **The end of fit** warns (:class:`sparsify.target_check.TargetNotReachedWarning`, once) when the schedule
+  never reached its target: the step reached, ``end_step`` and the sparsity the masks hold.
 * **Keeping zeros** (:mod:`.train_step`): pruned gradients are masked inside the compiled step (or weights
   re-masked after each step where that is not exact).
 
@@ -40,6 +42,7 @@ import numpy as np
 from sparsify import PruningConfig
 from sparsify.adapter import collect_reads
 from sparsify.protocol import PruningProtocol
+from sparsify.target_check import warn_if_unreached
 
 from .backend import to_numpy
 from .compat import steps_per_execution
@@ -366,6 +369,8 @@ class PruningCallback(keras.callbacks.Callback):
         if self.protocol.due(step):
             self._update(step)
         self._flush_logs()
+        # a schedule that never reached its target says so, once per run (issue 47)
+        warn_if_unreached(self.protocol, step, where=f"PruningCallback (model {self.model.name!r})")
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is None or self._state is None:

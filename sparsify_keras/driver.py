@@ -188,7 +188,9 @@ def driver_for(model: Any) -> KerasDriver:
     module, _, name = DRIVERS[flavor].partition(":")
     try:
         found = importlib.import_module(module)
-    except ImportError as e:           # only tf-keras's driver can be missing: Keras 3's is this module
+    except ModuleNotFoundError as e:   # only tf-keras's driver can miss its framework: Keras 3's is this module
+        if (e.name or "").split(".")[0] not in ("tensorflow", "tf_keras"):
+            raise
         raise ImportError(f"model {getattr(model, 'name', model)!r} is a tf-keras model, which needs TensorFlow: "
                           f"install sparsify's `tf` extra ({e})") from e
     return getattr(found, name)()
