@@ -1,7 +1,8 @@
 """Keras 3 pruning on every backend (JAX, PyTorch, TensorFlow): prune during ``model.fit`` with one callback.
 
 Importable without TensorFlow: a JAX or PyTorch user installs ``sparsify-train[jax]`` or
-``sparsify-train[keras-torch]``. tf-keras (Keras 2) models: :mod:`sparsify_tf.keras`.
+``sparsify-train[keras-torch]``. The same names prune tf-keras (Keras 2) models: the model's class picks its driver
+(:mod:`sparsify_keras.driver`; tf-keras's lives in :mod:`sparsify_tf.keras` and needs the ``tf`` extra).
 
 Example:
     >>> import numpy as np, keras

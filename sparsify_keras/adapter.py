@@ -35,10 +35,10 @@ import numpy as np
 from sparsify.protocol import MaskUpdate
 
 from .backend import backend_name, compiled_assign, compiled_read, keep_where, selector, to_numpy
-from .compat import optimizer_slots
+from .compat import optimizer_built, optimizer_slots, unwrap_optimizer
 from .statistics import activation_window, reset_activations
 
-__all__ = ["KerasAdapter", "MaskWriter", "write_update", "write_updates", "written_values"]
+__all__ = ["KerasAdapter", "Keras3StateIO", "MaskWriter", "write_update", "write_updates", "written_values"]
 
 
 def written_values(weight: Any, stored: Any, mask: Any, slots: Sequence[Any], keep: Any,
@@ -144,18 +144,19 @@ def write_update(weight: Any, mask: Any, keep: np.ndarray, keep_values: np.ndarr
     write_updates([(weight, mask, keep, keep_values, stored, list(slots))])
 
 
-class KerasAdapter:
-    """Reads and writes one model's pruning state for the core (see the module).
+class Keras3StateIO:
+    """Keras 3's reads and writes of one pruning state, each one compiled call (made once, the writer again
+    when the optimizer's slots change): what :class:`KerasAdapter` needs of a driver.
 
-    Args:
-        model: the Keras 3 model being pruned.
-        state: its :class:`~sparsify_keras.state.PruningState`.
-        criterion: the config's criterion (named in statistics errors).
+    ``read_dense()``: the kernels dense under the mask (kernel + stored values), NumPy, each in its own
+    layout; ``write(masks, step)``: per weight ``(keep, keep_values or None)`` (:class:`MaskWriter`), then the
+    state's last update step.
     """
 
-    def __init__(self, model: Any, state: Any, criterion: str = "magnitude") -> None:
-        self.model, self.state, self.criterion = model, state, criterion
-        self.names: list[str] = [pw.path for pw in state.pweights]
+    def __init__(self, model: Any, state: Any) -> None:
+        self.model, self.state = model, state
+        if not optimizer_built(model.optimizer):          # slots exist before the first update zeroes them
+            unwrap_optimizer(model.optimizer).build(model.trainable_variables)
         self._reader: Any = None
         self._writer: tuple[Any, MaskWriter] | None = None     # (the optimizer's slots it writes, the writer)
         self._writer_key: Any = None
@@ -176,6 +177,35 @@ class KerasAdapter:
         self._writer_key = None if optimizer is None else (weakref.ref(optimizer), count)
         return self._writer[1]
 
+    def read_dense(self) -> list[np.ndarray]:
+        """Kernel + stored values per weight, added on the device in one compiled call."""
+        if self._reader is None:        # the same variables for the adapter's life: compiled once
+            self._reader = compiled_read(_dense_values, [v for pw, s in zip(self.state.pweights, self.state.stored)
+                                                         for v in (pw.variable, s)])
+        return [to_numpy(d) for d in self._reader()]
+
+    def write(self, masks: Sequence[tuple[np.ndarray, np.ndarray | None]], step: int) -> None:
+        """The masks into the weights, stored values, masks and slots; ``step`` as the last update step."""
+        self._mask_writer().write(masks)
+        self.state.last_step.assign(step)
+
+
+class KerasAdapter:
+    """Reads and writes one model's pruning state for the core (see the module), either Keras.
+
+    Args:
+        model: the Keras model being pruned.
+        state: its pruning state (:class:`~sparsify_keras.state.StateSchema`).
+        criterion: the config's criterion (named in statistics errors).
+        io: the driver's compiled reads and writes of the state (:class:`Keras3StateIO` by default; the
+            tf-keras driver's for a tf-keras model).
+    """
+
+    def __init__(self, model: Any, state: Any, criterion: str = "magnitude", io: Any = None) -> None:
+        self.model, self.state, self.criterion = model, state, criterion
+        self.names: list[str] = [pw.path for pw in state.pweights]
+        self.io = Keras3StateIO(model, state) if io is None else io
+
     def waiting(self) -> bool:
         """True while an update must wait for the first training step (RigL's gradients or Wanda's inputs)."""
         if activation_window(self.state, self.criterion).waiting():
@@ -185,14 +215,8 @@ class KerasAdapter:
         return bool(self.state.grads) and int(to_numpy(self.state.grads_seen)) == 0
 
     def read_weights(self) -> dict[str, np.ndarray]:
-        """The canonical kernels, dense under the mask (kernel + stored values added on the device in one
-        compiled call, one transfer per weight; the layout changed on the host)."""
-        pws = self.state.pweights
-        if self._reader is None:        # the same variables for the adapter's life: compiled once
-            self._reader = compiled_read(_dense_values, [v for pw, s in zip(pws, self.state.stored)
-                                                         for v in (pw.variable, s)])
-        dense = self._reader()
-        return {pw.path: pw.to_canonical(to_numpy(d)) for pw, d in zip(pws, dense)}
+        """The canonical kernels, dense under the mask (one compiled read; the layout changed on the host)."""
+        return {pw.path: pw.to_canonical(d) for pw, d in zip(self.state.pweights, self.io.read_dense())}
 
     def read_grads(self) -> dict[str, np.ndarray]:
         """The canonical dense gradients of the last training step."""
@@ -219,6 +243,5 @@ class KerasAdapter:
             if pw.path in update.grown:
                 values = values & ~update.grown[pw.path]
             masks.append((pw.from_canonical(keep), None if values is keep else pw.from_canonical(values)))
-        self._mask_writer().write(masks)
-        self.state.last_step.assign(update.step)
+        self.io.write(masks, update.step)
         reset_activations(self.state)

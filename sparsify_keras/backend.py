@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Sequence
 
 import keras
 import numpy as np
 
 __all__ = ["backend_name", "StepValues", "StatefulValues", "JaxStateValues", "current_step_values",
-           "wrap_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_read", "compiled_assign",
-           "selector", "keep_where", "dense_gradient", "state_scope", "tf_strategy", "add_to"]
+           "using_step_values", "wrap_train_step", "stateful_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_read",
+           "compiled_assign",           "selector", "keep_where", "dense_gradient", "STEP_OPS", "state_scope", "tf_strategy", "add_to"]
 
 _TLS = threading.local()
 
@@ -91,7 +92,8 @@ class JaxStateValues(StepValues):
 
 
 @contextlib.contextmanager
-def _active(values: StepValues) -> Iterator[StepValues]:
+def using_step_values(values: StepValues) -> Iterator[StepValues]:
+    """Make ``values`` the :func:`current_step_values` of this thread inside the block."""
     previous = getattr(_TLS, "values", None)
     _TLS.values = values
     try:
@@ -115,23 +117,30 @@ def wrap_train_step(model: Any, inner: Callable, after_step: Callable[[StepValue
     if backend_name() == "jax":
         def train_step(state: tuple, data: Any) -> Any:
             during = JaxStateValues(model, state)
-            with _active(during):
+            with using_step_values(during):
                 logs, new_state = inner(state, data)
             after = JaxStateValues(model, new_state)
             for key, value in _pending(during, state):
                 after.lists[key[0]][key[1]] = value
-            with _active(after):
+            with using_step_values(after):
                 after_step(after)
             return logs, after.state()
         return train_step
 
-    def stateful_train_step(data: Any) -> Any:
-        values = StatefulValues()
-        with _active(values):
+    return stateful_train_step(inner, after_step)
+
+
+def stateful_train_step(inner: Callable, after_step: Callable[[StepValues], None],
+                        values: Callable[[], StepValues] = StatefulValues) -> Callable:
+    """The train step of a Keras whose step assigns variables in place (TensorFlow, PyTorch, tf-keras): ``inner``
+    then ``after_step``, with ``values()`` (a new :class:`StepValues` per call) as :func:`current_step_values`."""
+    def train_step(data: Any) -> Any:
+        step_values = values()
+        with using_step_values(step_values):
             logs = inner(data)
-            after_step(values)
+            after_step(step_values)
         return logs
-    return stateful_train_step
+    return train_step
 
 
 def _pending(values: JaxStateValues, state: tuple) -> Iterator[tuple[tuple[int, int], Any]]:
@@ -326,6 +335,12 @@ def dense_gradient(gradient: Any) -> Any:
     if type(gradient).__name__ == "IndexedSlices":
         return keras.ops.convert_to_tensor(gradient)
     return gradient
+
+
+#: The tensor operations the train step's masking uses (:mod:`sparsify_keras.train_step`), Keras 3's; the
+#: tf-keras driver passes TensorFlow's under the same names.
+STEP_OPS = SimpleNamespace(add=keras.ops.add, multiply=keras.ops.multiply, cast=keras.ops.cast, ones=keras.ops.ones,
+                           greater=keras.ops.greater, where=keras.ops.where, dense_gradient=dense_gradient)
 
 
 def tf_strategy(model: Any) -> Any:

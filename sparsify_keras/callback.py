@@ -1,4 +1,4 @@
-"""``PruningCallback``: gradual pruning inside ``model.fit``, for Keras 3 on JAX, PyTorch and TensorFlow.
+"""``PruningCallback``: gradual pruning inside ``model.fit``, for Keras 3 on JAX, PyTorch and TensorFlow, and tf-keras.
 
 How it works (docs/keras.md has the long version):
 
@@ -10,11 +10,14 @@ How it works (docs/keras.md has the long version):
   due (:class:`~sparsify_keras.adapter.KerasAdapter` reads and writes; on JAX the trainer's state is synced
   into the variables first and the next step starts from what was written: no retracing). Between
   updates a batch costs a comparison: the step is counted, not read.
+* **The end of fit** warns (:class:`sparsify.target_check.TargetNotReachedWarning`, once) when the schedule
+  never reached its target: the step reached, ``end_step`` and the sparsity the masks hold.
 * **Keeping zeros** (:mod:`.train_step`): pruned gradients are masked inside the compiled step (or weights
   re-masked after each step where that is not exact).
 
-This class is the one update loop of both Kerases: :class:`sparsify_tf.keras.PruningCallback` extends it
-for tf-keras (Keras 2) models, with TensorFlow's own state and in-graph updates.
+This class is the one update loop of both Kerases: what differs between Keras 3 and tf-keras (Keras 2) is
+asked of the model's driver (:mod:`sparsify_keras.driver`; tf-keras's, with TensorFlow's in-graph updates,
+lives in :mod:`sparsify_tf.keras`). :class:`sparsify_tf.keras.PruningCallback` is this class.
 
 Example:
     >>> import numpy as np, keras
@@ -38,17 +41,16 @@ import numpy as np
 
 from sparsify import PruningConfig
 from sparsify.adapter import collect_reads
-from sparsify.criteria import scored_every_step
-from sparsify.protocol import PruningProtocol, config_fingerprint
+from sparsify.protocol import PruningProtocol
+from sparsify.target_check import warn_if_unreached
 
-from .adapter import KerasAdapter
-from .backend import compiled_read, state_scope, sync_to_variables, tf_strategy, to_numpy
-from .compat import keras_flavor, optimizer_built, steps_per_execution, unwrap_optimizer
+from .backend import to_numpy
+from .compat import steps_per_execution
+from .driver import KerasDriver, driver_for
 from .layers import find_prunable_weights, in_model_order
-from .state import PruningState, attach_state, fingerprint_mismatch, model_state
-from .statistics import check_activation_layers, install_recorders
+from .state import fingerprint_mismatch, model_state
+from .statistics import check_activation_layers
 from .strip import strip_pruning
-from .train_step import install_train_step
 
 __all__ = ["PruningCallback", "strip_pruning"]
 
@@ -65,6 +67,11 @@ class PruningCallback(keras.callbacks.Callback):
         log_per_layer: also put ``sparsity/<weight path>`` into the epoch logs (the total is always
             logged as ``sparsity``).
         verbose: 1 prints a line at each mask update.
+        update_in_graph: tf-keras models only: run the mask updates inside the compiled train step when the
+            model trains without a distribution strategy, without XLA and with a criterion not scored at every
+            step (``None``, the default, and ``True``); ``False`` keeps them on the host at batch starts. Masks
+            and weights are the same either way. Keras 3 always updates on the host (every backend); ``True``
+            with a Keras 3 model is a ``ValueError``.
 
     Raises:
         TypeError/ValueError: bad config or arguments (at construction); a model that is not built, a
@@ -83,9 +90,12 @@ class PruningCallback(keras.callbacks.Callback):
     """
 
     def __init__(self, config: PruningConfig | Mapping[str, Any] | str | os.PathLike, *,
-                 log_dir: str | os.PathLike | None = None, log_per_layer: bool = True, verbose: int = 0) -> None:
+                 log_dir: str | os.PathLike | None = None, log_per_layer: bool = True, verbose: int = 0,
+                 update_in_graph: bool | None = None) -> None:
         super().__init__()
         cfg = PruningConfig.coerce(config)
+        if update_in_graph is not None and not isinstance(update_in_graph, bool):
+            raise TypeError(f"update_in_graph must be True, False or None, got {update_in_graph!r}")
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a directory path or None, got {log_dir!r}")
         if not isinstance(log_per_layer, bool):
@@ -105,71 +115,67 @@ class PruningCallback(keras.callbacks.Callback):
         self._spe = 1
         self._seen_state: tuple[int, list[np.ndarray]] | None = None   # the state as last read or written
         self._seen_fingerprint: np.ndarray | None = None      # the saved digests last found equal to the config's
-        self._state_reader: tuple[Any, Any] | None = None     # (state, its compiled read for _saved)
         self._writer: Any = None
-        self._keras_adapter: KerasAdapter | None = None
+        self.update_in_graph = update_in_graph
+        self._driver: KerasDriver | None = None       # the bound model's (sparsify_keras.driver)
+        self._driver_model: weakref.ref | None = None
+        self._batch_hooks = True    # whether the Keras calls on_train_batch_begin in this fit
         self._pending_logs: list[tuple[int, dict[str, float]]] = []
 
-    # ----- what differs between Kerases (sparsify_tf.keras overrides these for tf-keras) ---------------
-    def _check_flavor(self, model: Any) -> str:
-        flavor = keras_flavor(model)
-        if flavor != "keras3":
-            raise TypeError(f"model {model.name!r} is a tf-keras (Keras 2) model: use "
-                            "sparsify_tf.keras.PruningCallback")
-        return flavor
-
-    def _create_state(self, model: Any, chosen: list, keep_activations: bool) -> Any:
-        state = PruningState(chosen, config_fingerprint(self.config), keep_grads=self.config.regrowth == "rigl",
-                             keep_activations=keep_activations,
-                             step_scores=self.config if scored_every_step(self.config.criterion) else None,
-                             straight_through=self.config.pruned_gradient == "straight_through",
-                             pruned_decay=self.config.pruned_decay)
-        attach_state(model, state)
-        install_recorders(state)
-        return state
-
-    def _install(self, model: Any, state: Any) -> None:
-        install_train_step(model, state)
-
-    def _scope(self, model: Any) -> Any:
-        return state_scope(model)
-
-    def _adapter(self, model: Any) -> Any:
-        if not optimizer_built(model.optimizer):          # slots exist before the first update zeroes them
-            unwrap_optimizer(model.optimizer).build(model.trainable_variables)
-        if self._keras_adapter is None or self._keras_adapter.state is not self._state:
-            self._keras_adapter = KerasAdapter(model, self._state, self.config.criterion)
-        return self._keras_adapter
+    # ----- the model's driver (sparsify_keras.driver: what differs between Kerases) ---------------
+    def _driver_of(self, model: Any) -> KerasDriver:
+        """The driver of ``model`` (the bound one for the bound model); the config checked against it."""
+        if self._driver is not None and self._driver_model is not None and self._driver_model() is model:
+            return self._driver
+        driver = driver_for(model)
+        driver.check_config(self.config, self.update_in_graph)
+        self._driver, self._driver_model = driver, weakref.ref(model)
+        return driver
 
     def _sync(self) -> None:
-        sync_to_variables(self.model)
+        self._driver.sync(self.model)
 
     def _saved(self) -> tuple[list[str], int, list[np.ndarray]]:
-        """The state as saved: config keys that differ, the done step, the masks (TF layout, bool).
-
-        Read in one compiled call (every ``fit`` starts with this check: one dispatch, not one per
-        variable); the config's digests are compared again only when the saved ones change."""
-        st = self._state
-        if self._state_reader is None or self._state_reader[0] is not st:
-            self._state_reader = (st, compiled_read(_as_saved, [st.fingerprint, st.last_step, *st.masks]))
-        fingerprint, done, *keep = (to_numpy(x) for x in self._state_reader[1]())
+        """The state as saved: config keys that differ, the done step, the masks (TF layout, bool); the config's
+        digests are compared again only when the saved ones change."""
+        fingerprint, done, keep = self._driver.saved(self._state)
         if self._seen_fingerprint is None or not np.array_equal(fingerprint, self._seen_fingerprint):
             diff = fingerprint_mismatch(self.config, fingerprint)
             if diff:
-                return diff, int(done), keep
+                return diff, done, keep
             self._seen_fingerprint = fingerprint
-        return [], int(done), keep
+        return [], done, keep
 
-    def _check_fit(self, model: Any) -> None:
-        """Refuse, before training, what cannot be done."""
-        if self.config.regrowth == "rigl" and tf_strategy(model) is not None:
-            raise ValueError("regrowth='rigl' is not supported under a tf.distribute strategy yet (the dense "
-                             "gradients are kept per replica); use regrowth='set' or train without a strategy")
-        if scored_every_step(self.config.criterion) and tf_strategy(model) is not None:
-            raise ValueError(f"criterion {self.config.criterion!r} (scored from the gradients of every step) is not "
-                             "supported under a tf.distribute strategy yet (the gradients are per replica there); "
-                             "use 'magnitude' or 'wanda', or train without a strategy (JAX's keras.distribution "
-                             "is supported)")
+    # ----- tf-keras's CallbackList protocol (Keras 3 reads none of it) ----------------------------
+    _supports_tf_logs = True          # takes TF logs
+    _chief_worker_only = None         # runs on every worker
+
+    def _implements_train_batch_hooks(self) -> bool:
+        # tf-keras asks once per fit (after set_model) and then calls batch hooks only if one wants them:
+        # when the train step updates the masks itself, the per-batch Python call is saved and the host
+        # catches up at each epoch start instead (see on_epoch_begin).
+        m = self._model if self._bound_model() is not None else None
+        self._batch_hooks = m is None or self._driver.batch_hooks(m, self.update_in_graph)
+        return self._batch_hooks
+
+    def _implements_test_batch_hooks(self) -> bool:
+        return False
+
+    def _implements_predict_batch_hooks(self) -> bool:
+        return False
+
+    @property
+    def model(self) -> Any:
+        return self._model
+
+    @model.setter
+    def model(self, value: Any) -> None:
+        self._model = value
+
+    @property
+    def _in_graph(self) -> bool:
+        """Whether the train step runs the mask updates (tf-keras without a strategy or XLA)."""
+        return self._driver is not None and self._driver.in_graph
 
     # ----- public read-only views ----------------------------------------------------------
     @property
@@ -224,7 +230,7 @@ class PruningCallback(keras.callbacks.Callback):
             raise ValueError(f"model: this PruningCallback is bound to model {bound.name!r} but fit was called "
                              f"on model {model.name!r}; create one PruningCallback per model "
                              "(or strip_pruning the first model)")
-        self._check_flavor(model)
+        self._driver_of(model)
         super().set_model(model)          # Keras's own binding (Callback.model)
         if bound is None and getattr(model, "built", False):
             self.attach(model)
@@ -239,12 +245,12 @@ class PruningCallback(keras.callbacks.Callback):
             ValueError: the model is not built, nothing is selected, or the pattern does not fit a
                 selected weight (nothing is changed).
         """
-        self._check_flavor(model)
         bound = self._bound_model()
         if bound is model and self._state is not None:
             return
         if bound is not None and bound is not model:
             raise ValueError(f"model: this PruningCallback is already attached to model {bound.name!r}")
+        driver = self._driver_of(model)
         if not getattr(model, "built", False):
             raise ValueError(f"model {model.name!r} is not built: build it (model.build(input_shape) or call it "
                              "on a batch) before fit so its weights exist")
@@ -262,10 +268,10 @@ class PruningCallback(keras.callbacks.Callback):
             self._state = state
             self._check_saved_config(f"model {model.name!r} already carries pruning state")
         else:
-            with self._scope(model):
-                state = self._create_state(model, chosen, reads_inputs)
+            with driver.scope(model):
+                state = driver.create_state(model, chosen, self.config, reads_inputs)
         self._state = state
-        self._install(model, state)
+        driver.install(model, state, self)
         self.protocol = protocol
         self._bound = weakref.ref(model)
         super().set_model(model)          # Keras's own binding (Callback.model)
@@ -285,7 +291,7 @@ class PruningCallback(keras.callbacks.Callback):
             raise ValueError(f"model {model.name!r} has no trainable weights (trainable=False?): fit never advances "
                              "optimizer.iterations, so the pruning schedule could never move; unfreeze the model "
                              "(or the layers to prune) before fit")
-        self._check_fit(model)
+        self._driver.check_fit(model, self)
         if self.log_dir is not None and self._writer is None:
             self._writer = self._make_writer(self.log_dir)
         self._spe = steps_per_execution(model)
@@ -321,21 +327,28 @@ class PruningCallback(keras.callbacks.Callback):
         self._refresh = False
 
     def _set_next(self) -> None:
-        """``self._next`` from the protocol's next due step."""
+        """``self._next`` from the protocol's next due step (and the driver's, for an in-graph update)."""
         self._next = _as_bound(self.protocol.next_step())
+        self._driver.set_next_due(self.protocol.next_step())
 
     def _sync_if_needed(self) -> None:
         if self._refresh and self._state is not None:
             self._sync_from_state()
 
     def _step(self) -> int:
-        self._sync()
-        return int(to_numpy(self.model.optimizer.iterations))
+        return self._driver.step(self.model)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._est = None            # re-read optimizer.iterations at least once per epoch
+        if (self._in_graph or not self._batch_hooks) and self._state is not None:
+            # the update at the starting step, or state restored by another callback's on_train_begin
+            self._host_update()
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if self._in_graph and not self._refresh:
+            return                  # the train step updates the masks itself
+        if self._driver.autotune:
+            self._est = None
         self._host_update()
 
     def _host_update(self) -> None:
@@ -356,6 +369,8 @@ class PruningCallback(keras.callbacks.Callback):
         if self.protocol.due(step):
             self._update(step)
         self._flush_logs()
+        # a schedule that never reached its target says so, once per run (issue 47)
+        warn_if_unreached(self.protocol, step, where=f"PruningCallback (model {self.model.name!r})")
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is None or self._state is None:
@@ -367,9 +382,9 @@ class PruningCallback(keras.callbacks.Callback):
 
     # ----- the mask update ---------------------------------------------------------------------
     def _update(self, step: int) -> None:
-        with self._scope(self.model):
+        with self._driver.scope(self.model):
             self._sync()
-            adapter = self._adapter(self.model)
+            adapter = self._driver.adapter(self.model, self._state, self.config.criterion)
             if adapter.waiting():
                 return                   # no step ran yet: the update waits for the first one
             reads = collect_reads(self.protocol, adapter)
@@ -384,6 +399,12 @@ class PruningCallback(keras.callbacks.Callback):
         self._log_update(step, update.released)
         self._flush_logs()
 
+    def record_update_in_step(self, done: int, keep: list[np.ndarray]) -> None:
+        """Host side of an update the driver made inside the train step (``keep``: the new masks, TF layout)."""
+        self._seen_state = (done, keep)
+        self._next = _as_bound(self.protocol.next_step())
+        self._log_update(done, self.protocol.released)
+
     def _log_update(self, step: int, released: bool) -> None:
         if self._writer is not None:
             self._pending_logs.append((step, self.protocol.figures()))
@@ -396,11 +417,6 @@ class PruningCallback(keras.callbacks.Callback):
         pending, self._pending_logs = self._pending_logs, []
         for step, figures in pending:
             self._writer.write(figures, step)
-
-
-def _as_saved(values: list) -> list:
-    """``[fingerprint, last_step, *masks]`` with the masks as bool (what :meth:`PruningCallback._saved` reads)."""
-    return [values[0], values[1], *[keras.ops.not_equal(m, 0) for m in values[2:]]]
 
 
 def _as_bound(next_step: int) -> float:

@@ -36,7 +36,7 @@ from sparsify.protocol import config_fingerprint
 from .compat import add_model_variables, remove_model_variables
 from .layers import KerasPrunableWeight
 
-__all__ = ["STATE_ATTR", "PruningState", "model_state", "attach_state", "detach_state", "short_fingerprint",
+__all__ = ["STATE_ATTR", "StateSchema", "PruningState", "model_state", "attach_state", "detach_state", "short_fingerprint",
            "fingerprint_mismatch"]
 
 STATE_ATTR = "_sparsify_pruning_state"
@@ -49,19 +49,92 @@ def short_fingerprint(fingerprint: np.ndarray) -> np.ndarray:
 
 
 def fingerprint_mismatch(config: PruningConfig, saved: Any) -> list[str]:
-    """Names of the config fields whose digests differ from the saved short fingerprint."""
+    """Names of the config fields whose digests differ from the saved fingerprint (31 bits of each digest
+    compared: a whole int64 fingerprint, tf-keras's, or a short one)."""
     from dataclasses import fields
 
     mine = short_fingerprint(config_fingerprint(config))
-    saved = np.asarray(saved).reshape(-1)
+    saved = short_fingerprint(np.asarray(saved).reshape(-1))
     names = [f.name for f in fields(PruningConfig)]
     if saved.shape != mine.shape:
         return names
     return [n for n, a, b in zip(names, mine, saved) if int(a) != int(b)]
 
 
-class PruningState(keras.layers.Layer):
-    """The variables of one pruning run (see the module).
+class StateSchema:
+    """The one schema of the pruning state (see the module), shared by both Kerases' state layers.
+
+    A state layer class mixes this into its Keras's ``Layer`` and provides ``_variable(value, dtype, name,
+    summed)`` (a non-trainable variable initialised to ``value``; ``summed``: aggregated by sum over
+    replicas). ``INT_DTYPE`` is the dtype of steps and counts, ``FULL_FINGERPRINT`` whether the fingerprint is
+    kept whole (int64) instead of :func:`short_fingerprint`.
+    """
+
+    INT_DTYPE = "int32"
+    FULL_FINGERPRINT = False
+
+    def __init__(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
+                 keep_activations: bool = False, straight_through: bool = False, pruned_decay: float = 0.0,
+                 step_scores: Any = None) -> None:
+        super().__init__(name="sparsify_pruning_state", trainable=False)      # the Keras's Layer
+        self._build_state(pweights, fingerprint, keep_grads, keep_activations, straight_through, pruned_decay,
+                          step_scores)
+
+    def _build_state(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool,
+                     keep_activations: bool, straight_through: bool, pruned_decay: float, step_scores: Any) -> None:
+        if pruned_decay and not straight_through:
+            raise ValueError(f"pruned_decay={pruned_decay!r} needs straight_through=True (pruned entries get no "
+                             "gradient otherwise)")
+        put = functools.partial(object.__setattr__, self)         # plain attributes (add_weight tracks)
+        put("pweights", list(pweights))                           # not tracked: the model owns the layers
+        put("step_scores", step_scores)
+        put("straight_through", bool(straight_through))
+        put("pruned_decay", float(pruned_decay))
+        per_weight = list(enumerate((pw.tf_shape, str(getattr(pw.variable.dtype, "name", pw.variable.dtype)))
+                                    for pw in self.pweights))
+        var, ints = self._variable, self.INT_DTYPE
+
+        def per(prefix: str, keep: bool = True, value: Any = np.zeros) -> list:
+            return [var(value(s), d, f"{prefix}_{i}") for i, (s, d) in per_weight] if keep else []
+
+        put("masks", per("sparsify_mask", value=np.ones))
+        put("stored", per("sparsify_stored"))
+        put("grads", per("sparsify_dense_grad", keep_grads))
+        put("grads_seen", var(0, ints, "sparsify_dense_grad_seen") if keep_grads else None)
+        keep_scores = step_scores is not None
+        put("scores", per("sparsify_step_scores", keep_scores))
+        put("scores_seen", var(0, ints, "sparsify_step_scores_seen") if keep_scores else None)
+        # under a TensorFlow strategy each replica adds its share of the global batch (aggregation "sum")
+        put("activation_sums", [var(np.zeros(pw.canonical_shape[1]), "float32", f"sparsify_activation_sum_{i}", True)
+                                for i, pw in enumerate(self.pweights)] if keep_activations else [])
+        put("activation_calls", [var(0, ints, f"sparsify_activation_calls_{i}", True)
+                                 for i in range(len(self.pweights))] if keep_activations else [])
+        put("last_step", var(-1, ints, "sparsify_last_update_step"))
+        fp = np.asarray(fingerprint, np.int64) if self.FULL_FINGERPRINT else short_fingerprint(fingerprint)
+        put("fingerprint", var(fp, "int64" if self.FULL_FINGERPRINT else "int32", "sparsify_config_fingerprint"))
+        put("per_step_paths", [pw.path for pw in self.pweights])
+        self.built = True
+
+    def _variable(self, value: Any, dtype: str, name: str, summed: bool = False) -> Any:
+        raise NotImplementedError
+
+    @property
+    def state_variables(self) -> list[Any]:
+        """Every variable of the state, in the order they were made."""
+        return [*self.masks, *self.stored, *self.grads, *([self.grads_seen] if self.grads_seen is not None else []),
+                *self.activation_sums, *self.activation_calls, self.last_step, self.fingerprint,
+                *self.scores, *([self.scores_seen] if self.scores_seen is not None else [])]
+
+    def record_per_step_paths(self, paths: list[str]) -> None:
+        """Set ``per_step_paths``: the weights the train step re-masks after every step."""
+        object.__setattr__(self, "per_step_paths", list(paths))
+
+    def call(self, inputs: Any) -> Any:  # pragma: no cover - never called
+        return inputs
+
+
+class PruningState(StateSchema, keras.layers.Layer):
+    """The Keras 3 state layer (:class:`StateSchema`'s variables, see the module).
 
     Args:
         pweights: the pruned weights, in the protocol's order.
@@ -77,60 +150,11 @@ class PruningState(keras.layers.Layer):
             values to the gradients (SR-STE, ``PruningConfig.pruned_decay``); 0 adds nothing.
     """
 
-    def __init__(self, pweights: Sequence[KerasPrunableWeight], fingerprint: Any, keep_grads: bool = False,
-                 keep_activations: bool = False, straight_through: bool = False, pruned_decay: float = 0.0,
-                 step_scores: Any = None) -> None:
-        super().__init__(name="sparsify_pruning_state", trainable=False)
-        if pruned_decay and not straight_through:
-            raise ValueError(f"pruned_decay={pruned_decay!r} needs straight_through=True (pruned entries get no "
-                             "gradient otherwise)")
-        object.__setattr__(self, "pweights", list(pweights))      # not tracked: the model owns the layers
-        object.__setattr__(self, "step_scores", step_scores)
-        object.__setattr__(self, "straight_through", bool(straight_through))
-        object.__setattr__(self, "pruned_decay", float(pruned_decay))
-        dt = [str(pw.variable.dtype) for pw in self.pweights]
-        shapes = [pw.tf_shape for pw in self.pweights]
-        per_weight = list(enumerate(zip(shapes, dt)))
-        put = functools.partial(object.__setattr__, self)         # plain attributes (add_weight tracks)
-        put("masks", [self._variable(np.ones(s), d, f"sparsify_mask_{i}") for i, (s, d) in per_weight])
-        put("stored", [self._variable(np.zeros(s), d, f"sparsify_stored_{i}") for i, (s, d) in per_weight])
-        put("grads", [self._variable(np.zeros(s), d, f"sparsify_dense_grad_{i}") for i, (s, d) in per_weight]
-            if keep_grads else [])
-        put("grads_seen", self._variable(0, "int32", "sparsify_dense_grad_seen") if keep_grads else None)
-        keep_scores = step_scores is not None
-        put("scores", [self._variable(np.zeros(s), d, f"sparsify_step_scores_{i}") for i, (s, d) in per_weight]
-            if keep_scores else [])
-        put("scores_seen", self._variable(0, "int32", "sparsify_step_scores_seen") if keep_scores else None)
-        # under a TensorFlow strategy each replica adds its share of the global batch (aggregation "sum")
-        put("activation_sums", [self._variable(np.zeros(pw.canonical_shape[1]), "float32",
-                                               f"sparsify_activation_sum_{i}", "sum")
-                                for i, pw in enumerate(self.pweights)] if keep_activations else [])
-        put("activation_calls", [self._variable(0, "int32", f"sparsify_activation_calls_{i}", "sum")
-                                 for i in range(len(self.pweights))] if keep_activations else [])
-        put("last_step", self._variable(-1, "int32", "sparsify_last_update_step"))
-        put("fingerprint", self._variable(short_fingerprint(fingerprint), "int32", "sparsify_config_fingerprint"))
-        object.__setattr__(self, "per_step_paths", [pw.path for pw in self.pweights])
-        self.built = True
-
-    def _variable(self, value: Any, dtype: str, name: str, aggregation: str = "none") -> keras.Variable:
+    def _variable(self, value: Any, dtype: str, name: str, summed: bool = False) -> keras.Variable:
         value = np.asarray(value)
         return self.add_weight(shape=value.shape, dtype=dtype, trainable=False, autocast=False, name=name,
-                               aggregation=aggregation, initializer=keras.initializers.Constant(value))
-
-    def call(self, inputs: Any) -> Any:  # pragma: no cover - never called
-        return inputs
-
-    @property
-    def state_variables(self) -> list[keras.Variable]:
-        """Every variable of the state, in the order they were made."""
-        out = [*self.masks, *self.stored, *self.grads, *([self.grads_seen] if self.grads_seen is not None else []),
-               *self.activation_sums, *self.activation_calls, self.last_step, self.fingerprint,
-               *self.scores, *([self.scores_seen] if self.scores_seen is not None else [])]
-        return out
-
-    def record_per_step_paths(self, paths: list[str]) -> None:
-        """Set ``per_step_paths``: the weights the train step re-masks after every step."""
-        object.__setattr__(self, "per_step_paths", list(paths))
+                               aggregation="sum" if summed else "none",
+                               initializer=keras.initializers.Constant(value))
 
 
 def model_state(model: Any) -> PruningState | None:

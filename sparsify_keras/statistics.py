@@ -35,7 +35,7 @@ from .backend import add_to, to_numpy
 from .layers import KerasPrunableWeight
 
 __all__ = ["reads_input_channels", "check_activation_layers", "install_recorders", "uninstall_recorders",
-           "recording_activations", "activation_window", "reset_activations"]
+           "recording_activations", "window_of", "activation_window", "reset_activations"]
 
 _CONV = {"Conv1D", "Conv2D", "Conv3D", "Conv", "BaseConv"}
 _NOT_PLAIN = {"EinsumDense", "SeparableConv1D", "SeparableConv2D", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
@@ -135,16 +135,25 @@ def recording_activations(state: Any, criterion: str = "wanda") -> Iterator[None
                          "be read): exclude them with excluded_op_names")
 
 
+def window_of(pweights: Sequence[KerasPrunableWeight], sums: Sequence[Any], calls: Sequence[Any],
+              criterion: str = "wanda") -> ActivationWindow:
+    """The core's window (:class:`sparsify.activation_stats.ActivationWindow`) holding these statistics (NumPy:
+    per weight the sums of squares and the call count)."""
+    window = ActivationWindow({pw.path: pw.canonical_shape for pw in pweights}, criterion=criterion)
+    window.load({pw.path: np.asarray(s) for pw, s in zip(pweights, sums)},
+                {pw.path: int(c) for pw, c in zip(pweights, calls)})
+    return window
+
+
 def activation_window(state: Any, criterion: str = "wanda") -> ActivationWindow:
     """The state's statistics since the last update as the core's window (an empty one without statistics)."""
-    pws = state.pweights if getattr(state, "activation_sums", None) else []
-    window = ActivationWindow({pw.path: pw.canonical_shape for pw in pws}, criterion=criterion)
-    window.load({pw.path: to_numpy(s) for pw, s in zip(pws, state.activation_sums)},
-                {pw.path: int(to_numpy(c)) for pw, c in zip(pws, state.activation_calls)})
-    return window
+    if not getattr(state, "activation_sums", None):
+        return window_of([], [], [], criterion)
+    return window_of(state.pweights, [to_numpy(s) for s in state.activation_sums],
+                     [to_numpy(c) for c in state.activation_calls], criterion)
 
 
 def reset_activations(state: Any) -> None:
     """Start a new window (after an update), on the host."""
     for v in [*getattr(state, "activation_sums", []), *getattr(state, "activation_calls", [])]:
-        v.assign(np.zeros(v.shape, v.dtype))
+        v.assign(np.zeros(tuple(v.shape), getattr(v.dtype, "name", v.dtype)))    # tf-keras: a tf.DType

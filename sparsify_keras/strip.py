@@ -15,35 +15,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from .backend import sync_to_variables, to_numpy
-from .compat import keras_flavor
-from .state import detach_state, model_state
-from .statistics import uninstall_recorders
-from .train_step import uninstall_train_step
+from .backend import to_numpy
+from .driver import driver_for
+from .state import model_state
 
 __all__ = ["strip_pruning"]
 
 
 def strip_pruning(model: Any) -> Any:
-    """Remove the pruning state from ``model`` and return it as a plain model.
+    """Remove the pruning state from ``model`` and return it as a plain model (Keras 3 or tf-keras).
 
     The masks are applied one last time (pruned weights are exactly zero); the wrapped ``train_step``,
     the optimizer hook, the input recorders and the state variables are removed, so the model saves and
-    loads (``.keras``, weights) without sparsify. tf-keras models: :func:`sparsify_tf.keras.strip_pruning`
-    (which also takes Keras 3 models).
+    loads (``.keras``, weights) without sparsify.
 
     Raises:
-        TypeError: ``model`` is not a Keras 3 model.
+        TypeError: ``model`` is not a Keras model.
     """
-    if keras_flavor(model) != "keras3":
-        raise TypeError(f"model {model.name!r} is a tf-keras (Keras 2) model: use sparsify_tf.keras.strip_pruning")
+    driver = driver_for(model)
     state = model_state(model)
     if state is not None:
-        sync_to_variables(model)
-        for pw, mask in zip(state.pweights, state.masks):
-            w = to_numpy(pw.variable)
-            pw.variable.assign(w * (to_numpy(mask) != 0).astype(w.dtype))
-    uninstall_train_step(model)
-    uninstall_recorders(state)
-    detach_state(model)
+        with driver.scope(model):
+            driver.sync(model)
+            for pw, mask in zip(state.pweights, state.masks):
+                w = to_numpy(pw.variable)
+                pw.variable.assign(w * (to_numpy(mask) != 0).astype(w.dtype))
+    driver.uninstall(model)
     return model

@@ -26,7 +26,9 @@ from sparsify.extras import missing_framework
 try:                                # without TensorFlow: an ImportError naming the extra to install
     import tensorflow as _tf
 except ImportError as _e:
-    raise missing_framework("sparsify_tf", "tensorflow", "tf", _e) from None
+    raise missing_framework("sparsify_tf", "tensorflow", "tf", _e,
+                            "; for Keras 3 on JAX or PyTorch use sparsify_keras (from sparsify_keras import "
+                            "PruningCallback)") from None
 
 from .common.export import export_frozen_graph, export_saved_model
 from .common.graph_utils import get_prunable_ops_and_inputs, is_prunable_op

@@ -37,6 +37,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from sparsify.criteria import scored_every_step
 from sparsify.protocol import PruningProtocol
 
 from ..common.guarded_update import NEVER, GuardedLayer, GuardVariables, build_guarded_update, core_update_fn
@@ -46,8 +47,9 @@ from .statistics import statistics_variables, window_of
 __all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVER"]
 
 
-def in_graph_unsupported(model: Any) -> str | None:
-    """Why the mask update cannot run inside this tf-keras model's train step (None: it can)."""
+def in_graph_unsupported(model: Any, criterion: str = "magnitude") -> str | None:
+    """Why the mask update cannot run inside this tf-keras model's train step (None: it can); ``criterion``:
+    the config's (one scored at every step is read by the host)."""
     strategy = getattr(model, "distribute_strategy", None)
     if tf.distribute.has_strategy() or (strategy is not None and not type(strategy).__name__.startswith("_Default")):
         return "the model trains under a distribution strategy"
@@ -55,6 +57,8 @@ def in_graph_unsupported(model: Any) -> str | None:
         return "the train step is compiled with XLA (jit_compile=True)"
     if getattr(model, "optimizer", None) is None:
         return "the model has no optimizer"
+    if scored_every_step(criterion):
+        return f"criterion {criterion!r} is scored at every step (the host reads the scores at an update)"
     return None
 
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 from ..common.mask_write import dense_value, write_update
 from .compat import build_optimizer, optimizer_slots, optimizer_variables, tf_variable, unwrap_optimizer
 
-__all__ = ["MaskApplier", "build_optimizer_slots"]
+__all__ = ["MaskApplier", "TfStateIO", "build_optimizer_slots"]
 
 
 class MaskApplier:
@@ -93,3 +93,26 @@ def build_optimizer_slots(model: Any, state: Any) -> None:
     opt = unwrap_optimizer(getattr(model, "optimizer", None))
     if opt is not None:
         build_optimizer(opt, model.trainable_variables, state.pweights[0].variable)
+
+
+class TfStateIO:
+    """tf-keras's reads and writes of one pruning state for :class:`sparsify_keras.adapter.KerasAdapter`
+    (:class:`sparsify_keras.adapter.Keras3StateIO`'s methods, through a callback's :class:`MaskApplier`).
+
+    Args:
+        model: the tf-keras model (call under its distribution strategy's scope).
+        state: its pruning state.
+        applier: the compiled read/write functions, cached across updates (one per driver).
+    """
+
+    def __init__(self, model: Any, state: Any, applier: MaskApplier) -> None:
+        build_optimizer_slots(model, state)
+        #: the compiled reader and writer (one concrete function for a run: no retracing)
+        self.read_dense, self.apply_function = applier.functions(state, getattr(model, "optimizer", None))
+
+    def write(self, masks: list[tuple[np.ndarray, np.ndarray | None]], step: int) -> None:
+        """Per weight ``(keep, keep_values or None)`` into the weights, stored values, slots and masks; ``step``
+        as the last update step. One call of the compiled writer."""
+        keep = np.concatenate([k.ravel() for k, _ in masks])
+        values = np.concatenate([(k if v is None else v).ravel() for k, v in masks])
+        self.apply_function(tf.constant(keep), tf.constant(values), tf.constant(step, tf.int64))

@@ -10,7 +10,7 @@ the canonical weight's input axis. Evaluation and prediction steps add nothing.
 
 At a mask update the core gets their square roots, shaped to broadcast against the
 canonical weight (``(1, in)`` for Dense, ``(1, in, 1, ...)`` for Conv1D/2D/3D), and the sums
-start again from zero (:func:`activation_window` on the host; inside the train step the guarded update reads and resets
+start again from zero (:func:`sparsify_keras.statistics.activation_window` on the host; inside the train step the guarded update reads and resets
 :func:`statistics_variables`, :func:`sparsify_tf.common.guarded_update.build_guarded_update`). The sums live in the state layer, so a
 checkpoint keeps them and a resumed run continues exactly. Under a distribution strategy
 the variables aggregate by sum: each replica adds its share of the global batch (the call
@@ -26,22 +26,18 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from sparsify.activation_stats import ActivationWindow
-from sparsify_keras.statistics import (check_activation_layers, reads_input_channels, recording_activations,
-                                       uninstall_recorders)
 from sparsify_keras.statistics import install_recorders as keras_install_recorders
+from sparsify_keras.statistics import uninstall_recorders, window_of
 
 from .compat import tf_variable
-from sparsify_keras.layers import KerasPrunableWeight
 
-__all__ = ["reads_input_channels", "check_activation_layers", "install_recorders", "uninstall_recorders",
-           "recording_activations", "window_of", "activation_window", "statistics_variables",
-           "reset_activations"]
+__all__ = ["install_recorders", "uninstall_recorders", "window_of", "statistics_variables"]
+
 
 def _sum_of_squares(x: Any) -> tf.Tensor:
     """Per last-axis channel: the sum of squares over every other axis (batch, positions), in float32."""
@@ -58,29 +54,6 @@ def _add_call(state: Any, index: int, x: Any) -> None:
 def install_recorders(state: Any) -> None:
     """:func:`sparsify_keras.statistics.install_recorders` with TensorFlow's additions (the train step is traced)."""
     keras_install_recorders(state, add=_add_call)
-
-
-def window_of(pweights: Sequence[KerasPrunableWeight], sums: Sequence[Any], calls: Sequence[Any],
-              criterion: str = "wanda") -> ActivationWindow:
-    """The core's window (:class:`sparsify.activation_stats.ActivationWindow`) holding these statistics."""
-    window = ActivationWindow({pw.path: pw.canonical_shape for pw in pweights}, criterion=criterion)
-    window.load({pw.path: np.asarray(s) for pw, s in zip(pweights, sums)},
-                {pw.path: int(c) for pw, c in zip(pweights, calls)})
-    return window
-
-
-def activation_window(state: Any, criterion: str = "wanda") -> ActivationWindow:
-    """The state's statistics as the core's window (an empty one when the state keeps none)."""
-    if not getattr(state, "activation_sums", None):
-        return window_of([], [], [], criterion)
-    return window_of(state.pweights, [tf_variable(s).numpy() for s in state.activation_sums],
-                     [tf_variable(c).numpy() for c in state.activation_calls], criterion)
-
-
-def reset_activations(state: Any) -> None:
-    """Start a new window on the host (after an update)."""
-    for v in [*getattr(state, "activation_sums", []), *getattr(state, "activation_calls", [])]:
-        tf_variable(v).assign(tf.zeros_like(tf_variable(v)), read_value=False)
 
 
 def statistics_variables(state: Any) -> list[tf.Variable]:

@@ -1,70 +1,39 @@
-"""Keeping pruned weights at zero inside the training step.
+"""The tf-keras train-step hooks: TensorFlow's operations for the one masking of both Kerases.
 
-:func:`install_train_step` wraps the model's ``train_step`` (on the instance):
-it installs gradient masking (:mod:`.grad_masking`) for the optimizers that
-support it, and for everything else (other optimizers, constrained weights,
-weights whose gradients bypass ``model.optimizer``, found when the step is
-traced) multiplies the weight and its optimizer slots by the mask after every
-step. Both run in the graph, on every replica. Last, the step hands itself to
-a :class:`TrainStepExtension` (the :class:`~sparsify_tf.keras.PruningCallback`
-adds the mask update due at the step just reached, :mod:`.graph_update`;
-nothing under a distribution strategy or XLA).
+The masking itself (:func:`sparsify_keras.train_step.install_train_step`: gradient masking,
+straight-through, per-step criterion scores, the per-step multiply, input statistics) is written once
+against a :class:`~sparsify_keras.train_step.StepHooks`. :class:`TfStepHooks` gives it, for a tf-keras model:
+
+* ``ops``: ``tf.*`` under ``keras.ops``'s names (``IndexedSlices`` gradients are made dense);
+* the step's variables (:class:`TfStepValues`): read as tensors, written with ``assign``, and under a
+  distribution strategy through the strategy (``merge_call``: every replica's copy gets the value);
+* the gradient hook on the tf-keras optimizer's ``apply_gradients`` (Keras 3's optimizers hook ``apply``).
 
 Example:
     >>> import tensorflow as tf
-    >>> v, m = tf.Variable([1.0, 2.0]), tf.Variable([1.0, 0.0])
-    >>> mask_all([(v, m)]); v.numpy().tolist()
-    [1.0, 0.0]
+    >>> v = tf.Variable([1.0, 2.0])
+    >>> TfStepValues().write(v, TF_OPS.multiply(TfStepValues().read(v), 2.0)); v.numpy().tolist()
+    [2.0, 4.0]
 """
 from __future__ import annotations
 
-import weakref
-from typing import Any, Protocol, runtime_checkable
+from types import SimpleNamespace
+from typing import Any, Callable
 
 import tensorflow as tf
 
-from sparsify.patching import patch, unpatch
+from sparsify.patching import unpatch
+from sparsify_keras.backend import StepValues, stateful_train_step
+from sparsify_keras.train_step import StepHooks, hook_optimizer
 
-from .compat import optimizer_slots, tf_variable
-from .grad_masking import grad_masking_supported, install_grad_hook, recording_masked_variables
-from .state import model_state
-from .statistics import recording_activations
+from .compat import tf_variable
 
-__all__ = ["TrainStepExtension", "strategy_of", "mask_all", "masking_pairs", "install_train_step",
-           "uninstall_train_step"]
+__all__ = ["TF_OPS", "TfStepValues", "TfStepHooks", "strategy_of"]
 
-
-@runtime_checkable
-class TrainStepExtension(Protocol):
-    """What :func:`install_train_step` calls at the end of the wrapped train step while Keras traces it.
-
-    ``extend_train_step(model)`` runs inside the step's trace (a ``tf.function``), after the optimizer
-    step and the masking, so the ops it creates run at the end of every step (``PruningCallback`` adds its
-    guarded in-graph mask update there). The train step keeps only a weak reference to the extension.
-
-    Example:
-        >>> import numpy as np, tf_keras
-        >>> from sparsify_keras.layers import find_prunable_weights
-        >>> from sparsify_tf.keras.state import attach_state, state_class
-        >>> class CountTraces:
-        ...     traces = 0
-        ...     def extend_train_step(self, model):
-        ...         self.traces += 1
-        >>> m = tf_keras.Sequential([tf_keras.layers.InputLayer((4,)), tf_keras.layers.Dense(2)])
-        >>> m.compile("sgd", "mse")
-        >>> state = state_class()(find_prunable_weights(m), np.zeros(3, np.int64))
-        >>> attach_state(m, state)
-        >>> counter = CountTraces()
-        >>> isinstance(counter, TrainStepExtension)
-        True
-        >>> install_train_step(m, state, extension=counter)
-        >>> _ = m.fit(np.ones((4, 4)), np.zeros((4, 2)), verbose=0)
-        >>> counter.traces > 0
-        True
-    """
-
-    def extend_train_step(self, model: Any) -> None:
-        """Add ops to the train step of ``model`` being traced (after the optimizer step)."""
+#: ``keras.ops``'s names the masking uses, as TensorFlow ops (:data:`sparsify_keras.backend.STEP_OPS`)
+TF_OPS = SimpleNamespace(add=tf.add, multiply=tf.multiply, cast=tf.cast, ones=tf.ones, greater=tf.greater,
+                         where=tf.where, dense_gradient=tf.convert_to_tensor)
+_HOOKED = "apply_gradients"      # the tf-keras optimizer method the gradient hook wraps
 
 
 def strategy_of(model: Any) -> tf.distribute.Strategy:
@@ -72,83 +41,49 @@ def strategy_of(model: Any) -> tf.distribute.Strategy:
     return getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
 
 
-def mask_all(pairs: list[tuple[tf.Variable, tf.Variable]]) -> Any:
-    """``var.assign(var * mask)`` for every pair, on every replica (graph or eager)."""
-    if not tf.distribute.has_strategy():          # plain (default-strategy) training: direct ops
-        for v, m in pairs:
-            v.assign(v * m, read_value=False)
-        return None
+class TfStepValues(StepValues):
+    """A tf-keras train step's variables (see the module)."""
 
-    def merge_fn(strategy: tf.distribute.Strategy) -> Any:
-        ops = [strategy.extended.update(v, lambda x, m: x.assign(x * m, read_value=False), args=(m,), group=True)
-               for v, m in pairs]
-        return tf.group(ops)
+    def read(self, variable: Any) -> Any:
+        return tf.convert_to_tensor(tf_variable(variable))
 
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None:
-        return merge_fn(tf.distribute.get_strategy())
-    return ctx.merge_call(merge_fn)
+    def write(self, variable: Any, value: Any) -> None:
+        var = tf_variable(variable)
+        value = tf.cast(value, var.dtype)
+        if not tf.distribute.has_strategy():          # plain (default-strategy) training: direct ops
+            var.assign(value, read_value=False)
+            return
 
+        def merge_fn(strategy: tf.distribute.Strategy, x: Any) -> Any:
+            return strategy.extended.update(var, lambda v, y: v.assign(y, read_value=False), args=(x,), group=True)
 
-def masking_pairs(state: Any, model: Any, skip: frozenset = frozenset()) -> list[tuple[tf.Variable, tf.Variable]]:
-    """(variable, mask) pairs for the pruned weights not in ``skip`` (ids) and their optimizer slots."""
-    pairs = []
-    opt = getattr(model, "optimizer", None)
-    for pw, mask in zip(state.pweights, state.masks):
-        if id(pw.variable) in skip:
-            continue
-        m = tf_variable(mask)
-        pairs.append((tf_variable(pw.variable), m))
-        for s in optimizer_slots(opt, pw.variable):
-            pairs.append((tf_variable(s), m))
-    return pairs
+        ctx = tf.distribute.get_replica_context()
+        if ctx is None:
+            merge_fn(tf.distribute.get_strategy(), value)
+        else:
+            ctx.merge_call(merge_fn, args=(value,))
 
 
-def install_train_step(model: Any, state: Any, extension: TrainStepExtension | None = None) -> None:
-    """Wrap the tf-keras ``model.train_step`` on the instance (see the module; :func:`sparsify.patching.patch`:
-    a second call wraps the model's own step again); ``extension`` extends the step at its end (weakly held)."""
-    state_ref = weakref.ref(state)
-    extension_ref = weakref.ref(extension) if extension is not None else None
+class TfStepHooks(StepHooks):
+    """The hooks of a tf-keras train step (see the module)."""
 
-    def make(inner: Any) -> Any:
-        def train_step(data: Any) -> Any:
-            # Runs when Keras traces the train function (per replica under a strategy).
-            st = state_ref()
-            if st is None or model_state(model) is not st:
-                return inner(data)
-            logs = _masked_step(model, st, inner, data)
-            ext = extension_ref() if extension_ref is not None else None
-            if ext is not None:          # PruningCallback: the mask update due at the step just reached
-                ext.extend_train_step(model)
-            return logs
-        return train_step
+    ops = TF_OPS
 
-    patch(model, "train_step", make)
-    model.train_function = None   # force fit() to trace the wrapped step
+    def wrap_train_step(self, model: Any, run_inner: Callable, after_step: Callable) -> Callable:
+        # runs when tf-keras traces the train function (per replica under a strategy)
+        return stateful_train_step(run_inner, after_step, TfStepValues)
 
+    def install_grad_hook(self, model: Any, state: Any) -> None:
+        def make(orig: Any, mask: Callable) -> Any:
+            def hook(grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+                gv = list(grads_and_vars)
+                variables = [v for _, v in gv]
+                return orig(list(zip(mask([g for g, _ in gv], variables, TF_OPS), variables)), *args, **kwargs)
+            return hook
 
-def _masked_step(model: Any, st: Any, inner: Any, data: Any) -> Any:
-    """``inner(data)`` with the pruned gradients masked, then the per-step multiply of what they missed."""
-    opt = getattr(model, "optimizer", None)
-    use_grads = grad_masking_supported(opt)
-    if use_grads or st.grads:        # RigL: the hook also keeps the dense gradients
-        install_grad_hook(model, opt)
-    with recording_masked_variables() as seen, recording_activations(st):   # Wanda: sums the layers' inputs
-        logs = inner(data)
-    # Gradient-masked weights need nothing more; constrained weights (the constraint
-    # may move a zero), weights the hook did not see (a custom train_step with another
-    # optimizer) and unsupported optimizers get the per-step multiply of weight and slots.
-    skip = frozenset(id(pw.variable) for pw in st.pweights
-                     if use_grads and id(pw.variable) in seen
-                     and getattr(pw.variable, "constraint", None) is None)
-    st.record_per_step_paths([pw.path for pw in st.pweights if id(pw.variable) not in skip])
-    pairs = masking_pairs(st, model, skip)
-    if pairs:
-        mask_all(pairs)
-    return logs
+        hook_optimizer(model.optimizer, _HOOKED, state, make)
 
-
-def uninstall_train_step(model: Any) -> None:
-    """Give ``model`` its own ``train_step`` back (nothing if it is not wrapped)."""
-    if unpatch(model, "train_step"):
-        model.train_function = None
+    def uninstall_grad_hook(self, model: Any) -> None:
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None:
+            unpatch(optimizer, _HOOKED)

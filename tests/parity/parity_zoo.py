@@ -651,3 +651,25 @@ def check_parity(framework: str, pattern: str, scope: str) -> None:
     recorded, final = RUNNERS[framework](cfg)
     assert_same_history(recorded, expected, f"{framework} {pattern} {scope}")
     assert_weights_masked(views(torch_zoo(), layers), final, expected[-1], f"{framework} {pattern} {scope}")
+
+
+#: Configs beyond the masks' default path, run by both Kerases on the zoo (tf-keras and Keras 3 must agree): the
+#: straight-through gradient (the masks at learning rate 0 are the reference's) and a per-step criterion.
+KERAS_VARIANTS = {"straight_through": {"pruned_gradient": "straight_through", "pruned_decay": 1e-3},
+                  "snip": {"criterion": "snip"}}
+
+
+def check_keras_variant(variant: str, pattern: str, scope: str) -> None:
+    """tf-keras and Keras 3 run ``variant`` on the zoo: every mask at every step the same in both (bit for bit);
+    with straight-through (the weights fixed at learning rate 0) also the reference's at every step."""
+    cfg = {**config(pattern, scope), **KERAS_VARIANTS[variant]}
+    tf_keras_masks, tf_keras_final = keras_history(cfg, "tf_keras")
+    keras3_masks, _ = keras_history(cfg, "keras3", run_eagerly=False)
+    assert_same_history(tf_keras_masks, keras3_masks, f"tf_keras vs keras3 {variant} {pattern} {scope}")
+    pruned = [sum(int((~m).sum()) for m in h.values()) for h in tf_keras_masks]
+    assert pruned[0] == 0 < pruned[1] < pruned[7] == pruned[8], pruned        # the schedule ran
+    if variant == "straight_through":
+        expected = expected_history(cfg, KERAS_LAYERS)
+        assert_same_history(tf_keras_masks, expected, f"tf_keras {variant} {pattern} {scope}")
+        assert_weights_masked(views(torch_zoo(), KERAS_LAYERS), tf_keras_final, expected[-1], f"tf_keras {variant}")
+

@@ -9,7 +9,7 @@ after its update for that step. ``fit`` runs tf-keras eagerly and Keras 3 compil
 way for each), and the other way round for "1x1", so both train steps are covered in both.
 """
 import pytest
-from parity_zoo import check_parity
+from parity_zoo import KERAS_VARIANTS, check_keras_variant, check_parity
 
 pytestmark = pytest.mark.slow        # every test here is slow (docs/design.md, "Tests in tiers")
 
@@ -20,3 +20,11 @@ PATTERNS = ["1x1", "2x2", "channelx2", "2xchannel", "2:4"]
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_tf_keras_masks_match_reference(pattern, scope):
     check_parity("tf_keras", pattern, scope)
+
+
+@pytest.mark.parametrize("pattern,scope", [("1x1", "global"), ("2:4", "local")])
+@pytest.mark.parametrize("variant", sorted(KERAS_VARIANTS))
+def test_tf_keras_variants_match_keras3(variant, pattern, scope):
+    """straight_through (with SR-STE's decay) and snip on tf-keras: the masks equal Keras 3's at every step."""
+    check_keras_variant(variant, pattern, scope)
+

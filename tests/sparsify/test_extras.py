@@ -32,7 +32,8 @@ def _import_without(blocked: str, package: str) -> str:
     ("torch", "sparsify_torch", 'ImportError: sparsify_torch needs torch, which cannot be imported (import of torch '
                                 'halted; None in sys.modules): pip install "sparsify-train[torch]"'),
     ("tensorflow", "sparsify_tf", "ImportError: sparsify_tf needs tensorflow, which cannot be imported (import of "
-                                  'tensorflow halted; None in sys.modules): pip install "sparsify-train[tf]"'),
+                                  'tensorflow halted; None in sys.modules): pip install "sparsify-train[tf]"; for Keras 3 on JAX or '
+                                  'PyTorch use sparsify_keras (from sparsify_keras import PruningCallback)'),
     ("keras", "sparsify_keras", "ImportError: sparsify_keras needs keras, which cannot be imported (import of keras "
                                 f"halted; None in sys.modules): {KERAS_HINT}"),
 ])

@@ -39,3 +39,37 @@ def test_prunes_with_tensorflow_unimportable(backend):
     out = run_python(["-c", SCRIPT], backend)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"backend": backend, "sparsity": 0.5, "zeros": 0.5, "oneshot": 0.75, "loaded": []}
+
+
+IMPORT_SCRIPT = """
+import json, sys
+
+def error_of(blocked):
+    for name in blocked:
+        sys.modules[name] = None
+    for name in [m for m in sys.modules if m.startswith("sparsify_tf")]:
+        del sys.modules[name]
+    try:
+        from sparsify_tf.keras import PruningCallback  # noqa: F401
+    except ImportError as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+print(json.dumps({"no tf_keras": error_of(["tf_keras"]), "no tensorflow": error_of(["tensorflow", "tf_keras"])}))
+"""
+
+
+def test_sparsify_tf_keras_without_its_framework_names_the_extra_and_sparsify_keras():
+    """Issue 47: ``from sparsify_tf.keras import ...`` where tf-keras (or TensorFlow) is missing, as under a JAX-only
+    install, raises an ImportError naming the ``tf`` extra and pointing to sparsify_keras."""
+    out = run_python(["-c", IMPORT_SCRIPT], "jax")
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["no tf_keras"] == (
+        "ImportError: sparsify_tf.keras prunes tf-keras (Keras 2) models and needs tf-keras: pip install "
+        "\"sparsify-train[tf]\" (KERAS_BACKEND='jax' here); for Keras 3 on JAX, PyTorch or TensorFlow use sparsify_keras (from "
+        "sparsify_keras import PruningCallback, strip_pruning, prune_oneshot)")
+    assert got["no tensorflow"] == (
+        "ImportError: sparsify_tf needs tensorflow, which cannot be imported (import of tensorflow halted; None in "
+        "sys.modules): pip "
+        "install \"sparsify-train[tf]\"; for Keras 3 on JAX or PyTorch use sparsify_keras (from sparsify_keras import "
+        "PruningCallback)")

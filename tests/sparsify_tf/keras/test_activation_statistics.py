@@ -16,7 +16,7 @@ import sparsify_torch
 from sparsify import PruningProtocol
 from sparsify_tf.keras import PruningCallback, strip_pruning
 from sparsify_tf.keras.compat import tf_variable
-from sparsify_tf.keras.statistics import window_of
+from sparsify_keras.statistics import window_of
 
 from _keras_helpers import compile_, first, interrupted_run, mlp
 

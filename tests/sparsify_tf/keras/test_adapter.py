@@ -1,6 +1,7 @@
 """KerasAdapter: the Keras host update through the typed adapter contract (sparsify.adapter).
 
-tf-keras models use sparsify_tf.keras.adapter.KerasAdapter, Keras 3 models sparsify_keras.adapter.KerasAdapter
+one KerasAdapter (sparsify_keras.adapter) for both Kerases: tf-keras models read and write through the tf-keras
+driver's TfStateIO, Keras 3 models through Keras3StateIO
 (every backend): the same contract and the same written values."""
 import numpy as np
 import pytest
@@ -8,10 +9,9 @@ import pytest
 from sparsify import PruningProtocol
 from sparsify.adapter import ActivationReader, GradientReader, MaskWriter, WeightReader, collect_reads
 from sparsify_tf.keras import PruningCallback
-from sparsify_tf.keras.adapter import KerasAdapter
-from sparsify_tf.keras.mask_apply import MaskApplier
-from sparsify_tf.keras.state import model_state
-from sparsify_keras.adapter import KerasAdapter as Keras3Adapter
+from sparsify_keras.adapter import KerasAdapter
+from sparsify_keras.state import model_state
+from sparsify_tf.keras.mask_apply import MaskApplier, TfStateIO
 
 from _keras_helpers import first
 
@@ -23,8 +23,9 @@ def _attached(K, cfg):
     cb = PruningCallback(cfg)
     cb.attach(model)
     if K.__name__ == "keras":
-        return model, cb, Keras3Adapter(model, model_state(model), cfg.get("criterion", "magnitude"))
-    return model, cb, KerasAdapter(model, model_state(model), MaskApplier(), cfg.get("criterion", "magnitude"))
+        return model, cb, KerasAdapter(model, model_state(model), cfg.get("criterion", "magnitude"))
+    return model, cb, KerasAdapter(model, model_state(model), cfg.get("criterion", "magnitude"),
+                                   io=TfStateIO(model, model_state(model), MaskApplier()))
 
 
 def test_the_adapter_is_every_reader_and_the_writer(K):

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import sparsify
 from sparsify_tf.keras import PruningCallback, find_prunable_weights
-from sparsify_tf.keras.adapter import KerasAdapter
+from sparsify_keras.adapter import KerasAdapter
 from sparsify_tf.keras.compat import optimizer_slots
 
 from _keras_helpers import cnn, compile_, exact_pruned, first, inp, mlp
@@ -103,9 +103,9 @@ def test_subclassed_model_steps_per_execution_4_loses_no_update(K, digits, in_gr
     updates = []
     cfg = {"target_sparsity": 0.7, "start_step": 1, "end_step": 11, "pruning_frequency": 5}   # points 1, 6, 11
     cb = PruningCallback(cfg, update_in_graph=in_graph)
-    orig, orig_graph = cb._update, cb._graph_updated
+    orig, orig_graph = cb._update, cb.record_update_in_step
     cb._update = lambda step: (updates.append(("host", step)), orig(step))
-    cb._graph_updated = lambda done, keep: (updates.append(("graph", done)), orig_graph(done, keep))
+    cb.record_update_in_step = lambda done, keep: (updates.append(("graph", done)), orig_graph(done, keep))
     model.fit(X, y, batch_size=32, epochs=2, verbose=0, callbacks=[cb])    # 16 steps, callbacks at 0, 4, 8, 12
     if in_graph:       # inside the 4-step loop: every update point at its own step
         assert [u for u in updates if u[0] == "graph"] == [("graph", 1), ("graph", 6), ("graph", 11)]
@@ -187,7 +187,7 @@ def test_mask_update_built_once_and_step_read_only_when_an_update_may_be_due(K, 
     step, write = cb._step, KerasAdapter.write_update
     cb._step = lambda: reads.append(step()) or reads[-1]
     monkeypatch.setattr(KerasAdapter, "write_update",
-                        lambda self, update: applies.append((update.step, self.apply_function)) or write(self, update))
+                        lambda self, update: applies.append((update.step, self.io.apply_function)) or write(self, update))
     model.fit(X[:1408], y[:1408], batch_size=64, epochs=2, verbose=0, shuffle=False,
               callbacks=[cb, zero_checker(K, cb, model, checked)])
     assert [s for s, _ in applies] == [0, 10, 20, 30]
@@ -209,10 +209,10 @@ def test_updates_in_the_train_step_need_no_host_work_between_epoch_starts(K, dig
         cb = PruningCallback({"target_sparsity": 0.6, "start_step": 0, "end_step": 30, "pruning_frequency": 10},
                              update_in_graph=in_graph)
         reads, host, graph, checked = [], [], [], []
-        step, update, graph_updated = cb._step, cb._update, cb._graph_updated
+        step, update, graph_updated = cb._step, cb._update, cb.record_update_in_step
         cb._step = lambda: reads.append(step()) or reads[-1]
         cb._update = lambda s: host.append(s) or update(s)
-        cb._graph_updated = lambda done, keep: graph.append(done) or graph_updated(done, keep)
+        cb.record_update_in_step = lambda done, keep: graph.append(done) or graph_updated(done, keep)
         model.fit(X[:1408], y[:1408], batch_size=64, epochs=2, verbose=0, shuffle=False,
                   callbacks=[cb, zero_checker(K, cb, model, checked)])
         results[in_graph] = [w.numpy() for w in model.weights]
@@ -257,3 +257,30 @@ def test_xla_train_step_keeps_the_updates_on_the_host(K, digits):
     for pw in find_prunable_weights(model):
         k = pw.variable.numpy()
         assert int((k == 0).sum()) == exact_pruned(0.5, k.size), pw.path
+
+
+def test_fit_that_stops_before_end_step_warns_once_naming_the_steps_and_sparsity(K):
+    """Issue 47: at the end of ``fit`` a schedule that never reached its target says so (once), on both Kerases;
+    a fit that reaches it says nothing."""
+    import warnings
+
+    from sparsify.target_check import TargetNotReachedWarning
+
+    x, y = np.ones((32, 8), np.float32), np.zeros(32, np.int32)
+    model = compile_(K.Sequential([first(K, (8,)), K.layers.Dense(4, name="fc")]), K, opt="sgd")
+    cb = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 100, "pruning_frequency": 2})
+    with pytest.warns(TargetNotReachedWarning) as caught:
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[cb])
+    assert len(caught) == 1 and cb.last_update_step == 4
+    assert str(caught[0].message) == (
+        f"PruningCallback (model {model.name!r}): training ended at step 4 before the pruning schedule reached its "
+        f"target: the last mask update was at step 4 and the masks hold sparsity {cb.sparsity['total']:.4f}, but "
+        "target_sparsity 0.5 is reached only at end_step 100. Train for at least end_step steps, or lower end_step "
+        "(and pruning_frequency).")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TargetNotReachedWarning)     # once per run: the next fit says nothing
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[cb])
+        reached = compile_(K.Sequential([first(K, (8,)), K.layers.Dense(4, name="fc")]), K, opt="sgd")
+        done = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 2, "pruning_frequency": 2})
+        reached.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[done])
+    assert done.sparsity["total"] == 0.5

@@ -27,19 +27,14 @@ def test_constructor_rejects_bad_arguments(kwargs, exc, match):
         PruningCallback(cfg, **kwargs)
 
 
-def test_snip_is_refused_for_tf_keras_before_training_and_runs_on_keras3(K, digits):
+def test_snip_runs_on_both_kerases(K, digits):
+    """``snip`` (scored from every step's gradients) on tf-keras too: the scores are kept by the one train-step
+    masking, the host reads them at the update."""
     model = compile_(mlp(K), K)
-    before = [w.copy() for w in model.get_weights()]
     cb = PruningCallback({"criterion": "snip", "target_sparsity": 0.5, "start_step": 0, "end_step": 2})
-    if K.__name__ == "tf_keras":
-        with pytest.raises(ValueError, match="criterion 'snip' is scored from the gradients of every step, which the "
-                                             "tf-keras"):
-            model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[cb])
-        assert STATE_ATTR not in model.__dict__
-        assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
-        return
     model.fit(*_xy(digits), batch_size=16, epochs=1, verbose=0, callbacks=[cb])
     assert cb.sparsity["total"] == 0.5 and cb.last_update_step == 2
+    assert cb._state.scores and int(np.asarray(cb._state.scores_seen.numpy())) == 1
 
 
 def test_config_matching_no_weight_names_the_prunable_ones(K, digits):
@@ -123,14 +118,21 @@ def test_frozen_model_is_refused_before_training(K, digits):
         model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[PruningCallback({"end_step": 0})])
 
 
-def test_tf_keras_refuses_straight_through_and_sr_ste(digits):
-    """tf-keras models: pruned weights get no gradient there, so straight-through (and SR-STE's pruned_decay)
-    is refused before anything changes."""
+def test_tf_keras_runs_straight_through_and_sr_ste(digits):
+    """tf-keras models: with straight-through (and SR-STE's pruned_decay) the optimizer steps the pruned entries'
+    stored values while the kernel keeps zeros there."""
     from _keras_helpers import kmod
 
     K = kmod("tf_keras")
     model = compile_(mlp(K), K)
-    cb = PruningCallback({"pruned_gradient": "straight_through", "pruned_decay": 2e-4})
-    with pytest.raises(ValueError, match="pruned_gradient='straight_through' is not supported for tf-keras models"):
-        model.fit(*_xy(digits), epochs=1, verbose=0, callbacks=[cb])
-    assert STATE_ATTR not in model.__dict__
+    cb = PruningCallback({"pruned_gradient": "straight_through", "pruned_decay": 2e-4, "target_sparsity": 0.5,
+                          "start_step": 0, "end_step": 2})
+    model.fit(*_xy(digits), batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    state = cb._state
+    at_update = state.stored[0].numpy().copy()
+    kernel, mask = model.get_layer("fc1").kernel.numpy(), state.masks[0].numpy()
+    assert cb.sparsity["total"] == 0.5 and cb.per_step_paths == []
+    assert np.all(kernel[mask == 0] == 0) and np.all(at_update[mask == 1] == 0) and np.any(at_update[mask == 0] != 0)
+    model.fit(*_xy(digits), batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    assert not np.array_equal(state.stored[0].numpy()[mask == 0], at_update[mask == 0])    # the optimizer moved them
+    assert np.all(model.get_layer("fc1").kernel.numpy()[mask == 0] == 0)

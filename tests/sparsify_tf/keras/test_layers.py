@@ -142,7 +142,7 @@ def test_definition_order_breaks_global_ties_as_torch_does(K):
     import torch
 
     from sparsify_tf.keras import prune_oneshot as keras_oneshot
-    from sparsify_tf.keras.layers import in_model_order
+    from sparsify_keras.layers import in_model_order
     from sparsify_torch import prune_oneshot as torch_oneshot
 
     class Net(K.Model):

@@ -10,9 +10,12 @@ import pytest
 from _keras_helpers import first, kmod
 
 from sparsify.patching import patch_of
-from sparsify_tf.keras.layers import find_prunable_weights
+from sparsify_keras.layers import find_prunable_weights
+from sparsify_keras.train_step import TrainStepExtension, install_train_step, uninstall_train_step
 from sparsify_tf.keras.state import attach_state, state_class
-from sparsify_tf.keras.train_step import TrainStepExtension, install_train_step, uninstall_train_step
+from sparsify_tf.keras.train_step import TfStepHooks
+
+HOOKS = TfStepHooks()      # the tf-keras driver's hooks of the one train-step masking
 
 
 @pytest.fixture
@@ -46,12 +49,12 @@ def test_the_step_keeps_pruned_weights_at_zero_and_hands_itself_to_the_extension
     model, state = _pruned_model(K)
     ext = RecordTraces()
     assert isinstance(ext, TrainStepExtension)
-    install_train_step(model, state, extension=ext)
+    install_train_step(model, state, HOOKS, extension=ext)
     model.fit(np.ones((4, 3), np.float32), np.ones((4, 2), np.float32), epochs=2, verbose=0)
     assert ext.models and set(ext.models) == {"tiny"}
     kernel = model.layers[-1].kernel.numpy()
     assert kernel[0, 1] == 0.0 and kernel[2, 0] == 0.0 and kernel[1].all()
-    uninstall_train_step(model)
+    uninstall_train_step(model, HOOKS)
     assert "train_step" not in model.__dict__
 
 
@@ -59,7 +62,7 @@ def test_the_step_keeps_pruned_weights_at_zero_and_hands_itself_to_the_extension
 def test_the_step_holds_its_extension_weakly(K):
     model, state = _pruned_model(K)
     ext = RecordTraces()
-    install_train_step(model, state, extension=ext)
+    install_train_step(model, state, HOOKS, extension=ext)
     models = ext.models
     del ext
     gc.collect()
@@ -70,11 +73,11 @@ def test_the_step_holds_its_extension_weakly(K):
 def test_installing_twice_wraps_the_models_own_step_once_and_uninstall_gives_it_back(K):
     model, state = _pruned_model(K)
     own = model.train_step
-    install_train_step(model, state)
-    install_train_step(model, state, extension=RecordTraces())
+    install_train_step(model, state, HOOKS)
+    install_train_step(model, state, HOOKS, extension=RecordTraces())
     found = patch_of(model, "train_step")
     assert found is not None and not found.had_instance_attr and found.original == own
     model.fit(np.ones((4, 3), np.float32), np.ones((4, 2), np.float32), verbose=0)
-    uninstall_train_step(model)
+    uninstall_train_step(model, HOOKS)
     assert "train_step" not in model.__dict__ and model.train_function is None
-    uninstall_train_step(model)                                         # nothing to undo: no error
+    uninstall_train_step(model, HOOKS)                                         # nothing to undo: no error
