@@ -196,7 +196,7 @@ def _tfkeras_part(data: dict[str, Any]) -> str:
             "weights and batches (`bench/lm/tfkeras_runs.py`); tfmot's `prune_low_magnitude` on each pruned Dense with "
             "`PolynomialDecay(0, target, begin_step=start + 1, end_step=end + 1, power=3, frequency)` (its masks "
             "change between the same updates as ours), our `sparsify_tf.keras.PruningCallback` at the torch "
-            "settings. tf-keras cannot train pruned weights straight-through, so SR-STE runs in Keras 3 "
+            "settings. SR-STE (straight-through) was run in Keras 3 only "
             "(rows above):\n\n" + "\n".join(rows)
             + "\n\n| pair | setting | mean ± std | first better |\n|---|---|---|---|\n" + "\n".join(pairs))
 
