@@ -181,26 +181,29 @@ def test_n_in_m_sparsity_above_n_over_m_is_refused_when_the_graph_is_built():
         sparsify_tf.create_graph_ops_pruning(g, ["fc1/kernel"], fixed, ready, True, None, "fixed", "2:4")
 
 
-def test_readme_seed_api_example_builds_and_prunes():
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    code = re.search(r"\*\*The seed API\*\*.*?```python\n(.*?)```", readme, flags=re.S).group(1)
+def test_the_guides_seed_api_example_builds_and_prunes():
+    """docs/tf_graph.md's seed API block (the README links it) on its own graph: 4x1 blocks at 0.8 by step 200."""
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "tf_graph.md").read_text()
+    code = re.search(r"## Seed API \(low level\).*?```python\n(.*?)```", guide, flags=re.S).group(1)
     g = tf.Graph()
     with g.as_default():
-        m = build_mlp()
         global_step = tf1.train.get_or_create_global_step()
+        inputs = tf1.placeholder(tf.float32, [None, 16])
+        tf.matmul(inputs, tf1.get_variable("fc/kernel", [16, 8]))
         step = tf1.placeholder(tf.int64, [])
         set_step = tf1.assign(global_step, step)
         env = {"sparsify_tf": sparsify_tf, "graph": g, "global_step": global_step}
-        exec(code, env)                                   # noqa: S102 - the README's own snippet
+        exec(code, env)                                   # noqa: S102 - the guide's own snippet
     with tf1.Session(graph=g) as sess:
         sess.run(tf1.global_variables_initializer())
-        for s in (0, 500, 1000):
+        for s in (0, 100, 200):
             sess.run(set_step, {step: s})
             sess.run(env["update_op"])
-        mask = sess.run(env["op_vars"][0].mask)            # fc1/kernel (64, 32): canonical (32, 64), 2:4 along 64
+        mask = sess.run(env["op_vars"][0].mask)            # fc/kernel (16, 8): canonical (8, 16), 4x1 blocks of rows
         final = float(sess.run(env["sparsity"]))
-    groups = (mask.T != 0).reshape(32, 16, 4).sum(-1)
-    assert final == 0.5 and np.all(groups == 2)
+    blocks = (mask.T != 0).reshape(2, 4, 16)               # 4 output rows by 1 column
+    assert final == pytest.approx(0.8) and np.all(blocks.all(axis=1) == blocks.any(axis=1))
+    assert (mask == 0).sum() == 4 * round(0.8 * 32)
 
 
 @pytest.mark.parametrize("creator", ["dict", "config", "pattern"])
