@@ -12,6 +12,9 @@ Examples (shell)::
 Bad input (a missing or unreadable file, an unknown format, a bad config key)
 prints one line on stderr and exits with status 1 (2 for command-line usage
 errors), without a traceback. Set ``SPARSIFY_DEBUG=1`` to see tracebacks.
+Ctrl-C stops the command at the next safe point (a training step, between
+outputs, around the commit) with "sparsify: interrupted" and status 130; a
+second Ctrl-C aborts at once (:mod:`.interrupts`).
 Every file the command writes is written atomically (:mod:`.atomic`): an
 interrupt or a full disk leaves the previous file, never half of a new one.
 
@@ -53,7 +56,7 @@ from .atomic import check_destination, write_text
 from .demo import DEFAULT_STEPS as DEFAULT_DEMO_STEPS
 from .demo import FRAMEWORKS, MAX_SEED, default_config, format_result, run_demo
 from .export import TARGETS, export_model, format_export
-from .interrupts import interrupts_not_swallowed
+from . import interrupts
 from .plots import check_plot_path, plot_path, plot_schedule, schedule_points
 from .report import FORMATS, build_report, format_report
 from .report.readers import DEFAULT_MAX_BYTES
@@ -137,6 +140,7 @@ def _schedule_horizon(cfg: PruningConfig, steps: int | None) -> int:
 
 def _emit(text: str, output: str | None) -> None:
     """Print ``text``, or write it atomically to ``output`` and say so."""
+    interrupts.check()                      # a Ctrl-C while the result was computed: nothing printed or written
     if output is None:
         print(text)
     else:
@@ -387,11 +391,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("SPARSIFY_DEBUG"):
         return int(args.func(args))
     try:
-        with interrupts_not_swallowed():
-            return int(args.func(args))
+        with interrupts.handled():          # Ctrl-C sets a flag the run checks at safe points; twice aborts
+            status = int(args.func(args))
+            interrupts.check()
+            return status
     except KeyboardInterrupt:
-        sys.stderr.write(f"{PROG}: interrupted\n")
-        return 130
+        sys.stderr.write(f"{interrupts.MESSAGE}\n")
+        return interrupts.EXIT_STATUS
     except (CLIError, ValueError, TypeError, OSError, ImportError) as e:
         sys.stderr.write(f"{PROG} {args.command}: error: {_one_line(e)}\n")
         return 1

@@ -33,6 +33,7 @@ from sparsify.engine import PruningEngine
 from sparsify.layout import to_2d
 from sparsify.patterns import get_pattern
 
+from .. import interrupts
 from ..atomic import MANIFEST, OutputError, RunDirectory
 from ..plots import plot_layer_sparsity, plot_mask, plot_schedule
 from . import keras_backend, tf_graph, torch_backend
@@ -274,6 +275,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     backend = FRAMEWORKS[framework]
     backend.IMPORT_FRAMEWORK()          # before the staging directory: an interrupt during a slow import is one
+    interrupts.check()                  # of a run that has not started
     data = load_digits_split(int(seed))
     t0 = time.perf_counter()
     if run_dir is None:
@@ -325,6 +327,7 @@ def _write_outputs(run_dir: RunDirectory, res: DemoResult, run: BackendRun, plot
     """Write config, plots and summary into the stage; ``res.files`` become the paths after the commit."""
     stage = run_dir.stage
     staged = [stage / "config.yaml"]
+    interrupts.check()                  # between the files written: Ctrl-C stops the run before the commit
     res.config.to_yaml(stage / "config.yaml")
     staged += [Path(f) for f in run.files]
     if plots:
@@ -335,6 +338,7 @@ def _write_outputs(run_dir: RunDirectory, res: DemoResult, run: BackendRun, plot
                             title=f"{res.framework}: sparsity per layer ({res.config.pattern})")
         staged += [stage / "schedule.png", stage / "layer_sparsity.png"]
         for name, w in run.weights.items():
+            interrupts.check()
             plot_mask(w != 0, name=name, path=stage / f"mask_{name}.png")
             staged.append(stage / f"mask_{name}.png")
     else:

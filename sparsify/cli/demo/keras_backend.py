@@ -18,6 +18,7 @@ import numpy as np
 from sparsify.config import PruningConfig
 from sparsify.layout import tf_to_canonical
 
+from .. import interrupts
 from ..frameworks import import_tensorflow
 from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
@@ -41,6 +42,8 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: 
     keras.utils.set_random_seed(seed)
 
     class Progress(keras.callbacks.Callback):
+        """The progress bar, and Ctrl-C at a batch end: ``stop_training`` ends ``fit`` there."""
+
         def __init__(self, cb: Any = None) -> None:
             super().__init__()
             self.cb, self.i = cb, 0
@@ -51,6 +54,8 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: 
                 sparsity = self.cb.sparsity["total"]
             self.i += 1
             progress.step(sparsity)
+            if interrupts.requested():
+                self.model.stop_training = True
 
     layers: list[Any] = [keras.Input((SIZES[0],))]
     for i, name in enumerate(LAYERS):
@@ -71,18 +76,21 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: 
     progress.phase("dense")
     compile_fresh()
     model.fit(dataset(seed), epochs=1, verbose=0, shuffle=False, callbacks=[Progress()])
+    interrupts.check()
     dense_acc = accuracy()
 
     pruning = sk.PruningCallback(config)
     compile_fresh()
     progress.phase("pruning", 0.0)
     model.fit(dataset(seed + 1), epochs=1, verbose=0, shuffle=False, callbacks=[pruning, Progress(pruning)])
+    interrupts.check()
     pruned_acc = accuracy()
     final_step = int(model.optimizer.iterations.numpy())
     pruned = [path.split("/")[0] for path in pruning.pruned_weights]
     model = sk.strip_pruning(model)
     weights = {name: tf_to_canonical(model.get_layer(name).kernel.numpy(), "dense") for name in LAYERS}
     files: list[str] = []
+    interrupts.check()
     if out is not None:
         p = os.path.join(os.fspath(out), "model.keras")
         with writing(p):

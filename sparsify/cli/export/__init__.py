@@ -38,6 +38,7 @@ import numpy as np
 
 from sparsify import sparse_format
 
+from .. import interrupts
 from ..atomic import OutputError, atomic_path, check_destination
 from ..frameworks import import_torch
 from ..report.readers import DEFAULT_MAX_BYTES, detect_format, format_bytes, read_tensors
@@ -85,6 +86,7 @@ def _torch_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, 
     buf = io.BytesIO()
     torch.save(doc, buf)
     sparse = buf.getvalue()
+    interrupts.check()                              # Ctrl-C before the file is written: nothing is
     with atomic_path(out) as tmp:                   # renamed into place only if the round trip passes
         with open(tmp, "wb") as fh:
             fh.write(sparse)
