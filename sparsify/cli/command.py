@@ -140,7 +140,7 @@ def _schedule_horizon(cfg: PruningConfig, steps: int | None) -> int:
 
 def _emit(text: str, output: str | None) -> None:
     """Print ``text``, or write it atomically to ``output`` and say so."""
-    interrupts.check()                      # a Ctrl-C while the result was computed: nothing printed or written
+    interrupts.check()                      # Ctrl-C while the result was computed: nothing printed or written
     if output is None:
         print(text)
     else:
@@ -274,13 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_demo(sub: Any, set_help: str) -> None:
     """The ``demo`` subcommand's parser."""
-    d = sub.add_parser("demo", help="train a small model on scikit-learn's digits, dense and pruned",
-                       description="Train a small MLP on scikit-learn's bundled digits dense, then with gradual "
-                                   "pruning, and print per-layer target vs achieved sparsity and accuracy. The "
-                                   "'exact' column says whether a layer holds exactly the number of zeros the "
-                                   "core prescribes for the target (round(target * units), at least one unit kept).")
+    d = sub.add_parser("demo", help="train a small model on the 8x8 digits, dense and pruned",
+                       description="Train a small MLP on the 8x8 digits (shipped with sparsify) dense, then "
+                                   "with gradual pruning, and print per-layer target vs achieved sparsity and "
+                                   "accuracy. The 'exact' column says whether a layer holds exactly the number "
+                                   "of zeros the core prescribes for the target (round(target * units), at least "
+                                   "one unit kept).")
     d.add_argument("--framework", choices=tuple(FRAMEWORKS), default="tf-graph",
-                   help="backend (default: tf-graph, TensorFlow compat.v1 graph mode)")
+                   help="backend (default: tf-graph, TensorFlow compat.v1 graph mode; keras: Keras 3 on the "
+                        "installed backend, KERAS_BACKEND respected; tf-keras: Keras 2)")
     d.add_argument("--pattern", default=None, help=_pattern_help("sparsity pattern (default 1x1)"))
     d.add_argument("--sparsity", type=float, default=None,
                    help="target sparsity in [0, 1) (default 0.9, or the pattern's maximum if lower: N/M for N:M)")
@@ -329,9 +331,11 @@ def _add_export(sub: Any, max_help: str) -> None:
                                    "and print dense vs sparse bytes on disk and gzipped.")
     e.add_argument("path", help="the pruned model or weights (any file 'sparsify report' reads)")
     e.add_argument("--to", choices=TARGETS, default=None,
-                   help="tflite (a .keras model or SavedModel) or torch (any file); default: tflite for models")
+                   help="tflite (a .keras model or SavedModel; needs TensorFlow), torch (any file; needs torch) or "
+                        "npz (any file; NumPy only). Default: tflite for models, torch for weights, npz when "
+                        "that framework is not installed")
     e.add_argument("--out", metavar="FILE", help="the artifact (default: beside PATH, .tflite or .sparse.pt)")
-    e.add_argument("--encoding", choices=ENCODINGS, default="bitmask", help="torch: bitmask (default) or csr")
+    e.add_argument("--encoding", choices=ENCODINGS, default="bitmask", help="torch, npz: bitmask (default) or csr")
     e.add_argument("--semi-structured", action="store_true",
                    help="torch: check every 2-D weight against torch.sparse.to_sparse_semi_structured "
                         "(default: when the weights look 2:4)")

@@ -1,10 +1,14 @@
-"""``sparsify demo``: train a small MLP on scikit-learn's digits, dense and with gradual pruning.
+"""``sparsify demo``: train a small MLP on the 8x8 digits, dense and with gradual pruning.
 
-Three backends share one model (``64 -> 128 -> 64 -> 10``), data split and
+Four backends share one model (``64 -> 128 -> 64 -> 10``), data split and
 schedule: ``"tf-graph"`` (``tf.compat.v1`` graph mode through
-``sparsify_tf``), ``"keras"`` (``sparsify_tf.keras.PruningCallback``) and
-``"torch"`` (``sparsify_torch.prune``). A backend imports its framework when
-it runs, so ``sparsify demo --framework torch`` never loads TensorFlow.
+``sparsify_tf``), ``"keras"`` (Keras 3 on whatever backend is installed,
+``sparsify_keras.PruningCallback``), ``"tf-keras"`` (tf-keras,
+``sparsify_tf.keras.PruningCallback``) and ``"torch"``
+(``sparsify_torch.prune``). A backend imports its framework when it runs,
+so ``sparsify demo --framework torch`` never loads TensorFlow, and the data
+ships with the package (:mod:`.data`, NumPy only): each backend needs only
+its framework's extra.
 ``print(format_result(run_demo("torch", cfg, steps=100)))`` is what
 ``sparsify demo --framework torch --steps 100`` prints.
 
@@ -23,7 +27,6 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Iterator
 
 import numpy as np
@@ -43,8 +46,10 @@ from .data import load_digits_split
 __all__ = ["FRAMEWORKS", "DEFAULT_STEPS", "CLASSIFIER", "MAX_SEED", "default_config",
            "fit_schedule_into", "removes_rows", "demo_outputs", "run_demo", "format_result", "DemoResult", "LayerResult"]
 
-#: ``--framework`` name -> backend module (its ``train`` imports the framework when called).
-FRAMEWORKS: dict[str, ModuleType] = {"tf-graph": tf_graph, "keras": keras_backend, "torch": torch_backend}
+#: ``--framework`` name -> backend (a module or object with ``IMPORT_FRAMEWORK``, ``OUTPUTS`` and ``train``,
+#: which imports the framework when called).
+FRAMEWORKS: dict[str, Any] = {"tf-graph": tf_graph, "keras": keras_backend.KERAS, "tf-keras": keras_backend.TF_KERAS,
+                              "torch": torch_backend}
 DEFAULT_STEPS = 300
 #: The demo's classifier (output) layer, and the regex that excludes it in every framework's weight names.
 CLASSIFIER = LAYERS[-1]
@@ -235,7 +240,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     """Train dense, then prune, on the digits; optionally write model, config and plots to ``out``.
 
     Args:
-        framework: ``"tf-graph"``, ``"keras"`` or ``"torch"``.
+        framework: ``"tf-graph"``, ``"keras"`` (Keras 3, any backend), ``"tf-keras"`` or ``"torch"``.
         config: pruning config (default :func:`default_config` for ``steps``).
         steps: training steps per phase (dense, then pruning); default 300.
         out: directory for ``config.yaml``, ``summary.json``, the pruned model and
@@ -255,7 +260,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     Raises:
         ValueError: unknown framework, bad config, steps or seed, a pattern that
             fits none of the layers, an ``out`` holding files sparsify did not write.
-        ImportError: the framework (or scikit-learn) is not installed.
+        ImportError: the framework is not installed (names the extra to install).
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {tuple(FRAMEWORKS)}, got {framework!r}")

@@ -45,7 +45,7 @@ def check_layer(row: list[str], shape: str, target: str, kept: int, total: int) 
 
 
 def test_frameworks():
-    assert list(FRAMEWORKS) == ["tf-graph", "keras", "torch"]
+    assert list(FRAMEWORKS) == ["tf-graph", "keras", "tf-keras", "torch"]
     assert all(callable(backend.train) for backend in FRAMEWORKS.values())
 
 
@@ -77,7 +77,7 @@ def test_demo_each_framework(framework, tmp_path):
     assert manifest["framework"] == framework and "summary.json" in manifest["files"]
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
     model = {"tf-graph": out / "checkpoint" / "model.ckpt", "keras": out / "model.keras",
-             "torch": out / "model.pt"}[framework]
+             "tf-keras": out / "model.keras", "torch": out / "model.pt"}[framework]
     rep = run_cli("report", str(model), "--json")
     assert rep.returncode == 0, rep.stderr
     assert json.loads(rep.stdout)["weights_total"] == {"tensors": 3, "size": 17024, "zeros": 15322,
