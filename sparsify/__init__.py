@@ -25,6 +25,7 @@ from .patterns import (Pattern, PatternNInM, PatternNxM, get_pattern, pattern_ex
 from .schedules import (ConstantSchedule, DecaySchedule, GradualSchedule, get_schedule, register_schedule,
                         registered_schedules)
 from .lowest_k import exact_prune_count, lowest_k_mask
+from .target_check import TargetNotReachedWarning
 
 __version__ = "0.1.0"
 
@@ -38,5 +39,5 @@ __all__ = [
     "pattern_examples",
     "exact_prune_count", "lowest_k_mask", "magnitude", "snip", "snip_momentum",
     "to_2d", "from_2d", "tf_to_canonical", "canonical_to_tf", "__version__",
-    "nm_channel_permutation", "nm_kept_magnitude",
+    "nm_channel_permutation", "nm_kept_magnitude", "TargetNotReachedWarning",
 ]

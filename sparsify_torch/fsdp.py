@@ -339,6 +339,7 @@ class ShardedPruner(PrunerBase):
         """Stop pruning: drop the hooks and the stored values (the pruned weights stay zero, as
         ``Pruner.remove()`` bakes ``weight * mask``). Returns the model."""
         self.check_alive("remove")
+        self.warn_if_target_unreached("ShardedPruner.remove()")
         self._apply_masks()
         self.release_resources()
         self.removed = True

@@ -270,6 +270,7 @@ class Pruner(PrunerBase):
         model then saves and loads as a plain torch model. Returns the model.
         """
         self.check_alive("remove")
+        self.warn_if_target_unreached("Pruner.remove()")
         self.release_resources()
         for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in self._layers.values()):
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)

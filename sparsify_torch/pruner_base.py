@@ -20,6 +20,7 @@ import torch
 
 from sparsify import PruningEngine
 from sparsify.adapter import collect_reads
+from sparsify.target_check import warn_if_unreached
 from sparsify.criteria import gradient_score
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
@@ -144,6 +145,11 @@ class PrunerBase:
     def done_step(self) -> int:
         """Step of the last mask update (-1 if none yet)."""
         return self.protocol.done_step
+
+    def warn_if_target_unreached(self, where: str) -> bool:
+        """Warn once (:class:`sparsify.target_check.TargetNotReachedWarning`) if training ends before the
+        schedule applied its final sparsity; called by ``remove()``. Returns True if it warned now."""
+        return warn_if_unreached(self.protocol, self._step, where=where, stacklevel=4)
 
     def start(self) -> None:
         """End of construction: an update point at step 0 applies right away when it needs no data

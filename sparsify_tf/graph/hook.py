@@ -22,6 +22,7 @@ from typing import Any
 import tensorflow as tf
 
 from sparsify.protocol import PruningProtocol
+from sparsify.target_check import warn_if_unreached
 
 from .handles import GraphPruningHandles
 
@@ -137,3 +138,13 @@ class PruningHook(tf1.train.SessionRunHook):
         # step ahead. The update op re-checks in the graph, so an early call changes nothing.
         if self._next >= 0 and int(run_values.results) + 1 >= self._next:
             self._run_update(run_context.session)
+
+    def end(self, session: tf1.Session) -> None:
+        """At the session's end, warn once if training stopped before the schedule reached its target
+        (:class:`sparsify.target_check.TargetNotReachedWarning`)."""
+        if self._pruning is None:
+            return
+        pr = self._pruning
+        step, done, held = session.run([pr.global_step, pr.last_update_step, pr.total_sparsity])
+        self._follow(int(done))
+        warn_if_unreached(self._protocol, int(step), where="PruningHook", sparsity=float(held), stacklevel=2)

@@ -366,3 +366,30 @@ def test_any_layer_masks_equal_core_and_pruned_weights_are_zero(layer, ratio, pa
     (layer.weight * torch.arange(layer.weight.numel()).view_as(layer.weight)).sum().backward()
     assert torch.all(layer.parametrizations.weight.original.grad[~mask] == 0)
     assert mask.dtype == torch.bool and tuple(mask.shape) == tuple(raw.shape)
+
+
+# ----- the end-of-training warning -------------------------------------------------------------
+def test_remove_warns_once_when_training_stopped_before_end_step():
+    from sparsify.target_check import TargetNotReachedWarning
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 2))
+    pruner = prune(model, {"target_sparsity": 0.8, "end_step": 2000, "pruning_frequency": 10})
+    for _ in range(20):
+        pruner.step()
+    with pytest.warns(TargetNotReachedWarning, match=r"Pruner.remove\(\): training ended at step 20 .* "
+                                                      r"last mask update was at step 20 .*end_step 2000"):
+        pruner.remove()
+
+
+def test_remove_is_silent_when_the_target_was_reached():
+    import warnings
+
+    model = nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 2))
+    pruner = prune(model, {"target_sparsity": 0.8, "end_step": 20, "pruning_frequency": 10})
+    for _ in range(20):
+        pruner.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pruner.remove()
+    assert float((model[0].weight == 0).float().mean()) == pytest.approx(0.8, abs=0.01)

@@ -155,3 +155,32 @@ def test_skipped_steps_resume_and_release_through_prune_graph_and_hook(tmp_path)
             assert sess.run(pr.last_update_step) == core.done_step
         assert core.done_step == 100 and core.released
         assert sess.run(pr.total_sparsity) == 0.0
+
+
+def _hooked_run(end_step: int, last_step: int) -> list:
+    import warnings
+
+    g = tf.Graph()
+    with g.as_default():
+        m = build_mlp()
+        pr = sparsify_tf.prune_graph({"target_sparsity": 0.5, "end_step": end_step, "pruning_frequency": 10})
+        train = tf1.train.GradientDescentOptimizer(1e-2).minimize(m["loss"], global_step=pr.global_step)
+        hooks = [pr.hook(), tf1.train.StopAtStepHook(last_step=last_step)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with tf1.train.MonitoredTrainingSession(hooks=hooks, config=session_config(),
+                                                    log_step_count_steps=None) as sess:
+                i = 0
+                while not sess.should_stop():
+                    bx, by = batch(i)
+                    sess.run(train, {m["x"]: bx, m["y"]: by})
+                    i += 1
+    return [str(w.message) for w in caught if issubclass(w.category, sparsify.target_check.TargetNotReachedWarning)]
+
+
+def test_hook_warns_at_the_end_when_the_run_stopped_before_end_step():
+    (message,) = _hooked_run(end_step=200, last_step=30)
+    assert message.startswith("PruningHook: training ended at step 30 before the pruning schedule reached its "
+                              "target: the last mask update was at step 30")
+    assert "end_step 200" in message
+    assert _hooked_run(end_step=20, last_step=30) == []
