@@ -35,6 +35,7 @@ from sparsify.config import PruningConfig
 from sparsify.engine import PruningEngine
 from sparsify.layout import to_2d
 from sparsify.patterns import get_pattern
+from sparsify.target_check import TargetNotReachedWarning
 
 from .. import interrupts
 from ..atomic import MANIFEST, OutputError, RunDirectory
@@ -361,9 +362,11 @@ SKIPPED = "skipped"
 
 @contextlib.contextmanager
 def _skips_in_table() -> Iterator[None]:
-    """The core warns about layers the pattern does not fit; the demo's table shows them as skipped."""
+    """The core warns about layers the pattern does not fit, and when training ends before ``end_step``; the
+    demo's table shows the first as skipped, and its notes say the second."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"pattern .* does not fit .* left dense", category=UserWarning)
+        warnings.filterwarnings("ignore", category=TargetNotReachedWarning)
         yield
 
 

@@ -253,3 +253,12 @@ def test_progress_rate_leaves_out_the_first_step_of_each_phase():
     p.step(0.5)
     assert p.rate_text() == "20.0 ms/step, ETA 0:00"
     p.close()
+
+
+def test_the_schedule_not_reached_is_said_once_in_the_notes(capsys):
+    """The adapters warn when training ends before end_step (TargetNotReachedWarning); the demo says it in its
+    notes under the table instead, not twice."""
+    rc, out, err = _run_in_process(capsys, "demo", "--framework", "torch", "--steps", "10", "--set", "end_step=50",
+                                   "--no-progress")
+    assert rc == 0 and "end_step 50 comes after the last training step (10)" in out
+    assert "TargetNotReachedWarning" not in err and "before the pruning schedule reached its target" not in err
