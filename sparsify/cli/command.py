@@ -322,13 +322,16 @@ def _add_report(sub: Any, max_help: str) -> None:
 
 def _add_export(sub: Any, max_help: str) -> None:
     """The ``export`` subcommand's parser."""
-    e = sub.add_parser("export", help="write a smaller artifact of a pruned model: TFLite or a compressed state_dict",
+    e = sub.add_parser("export", help="write a smaller artifact of a pruned model: TFLite, a compressed "
+                                      "state_dict or .npz",
                        description="From any file 'report' reads, write a TFLite flatbuffer with TensorFlow's "
                                    "sparsity optimisation (a .keras model or a SavedModel; its outputs are checked "
                                    "against the model's) or a compressed torch state_dict (packed bitmask + values "
                                    "or CSR; torch.load(weights_only=True) reads it, "
-                                   "sparsify_torch.export.load_compressed_state_dict restores the dense tensors), "
-                                   "and print dense vs sparse bytes on disk and gzipped.")
+                                   "sparsify_torch.export.load_compressed_state_dict restores the dense tensors) "
+                                   "or the same compressed weights in a NumPy .npz (no framework needed; "
+                                   "sparsify.cli.compressed_npz.load_compressed_npz restores them), and print "
+                                   "dense vs sparse bytes on disk and gzipped.")
     e.add_argument("path", help="the pruned model or weights (any file 'sparsify report' reads)")
     e.add_argument("--to", choices=TARGETS, default=None,
                    help="tflite (a .keras model or SavedModel; needs TensorFlow), torch (any file; needs torch) or "

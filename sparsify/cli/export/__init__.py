@@ -204,8 +204,8 @@ def _npz_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, en
                                  "nothing was written")
     return ExportResult(src, fmt, out, "npz", len(dense_buf.getvalue()), gzip_size(dense_buf.getvalue()),
                         len(sparse), gzip_size(sparse),
-                        f"sparsify.cli.compressed_npz.load_compressed_npz gives back all {len(tensors)} tensors exactly "
-                        "(NumPy only)", _encodings(doc))
+                        f"sparsify.cli.compressed_npz.load_compressed_npz gives back all {len(tensors)} tensors "
+                        "exactly (NumPy only)", _encodings(doc))
 
 
 def _encodings(doc: dict[str, Any]) -> dict[str, int]:

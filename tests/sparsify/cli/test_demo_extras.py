@@ -111,8 +111,9 @@ def test_keras_3_without_tensorflow_picks_the_installed_backend_and_exports(tmp_
     assert "tensorflow is not installed: wrote compressed weights (.npz, NumPy only) instead of TFLite " \
            "(pip install 'sparsify[tf]' for --to tflite)" in res.stdout
     res = run_without(no_torch, "export", "K/model.keras", "--to", "tflite", "--out", "m.tflite", cwd=tmp_path)
-    assert res.returncode == 1 and "--to tflite needs tensorflow, which is not installed (pip install " \
-                                   "'sparsify[tf]'); --to npz writes the compressed weights with NumPy only" in res.stderr
+    assert res.returncode == 1, res.stderr
+    assert "--to tflite needs tensorflow, which is not installed (pip install 'sparsify[tf]'); --to npz writes the " \
+           "compressed weights with NumPy only" in res.stderr
     res = run_without(no_torch, "report", "K/model.sparse.npz", "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["weights_total"]["zeros"] == 15322
@@ -158,5 +159,6 @@ def test_default_target_follows_what_is_installed(monkeypatch):
     assert default_target("keras") == ("tflite", []) and default_target("torch") == ("torch", [])
     monkeypatch.setattr(export, "installed", lambda module: False)
     assert default_target("keras")[0] == default_target("npz")[0] == "npz"
-    assert default_target("torch")[1] == ["torch is not installed: wrote compressed weights (.npz, NumPy only) "
-                                          "instead of a torch state_dict (pip install 'sparsify[torch]' for --to torch)"]
+    assert default_target("torch")[1] == [
+        "torch is not installed: wrote compressed weights (.npz, NumPy only) instead of a torch state_dict "
+        "(pip install 'sparsify[torch]' for --to torch)"]
