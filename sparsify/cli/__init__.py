@@ -8,9 +8,11 @@ needs them. The core (every other module of ``sparsify``) never imports it.
 * :mod:`.command`: argument parsing and the subcommands (:func:`main`);
 * :mod:`.demo`: ``sparsify demo``, one backend per framework;
 * :mod:`.report`: ``sparsify report`` (readers, statistics, formatting);
-* :mod:`.export`: ``sparsify export`` (TFLite, compressed torch state_dict, sizes);
+* :mod:`.export`: ``sparsify export`` (TFLite, compressed torch state_dict or .npz, sizes);
 * :mod:`.plots`: schedule curve, per-layer sparsity, mask heat-map;
 * :mod:`.atomic`: atomic files and run directories committed with a manifest;
+* :mod:`.interrupts`: Ctrl-C only at safe points (a flag the run checks; twice aborts at once);
+* :mod:`.compressed_npz`: compressed weights in a NumPy ``.npz`` (export and report without a framework);
 * :mod:`.frameworks`: quiet imports of TensorFlow and torch.
 
 ``sparsify`` (the console script) and ``python -m sparsify`` call :func:`main`.

@@ -13,7 +13,8 @@ Everything the command writes goes through this module:
   a summary) committed together. They are written into a staging directory
   inside the output directory while the run works; the commit moves them into
   place with SIGINT/SIGTERM held back, and writes the manifest
-  (:data:`MANIFEST`, names, sizes and SHA-256 of every file) last. An
+  (:data:`MANIFEST`, names, sizes and SHA-256 of every file) last (Ctrl-C
+  under the command: :mod:`.interrupts`). An
   interrupted run leaves the previous run as it was; :func:`verify_run` says
   whether a directory holds one complete run. A file or directory the new run
   would replace is only replaced if the previous run's manifest lists it with
@@ -41,6 +42,8 @@ import threading
 import time
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
+
+from . import interrupts
 
 __all__ = ["MANIFEST", "OutputError", "atomic_file", "atomic_path", "write_bytes", "write_text",
            "check_destination", "signals_deferred", "RunDirectory", "verify_run", "file_digest"]
@@ -133,16 +136,17 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", encoding: str | None 
     _check_parent(target)
     existed = target.exists()
     tmp = _tmp_name(target, "")
-    try:
-        fh = open(tmp, mode, encoding=encoding if "b" not in mode else None)
-    except OSError as e:
-        raise _fail(target, e, existed) from None
-    with _removed_on_failure(tmp, target, existed):
-        with fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
+    with interrupts.cleanup_on_abort(tmp):
+        try:
+            fh = open(tmp, mode, encoding=encoding if "b" not in mode else None)
+        except OSError as e:
+            raise _fail(target, e, existed) from None
+        with _removed_on_failure(tmp, target, existed):
+            with fh:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -178,7 +182,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     _check_parent(target)
     existed = target.exists()
     tmp = _tmp_name(target, suffix)
-    with _removed_on_failure(tmp, target, existed):
+    with interrupts.cleanup_on_abort(tmp), _removed_on_failure(tmp, target, existed):
         yield tmp
         if not tmp.exists():
             raise OutputError(errno.ENOENT, f"nothing was written to {os.fspath(target)!r}")
@@ -192,13 +196,12 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
 def signals_deferred(signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
     """Hold SIGINT/SIGTERM back inside the block; a signal that came meanwhile is re-raised right after.
 
-    A held signal whose handler is a Python function (``KeyboardInterrupt`` for SIGINT) is handled by
-    calling it right here, so the exception is raised at the end of the block. Sending the signal
-    again would raise it in whatever Python code runs next, and when that is a gc or weakref
-    callback, Python drops it. Other dispositions (the default action, ignore) get the signal again.
+    A held signal whose handler is a Python function is handled by calling it once right here (Python's
+    own SIGINT handler raises ``KeyboardInterrupt`` at the end of the block; the command's sets its flag,
+    which :meth:`RunDirectory.commit` looks at right after). Other dispositions (the default action,
+    ignore) get the signal again.
 
-    Only the main thread can install signal handlers; elsewhere the block runs
-    as is.
+    Only the main thread can install signal handlers; elsewhere the block runs as is.
 
     Example:
         >>> import signal
@@ -240,10 +243,6 @@ def _tree_entries(root: Path, rel: str) -> dict[str, dict[str, Any]]:
     p = root / rel
     files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
     return {f.relative_to(root).as_posix(): {"size": f.stat().st_size, "sha256": file_digest(f)} for f in files}
-
-
-def _top(rel: str) -> str:
-    return rel.split("/", 1)[0]
 
 
 def _read_manifest(out: Path) -> dict[str, Any] | None:
@@ -323,14 +322,13 @@ class RunDirectory:
         self.committed = False
         self._created = False
 
-    # ----- ownership ------------------------------------------------------------------------------
     def _owned_tops(self) -> set[str]:
         """Top-level names the previous run wrote and that still hold exactly what it wrote."""
         if self.previous is None:
             return set()
         by_top: dict[str, dict[str, Any]] = {}
         for rel, meta in self.previous["files"].items():
-            by_top.setdefault(_top(rel), {})[rel] = meta
+            by_top.setdefault(rel.split("/", 1)[0], {})[rel] = meta
         owned = set()
         for top, listed in by_top.items():
             p = self.out / top
@@ -357,12 +355,16 @@ class RunDirectory:
             raise ValueError(f"out {os.fspath(self.out)!r} already holds {', '.join(foreign)} and {why}; "
                              "sparsify replaces only what it wrote: choose another --out or move it away")
 
-    # ----- staging --------------------------------------------------------------------------------
     def __enter__(self) -> "RunDirectory":
         self._created = not self.out.exists()
+        self._abort_cleanups = contextlib.ExitStack()      # what a second Ctrl-C removes before the process ends
+        if self._created:
+            self._abort_cleanups.enter_context(interrupts.cleanup_on_abort(self.out, only_if_empty=True))
+        self._abort_cleanups.enter_context(interrupts.cleanup_on_abort(self.stage))
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
+            self._abort_cleanups.close()
             raise OutputError(e.errno or errno.EIO, f"out {os.fspath(self.out)!r}: cannot create the directory: "
                                                     f"{e.strerror or e}") from None
         self._clean_stale_stages()
@@ -375,6 +377,7 @@ class RunDirectory:
         if self._created and not self.committed:       # an output directory this run made and never filled
             with contextlib.suppress(OSError):
                 self.out.rmdir()
+        self._abort_cleanups.close()
 
     def _clean_stale_stages(self) -> None:
         """Remove staging directories of runs that died (SIGKILL); only ones marked as ours, of dead processes."""
@@ -402,17 +405,20 @@ class RunDirectory:
         """Where a path inside the stage ends up after the commit."""
         return self.out / Path(staged).relative_to(self.stage)
 
-    # ----- commit ---------------------------------------------------------------------------------
     def commit(self, info: dict[str, Any] | None = None) -> dict[str, Any]:
         """Move the staged outputs into ``out`` (signals held back), then write the manifest.
 
         Outputs of the previous run that this run does not write again are
         removed (they are listed in its manifest with the same content);
-        anything else in ``out`` is left alone.
+        anything else in ``out`` is left alone. Under the command's Ctrl-C
+        handling, a Ctrl-C that came before stops the run here (``out`` keeps
+        the previous run), one during the commit right after it (``out`` holds
+        the new run): :class:`~sparsify.cli.interrupts.Interrupted`.
 
         Returns:
             The manifest written.
         """
+        interrupts.check()
         names = self.staged_names()
         self._check_names(names)                      # again: something may have appeared meanwhile
         files: dict[str, Any] = {}
@@ -438,4 +444,5 @@ class RunDirectory:
                 json.dump(manifest, fh, indent=2)
             self.committed = True
         _remove(self.stage)
+        interrupts.check()
         return manifest

@@ -12,6 +12,9 @@ Examples (shell)::
 Bad input (a missing or unreadable file, an unknown format, a bad config key)
 prints one line on stderr and exits with status 1 (2 for command-line usage
 errors), without a traceback. Set ``SPARSIFY_DEBUG=1`` to see tracebacks.
+Ctrl-C stops the command at the next safe point (a training step, between
+outputs, around the commit) with "sparsify: interrupted" and status 130; a
+second Ctrl-C aborts at once (:mod:`.interrupts`).
 Every file the command writes is written atomically (:mod:`.atomic`): an
 interrupt or a full disk leaves the previous file, never half of a new one.
 
@@ -53,7 +56,7 @@ from .atomic import check_destination, write_text
 from .demo import DEFAULT_STEPS as DEFAULT_DEMO_STEPS
 from .demo import FRAMEWORKS, MAX_SEED, default_config, format_result, run_demo
 from .export import TARGETS, export_model, format_export
-from .interrupts import interrupts_not_swallowed
+from . import interrupts
 from .plots import check_plot_path, plot_path, plot_schedule, schedule_points
 from .report import FORMATS, build_report, format_report
 from .report.readers import DEFAULT_MAX_BYTES
@@ -137,6 +140,7 @@ def _schedule_horizon(cfg: PruningConfig, steps: int | None) -> int:
 
 def _emit(text: str, output: str | None) -> None:
     """Print ``text``, or write it atomically to ``output`` and say so."""
+    interrupts.check()                      # Ctrl-C while the result was computed: nothing printed or written
     if output is None:
         print(text)
     else:
@@ -270,13 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_demo(sub: Any, set_help: str) -> None:
     """The ``demo`` subcommand's parser."""
-    d = sub.add_parser("demo", help="train a small model on scikit-learn's digits, dense and pruned",
-                       description="Train a small MLP on scikit-learn's bundled digits dense, then with gradual "
-                                   "pruning, and print per-layer target vs achieved sparsity and accuracy. The "
-                                   "'exact' column says whether a layer holds exactly the number of zeros the "
-                                   "core prescribes for the target (round(target * units), at least one unit kept).")
+    d = sub.add_parser("demo", help="train a small model on the 8x8 digits, dense and pruned",
+                       description="Train a small MLP on the 8x8 digits (shipped with sparsify) dense, then "
+                                   "with gradual pruning, and print per-layer target vs achieved sparsity and "
+                                   "accuracy. The 'exact' column says whether a layer holds exactly the number "
+                                   "of zeros the core prescribes for the target (round(target * units), at least "
+                                   "one unit kept).")
     d.add_argument("--framework", choices=tuple(FRAMEWORKS), default="tf-graph",
-                   help="backend (default: tf-graph, TensorFlow compat.v1 graph mode)")
+                   help="backend (default: tf-graph, TensorFlow compat.v1 graph mode; keras: Keras 3 on the "
+                        "installed backend, KERAS_BACKEND respected; tf-keras: Keras 2)")
     d.add_argument("--pattern", default=None, help=_pattern_help("sparsity pattern (default 1x1)"))
     d.add_argument("--sparsity", type=float, default=None,
                    help="target sparsity in [0, 1) (default 0.9, or the pattern's maximum if lower: N/M for N:M)")
@@ -316,18 +322,23 @@ def _add_report(sub: Any, max_help: str) -> None:
 
 def _add_export(sub: Any, max_help: str) -> None:
     """The ``export`` subcommand's parser."""
-    e = sub.add_parser("export", help="write a smaller artifact of a pruned model: TFLite or a compressed state_dict",
+    e = sub.add_parser("export", help="write a smaller artifact of a pruned model: TFLite, a compressed "
+                                      "state_dict or .npz",
                        description="From any file 'report' reads, write a TFLite flatbuffer with TensorFlow's "
                                    "sparsity optimisation (a .keras model or a SavedModel; its outputs are checked "
                                    "against the model's) or a compressed torch state_dict (packed bitmask + values "
                                    "or CSR; torch.load(weights_only=True) reads it, "
-                                   "sparsify_torch.export.load_compressed_state_dict restores the dense tensors), "
-                                   "and print dense vs sparse bytes on disk and gzipped.")
+                                   "sparsify_torch.export.load_compressed_state_dict restores the dense tensors) "
+                                   "or the same compressed weights in a NumPy .npz (no framework needed; "
+                                   "sparsify.cli.compressed_npz.load_compressed_npz restores them), and print "
+                                   "dense vs sparse bytes on disk and gzipped.")
     e.add_argument("path", help="the pruned model or weights (any file 'sparsify report' reads)")
     e.add_argument("--to", choices=TARGETS, default=None,
-                   help="tflite (a .keras model or SavedModel) or torch (any file); default: tflite for models")
+                   help="tflite (a .keras model or SavedModel; needs TensorFlow), torch (any file; needs torch) or "
+                        "npz (any file; NumPy only). Default: tflite for models, torch for weights, npz when "
+                        "that framework is not installed")
     e.add_argument("--out", metavar="FILE", help="the artifact (default: beside PATH, .tflite or .sparse.pt)")
-    e.add_argument("--encoding", choices=ENCODINGS, default="bitmask", help="torch: bitmask (default) or csr")
+    e.add_argument("--encoding", choices=ENCODINGS, default="bitmask", help="torch, npz: bitmask (default) or csr")
     e.add_argument("--semi-structured", action="store_true",
                    help="torch: check every 2-D weight against torch.sparse.to_sparse_semi_structured "
                         "(default: when the weights look 2:4)")
@@ -387,11 +398,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("SPARSIFY_DEBUG"):
         return int(args.func(args))
     try:
-        with interrupts_not_swallowed():
-            return int(args.func(args))
+        with interrupts.handled():          # Ctrl-C sets a flag the run checks at safe points; twice aborts
+            status = int(args.func(args))
+            interrupts.check()
+            return status
     except KeyboardInterrupt:
-        sys.stderr.write(f"{PROG}: interrupted\n")
-        return 130
+        sys.stderr.write(f"{interrupts.MESSAGE}\n")
+        return interrupts.EXIT_STATUS
     except (CLIError, ValueError, TypeError, OSError, ImportError) as e:
         sys.stderr.write(f"{PROG} {args.command}: error: {_one_line(e)}\n")
         return 1

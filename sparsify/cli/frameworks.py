@@ -18,12 +18,13 @@ Example:
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from types import ModuleType
 
 from sparsify.native_stderr import native_stderr_silenced
 
-__all__ = ["import_tensorflow", "import_torch", "native_stderr_silenced"]
+__all__ = ["import_tensorflow", "import_torch", "native_stderr_silenced", "installed"]
 
 _DEVICES_PROBED = False
 
@@ -63,3 +64,16 @@ def import_torch() -> ModuleType:
     except ImportError as e:
         raise ImportError(f"torch is not installed ({e}); pip install 'sparsify-train[torch]'") from None
     return torch
+
+
+def installed(module: str) -> bool:
+    """Is ``module`` importable (asked without importing it)? A name blocked in ``sys.modules`` counts as absent.
+
+    Example:
+        >>> installed("numpy"), installed("no_such_module_here")
+        (True, False)
+    """
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):       # ValueError: sys.modules[module] is None or has no spec
+        return False

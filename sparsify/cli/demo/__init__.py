@@ -1,10 +1,14 @@
-"""``sparsify demo``: train a small MLP on scikit-learn's digits, dense and with gradual pruning.
+"""``sparsify demo``: train a small MLP on the 8x8 digits, dense and with gradual pruning.
 
-Three backends share one model (``64 -> 128 -> 64 -> 10``), data split and
+Four backends share one model (``64 -> 128 -> 64 -> 10``), data split and
 schedule: ``"tf-graph"`` (``tf.compat.v1`` graph mode through
-``sparsify_tf``), ``"keras"`` (``sparsify_tf.keras.PruningCallback``) and
-``"torch"`` (``sparsify_torch.prune``). A backend imports its framework when
-it runs, so ``sparsify demo --framework torch`` never loads TensorFlow.
+``sparsify_tf``), ``"keras"`` (Keras 3 on whatever backend is installed,
+``sparsify_keras.PruningCallback``), ``"tf-keras"`` (tf-keras,
+``sparsify_tf.keras.PruningCallback``) and ``"torch"``
+(``sparsify_torch.prune``). A backend imports its framework when it runs,
+so ``sparsify demo --framework torch`` never loads TensorFlow, and the data
+ships with the package (:mod:`.data`, NumPy only): each backend needs only
+its framework's extra.
 ``print(format_result(run_demo("torch", cfg, steps=100)))`` is what
 ``sparsify demo --framework torch --steps 100`` prints.
 
@@ -23,7 +27,6 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Iterator
 
 import numpy as np
@@ -32,7 +35,9 @@ from sparsify.config import PruningConfig
 from sparsify.engine import PruningEngine
 from sparsify.layout import to_2d
 from sparsify.patterns import get_pattern
+from sparsify.target_check import TargetNotReachedWarning
 
+from .. import interrupts
 from ..atomic import MANIFEST, OutputError, RunDirectory
 from ..plots import plot_layer_sparsity, plot_mask, plot_schedule
 from . import keras_backend, tf_graph, torch_backend
@@ -42,8 +47,10 @@ from .data import load_digits_split
 __all__ = ["FRAMEWORKS", "DEFAULT_STEPS", "CLASSIFIER", "MAX_SEED", "default_config",
            "fit_schedule_into", "removes_rows", "demo_outputs", "run_demo", "format_result", "DemoResult", "LayerResult"]
 
-#: ``--framework`` name -> backend module (its ``train`` imports the framework when called).
-FRAMEWORKS: dict[str, ModuleType] = {"tf-graph": tf_graph, "keras": keras_backend, "torch": torch_backend}
+#: ``--framework`` name -> backend (a module or object with ``IMPORT_FRAMEWORK``, ``OUTPUTS`` and ``train``,
+#: which imports the framework when called).
+FRAMEWORKS: dict[str, Any] = {"tf-graph": tf_graph, "keras": keras_backend.KERAS, "tf-keras": keras_backend.TF_KERAS,
+                              "torch": torch_backend}
 DEFAULT_STEPS = 300
 #: The demo's classifier (output) layer, and the regex that excludes it in every framework's weight names.
 CLASSIFIER = LAYERS[-1]
@@ -234,7 +241,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     """Train dense, then prune, on the digits; optionally write model, config and plots to ``out``.
 
     Args:
-        framework: ``"tf-graph"``, ``"keras"`` or ``"torch"``.
+        framework: ``"tf-graph"``, ``"keras"`` (Keras 3, any backend), ``"tf-keras"`` or ``"torch"``.
         config: pruning config (default :func:`default_config` for ``steps``).
         steps: training steps per phase (dense, then pruning); default 300.
         out: directory for ``config.yaml``, ``summary.json``, the pruned model and
@@ -254,7 +261,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     Raises:
         ValueError: unknown framework, bad config, steps or seed, a pattern that
             fits none of the layers, an ``out`` holding files sparsify did not write.
-        ImportError: the framework (or scikit-learn) is not installed.
+        ImportError: the framework is not installed (names the extra to install).
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {tuple(FRAMEWORKS)}, got {framework!r}")
@@ -274,6 +281,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     backend = FRAMEWORKS[framework]
     backend.IMPORT_FRAMEWORK()          # before the staging directory: an interrupt during a slow import is one
+    interrupts.check()                  # of a run that has not started
     data = load_digits_split(int(seed))
     t0 = time.perf_counter()
     if run_dir is None:
@@ -325,6 +333,7 @@ def _write_outputs(run_dir: RunDirectory, res: DemoResult, run: BackendRun, plot
     """Write config, plots and summary into the stage; ``res.files`` become the paths after the commit."""
     stage = run_dir.stage
     staged = [stage / "config.yaml"]
+    interrupts.check()                  # between the files written: Ctrl-C stops the run before the commit
     res.config.to_yaml(stage / "config.yaml")
     staged += [Path(f) for f in run.files]
     if plots:
@@ -335,6 +344,7 @@ def _write_outputs(run_dir: RunDirectory, res: DemoResult, run: BackendRun, plot
                             title=f"{res.framework}: sparsity per layer ({res.config.pattern})")
         staged += [stage / "schedule.png", stage / "layer_sparsity.png"]
         for name, w in run.weights.items():
+            interrupts.check()
             plot_mask(w != 0, name=name, path=stage / f"mask_{name}.png")
             staged.append(stage / f"mask_{name}.png")
     else:
@@ -352,9 +362,11 @@ SKIPPED = "skipped"
 
 @contextlib.contextmanager
 def _skips_in_table() -> Iterator[None]:
-    """The core warns about layers the pattern does not fit; the demo's table shows them as skipped."""
+    """The core warns about layers the pattern does not fit, and when training ends before ``end_step``; the
+    demo's table shows the first as skipped, and its notes say the second."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"pattern .* does not fit .* left dense", category=UserWarning)
+        warnings.filterwarnings("ignore", category=TargetNotReachedWarning)
         yield
 
 

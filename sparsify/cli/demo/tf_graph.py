@@ -8,7 +8,9 @@ model is written as a ``tf.compat.v1.train.Saver`` checkpoint (masks baked
 into the weights) and an inference SavedModel exported by
 ``sparsify_tf.export_saved_model`` (no mask variables, no update ops).
 
-TensorFlow is imported when :func:`train` runs, so choosing another backend never loads it.
+Ctrl-C (:mod:`sparsify.cli.interrupts`) is looked at between session runs and between the files written,
+never inside TensorFlow. TensorFlow is imported when :func:`train` runs, so choosing another backend never
+loads it.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import numpy as np
 from sparsify.config import PruningConfig
 from sparsify.layout import tf_to_canonical
 
+from .. import interrupts
 from ..frameworks import import_tensorflow
 from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
@@ -77,12 +80,14 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: 
         with tf1.Session(graph=g1, config=session_cfg) as sess:
             sess.run(tf1.global_variables_initializer())
             for idx in batch_indices(n, BATCH_SIZE, steps, seed):
+                interrupts.check()      # between two session runs: Ctrl-C stops the run here
                 sess.run(train_op, {x: data.x_train[idx], y: data.y_train[idx]})
                 progress.step()
             dense_acc = float(sess.run(acc, {x: data.x_test, y: data.y_test}))
             dense = sess.run(variables)
 
     # ----- pruning phase ----------------------------------------------------------------
+    interrupts.check()
     g2 = tf.Graph()
     with g2.as_default():
         x, y, logits, loss, acc, variables = _build(tf, dense, seed)
@@ -95,6 +100,7 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: 
             sess.run(pruning.update_op)                     # an update point at step 0 applies right away
             progress.phase("pruning", float(sess.run(pruning.total_sparsity)))
             for i, idx in enumerate(batch_indices(n, BATCH_SIZE, steps, seed + 1)):
+                interrupts.check()
                 sess.run(train_op, {x: data.x_train[idx], y: data.y_train[idx]})
                 sparsity = None
                 if i % 10 == 0 or i == steps - 1:
@@ -107,12 +113,14 @@ def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: 
             kernels = sess.run({name: variables[f"{name}/kernel"] for name in LAYERS})
             weights = {name: tf_to_canonical(w, "dense") for name, w in kernels.items()}
             files: list[str] = []
+            interrupts.check()
             if out is not None:          # a fresh directory (the run's staging area): nothing to replace
                 ckpt_dir = os.path.join(os.fspath(out), "checkpoint")
                 with writing(ckpt_dir):
                     ckpt = tf1.train.Saver(var_list=list(variables.values()), save_relative_paths=True).save(
                         sess, os.path.join(ckpt_dir, "model.ckpt"), write_meta_graph=False)
                 files.append(ckpt)
+                interrupts.check()
                 export_dir = os.path.join(os.fspath(out), "saved_model")
                 with writing(export_dir):
                     files.append(pruning.export_saved_model(sess, export_dir, {"x": x}, {"logits": logits}))

@@ -1,5 +1,7 @@
 """Demo backend: PyTorch with ``sparsify_torch.prune`` (mask parametrizations + ``Pruner.step()``).
 
+Ctrl-C (:mod:`sparsify.cli.interrupts`) is looked at before each step and before the model is saved.
+
 torch is imported when :func:`train` runs, so choosing another backend never loads it.
 """
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any
 
 from sparsify.config import PruningConfig
 
+from .. import interrupts
 from ..frameworks import import_torch
 from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
@@ -56,6 +59,7 @@ def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits,
     def fit(n: int, phase_seed: int, pruner: Any = None) -> None:
         opt = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
         for i, idx in enumerate(batch_indices(len(xtr), BATCH_SIZE, n, phase_seed)):
+            interrupts.check()          # a step boundary: Ctrl-C stops the run here
             loss = nn.functional.cross_entropy(model(xtr[idx]), ytr[idx])
             opt.zero_grad()
             loss.backward()
@@ -80,6 +84,7 @@ def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits,
     weights = {name: model.get_submodule(name).weight.detach().numpy().copy() for name in LAYERS}
 
     files = []
+    interrupts.check()
     if out is not None:
         path = Path(out) / "model.pt"
         with writing(path) as watch, open(path, "wb") as fh:   # torch's zip writer hides the file's OSError

@@ -6,6 +6,9 @@ From any file ``sparsify report`` reads:
   (``tf.lite.Optimize.EXPERIMENTAL_SPARSITY``) for a Keras ``.keras`` model or
   a SavedModel (:mod:`.tflite`); its outputs are checked against the pruned
   model's on random inputs;
+* **compressed weights in an .npz** (:mod:`sparsify.cli.compressed_npz`, NumPy only: the export of
+  a ``.keras`` model without TensorFlow, the default there when TensorFlow is
+  not installed; ``.npz`` written by it are read back with NumPy alone);
 * a **compressed torch state_dict** (packed bitmask + values, or CSR; see
   :mod:`sparsify.sparse_format`) for every other file: ``torch.load(...,
   weights_only=True)`` reads it and
@@ -38,17 +41,23 @@ import numpy as np
 
 from sparsify import sparse_format
 
+from .. import interrupts
 from ..atomic import OutputError, atomic_path, check_destination
-from ..frameworks import import_torch
+from ..frameworks import import_torch, installed
 from ..report.readers import DEFAULT_MAX_BYTES, detect_format, format_bytes, read_tensors
+from ..compressed_npz import document_npz_bytes, load_compressed_npz
 from .result import ExportResult, gzip_size
 from .tflite import export_tflite
 
-__all__ = ["TARGETS", "ExportResult", "export_model", "default_output", "format_export", "gzip_size"]
+__all__ = ["TARGETS", "NEEDS", "ExportResult", "export_model", "default_output", "default_target", "format_export",
+           "gzip_size"]
 
 #: What ``--to`` accepts.
-TARGETS = ("tflite", "torch")
+TARGETS = ("tflite", "torch", "npz")
+#: What each target needs beyond NumPy (the extra that brings it).
+NEEDS = {"tflite": ("tensorflow", "tf"), "torch": ("torch", "torch"), "npz": None}
 _MODEL_FORMATS = ("keras", "savedmodel")
+_SUFFIX = {"tflite": ".tflite", "torch": ".sparse.pt", "npz": ".sparse.npz"}
 
 
 def default_output(path: str | os.PathLike, target: str) -> str:
@@ -57,12 +66,14 @@ def default_output(path: str | os.PathLike, target: str) -> str:
     Example:
         >>> default_output("runs/model.pt", "torch"), default_output("runs/saved_model/", "tflite")
         ('runs/model.sparse.pt', 'runs/saved_model.tflite')
+        >>> default_output("pruned.keras", "npz")
+        'pruned.sparse.npz'
     """
     p = os.fspath(path).rstrip("/\\") or os.fspath(path)
     stem, ext = os.path.splitext(p)
     if os.path.isdir(p) or ext in (".index",) or not ext:
         stem = p
-    return stem + (".tflite" if target == "tflite" else ".sparse.pt")
+    return stem + _SUFFIX[target]
 
 
 def _looks_2_4(t: Any) -> bool:
@@ -85,6 +96,7 @@ def _torch_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, 
     buf = io.BytesIO()
     torch.save(doc, buf)
     sparse = buf.getvalue()
+    interrupts.check()                              # Ctrl-C before the file is written: nothing is
     with atomic_path(out) as tmp:                   # renamed into place only if the round trip passes
         with open(tmp, "wb") as fh:
             fh.write(sparse)
@@ -94,8 +106,7 @@ def _torch_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, 
         if bad or set(back) != set(tensors):
             raise OutputError(5, f"{out!r}: the compressed state_dict does not give back "
                                  f"{bad[:3] or 'the same names'}; nothing was written")
-    kinds = [e["encoding"] for e in doc["tensors"].values()]
-    encodings = {k: kinds.count(k) for k in ("bitmask", "csr", "dense") if kinds.count(k)}
+    encodings = _encodings(doc)
     semi = None
     two_d = {n: t for n, t in state.items() if t.dim() == 2 and t.is_floating_point()}
     if semi_structured or (semi_structured is None and any(_looks_2_4(t) for t in two_d.values())):
@@ -114,9 +125,10 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
     Args:
         path: any file ``sparsify report`` reads.
         out: the artifact's path (default :func:`default_output`).
-        to: ``"tflite"`` (a ``.keras`` model or SavedModel) or ``"torch"``
-            (any file); default: tflite for models, torch otherwise.
-        encoding: for ``"torch"``: ``"bitmask"`` or ``"csr"``.
+        to: ``"tflite"`` (a ``.keras`` model or SavedModel; needs TensorFlow),
+            ``"torch"`` (any file; needs torch) or ``"npz"`` (any file, NumPy
+            only); default: :func:`default_target`.
+        encoding: for ``"torch"`` and ``"npz"``: ``"bitmask"`` or ``"csr"``.
         fmt: the source's format (detected when None).
         max_bytes: cap on the tensor bytes read from ``path``.
         overwrite: replace an existing ``out``.
@@ -126,6 +138,7 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
     Raises:
         ValueError: bad arguments, an unreadable source, a TFLite export of a
             weights-only file, an existing ``out`` without ``overwrite``.
+        ImportError: the target needs a framework that is not installed (names the extra).
         OutputError: the artifact could not be written (nothing is left behind).
     """
     if to is not None and to not in TARGETS:
@@ -134,10 +147,14 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
         raise ValueError(f"encoding must be one of {sparse_format.ENCODINGS}, got {encoding!r}")
     src = os.fspath(path)
     fmt = fmt or detect_format(src)
-    target = to or ("tflite" if fmt in _MODEL_FORMATS else "torch")
+    target, notes = (to, []) if to is not None else default_target(fmt)
     if target == "tflite" and fmt not in _MODEL_FORMATS:
         raise ValueError(f"--to tflite needs a model (a .keras file or a SavedModel directory), but {src!r} is a "
-                         f"{fmt} file holding weights only; use --to torch")
+                         f"{fmt} file holding weights only; use --to torch or --to npz")
+    if NEEDS[target] is not None and not installed(NEEDS[target][0]):
+        module, extra = NEEDS[target]
+        raise ImportError(f"--to {target} needs {module}, which is not installed (pip install 'sparsify[{extra}]'); "
+                          "--to npz writes the compressed weights with NumPy only")
     dest = os.fspath(out) if out is not None else default_output(src, target)
     if os.path.isdir(dest):
         raise ValueError(f"out {dest!r} is a directory; pass a file path")
@@ -147,7 +164,53 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
     if target == "tflite":
         return export_tflite(src, fmt, dest, max_bytes)
     fmt, tensors = read_tensors(src, fmt, max_bytes)
-    return _torch_export(src, fmt, tensors, dest, encoding, semi_structured)
+    if target == "npz":
+        res = _npz_export(src, fmt, tensors, dest, encoding)
+    else:
+        res = _torch_export(src, fmt, tensors, dest, encoding, semi_structured)
+    res.notes += notes
+    return res
+
+
+def default_target(fmt: str) -> tuple[str, list[str]]:
+    """The target when ``--to`` is not given, and a note when it is not the usual one.
+
+    A model (``.keras``, SavedModel) becomes TFLite when TensorFlow is installed, else compressed weights
+    in an ``.npz``; weights become a compressed torch state_dict when torch is installed, else an ``.npz``.
+    """
+    usual, needs = ("tflite", "tensorflow") if fmt in _MODEL_FORMATS else ("torch", "torch")
+    if installed(needs):
+        return usual, []
+    extra = NEEDS[usual][1]
+    return "npz", [f"{needs} is not installed: wrote compressed weights (.npz, NumPy only) instead of "
+                   f"{'TFLite' if usual == 'tflite' else 'a torch state_dict'} (pip install 'sparsify[{extra}]' "
+                   f"for --to {usual})"]
+
+
+def _npz_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, encoding: str) -> ExportResult:
+    dense_buf = io.BytesIO()
+    np.savez(dense_buf, **{f"t{i}": a for i, a in enumerate(tensors.values())})
+    doc = sparse_format.compress_tensors(tensors, encoding)
+    sparse = document_npz_bytes(doc)
+    interrupts.check()                              # Ctrl-C before the file is written: nothing is
+    with atomic_path(out) as tmp:                   # renamed into place only if the round trip passes
+        with open(tmp, "wb") as fh:
+            fh.write(sparse)
+        back = load_compressed_npz(tmp)
+        bad = [n for n, a in tensors.items()
+               if n not in back or not np.array_equal(back[n], a, equal_nan=a.dtype.kind == "f")]
+        if bad or set(back) != set(tensors):
+            raise OutputError(5, f"{out!r}: the compressed .npz does not give back {bad[:3] or 'the same names'}; "
+                                 "nothing was written")
+    return ExportResult(src, fmt, out, "npz", len(dense_buf.getvalue()), gzip_size(dense_buf.getvalue()),
+                        len(sparse), gzip_size(sparse),
+                        f"sparsify.cli.compressed_npz.load_compressed_npz gives back all {len(tensors)} tensors "
+                        "exactly (NumPy only)", _encodings(doc))
+
+
+def _encodings(doc: dict[str, Any]) -> dict[str, int]:
+    kinds = [e["encoding"] for e in doc["tensors"].values()]
+    return {k: kinds.count(k) for k in ("bitmask", "csr", "dense") if kinds.count(k)}
 
 
 def format_export(res: ExportResult) -> str:
@@ -163,7 +226,8 @@ def format_export(res: ExportResult) -> str:
         dense/sparse       6.67x        6.73x
         check: ok
     """
-    kind = "TFLite flatbuffer, sparsity optimisation" if res.target == "tflite" else "compressed torch state_dict"
+    kind = {"tflite": "TFLite flatbuffer, sparsity optimisation", "npz": "compressed weights .npz"}.get(
+        res.target, "compressed torch state_dict")
     rows = [("", "on disk", "gzip"),
             ("dense", format_bytes(res.dense_bytes), format_bytes(res.dense_gzip)),
             ("sparse", format_bytes(res.sparse_bytes), format_bytes(res.sparse_gzip)),

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import interrupts
 from ..atomic import write_bytes
 from ..frameworks import import_tensorflow, native_stderr_silenced
 from ..report.readers import check_regular, format_bytes
@@ -139,9 +140,12 @@ def export_tflite(src: str, fmt: str, out: str, max_bytes: int | None = None):
             names = sorted(fn.structured_input_signature[1])
             res = fn(**{n: tf.constant(x) for n, x in zip(names, xs)})
             return [np.asarray(res[k]) for k in sorted(res)]
-    try:
+    try:                                # Ctrl-C is looked at between the steps, never inside the converter
+        interrupts.check()
         dense = convert(tf, make, sparse=False)
+        interrupts.check()
         sparse = convert(tf, make, sparse=True)
+        interrupts.check()
     except ValueError:
         raise
     except Exception as e:  # noqa: BLE001 - converter errors (ConverterError and friends)
@@ -164,6 +168,7 @@ def export_tflite(src: str, fmt: str, out: str, max_bytes: int | None = None):
     if not err <= 1e-4 * scale:
         raise ValueError(f"{src!r}: the sparse TFLite model's outputs differ from the pruned model's by {err:.3g} "
                          f"(allowed {1e-4 * scale:.3g}); not written")
+    interrupts.check()
     write_bytes(out, sparse)
     return ExportResult(src, fmt, out, "tflite", len(dense), gzip_size(dense), len(sparse), gzip_size(sparse),
                         f"outputs match the pruned model on {CHECK_SAMPLES} random inputs "

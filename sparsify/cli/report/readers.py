@@ -47,6 +47,7 @@ import numpy as np
 
 from sparsify import sparse_format
 
+from .. import compressed_npz
 from ..frameworks import import_tensorflow, import_torch
 from .checkpoint_dir import STATE_FILE, checkpoint_prefixes, data_shard_prefixes, directory_checkpoint_prefix
 from .limits import DEFAULT_MAX_BYTES, check_declared, check_regular, format_bytes, zip_declared
@@ -334,9 +335,15 @@ def _read_npz(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
     check_declared_npz(p, max_bytes)
     try:
         with np.load(p, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            arrays = {k: z[k] for k in z.files}
     except (ValueError, OSError, zipfile.BadZipFile) as e:
         raise ValueError(f"{p!r} cannot be read as an .npz archive: {e}") from None
+    if not compressed_npz.is_compressed_npz(arrays):
+        return arrays
+    try:                                                  # written by `sparsify export --to npz`
+        return sparse_format.decompress_tensors(compressed_npz.document_from_arrays(arrays), max_elements=max_bytes)
+    except ValueError as e:
+        raise ValueError(f"{p!r}: {e}") from None
 
 
 def resolve_format(path: str | os.PathLike, fmt: str | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES) -> str:

@@ -27,6 +27,7 @@ import numpy as np
 
 from sparsify.layout import tf_to_canonical
 from sparsify.patterns import get_pattern
+from ..compressed_npz import FORMAT_KEY
 from .npz_stream import check_declared_npz, streamed_tensor_stats
 from .stats_record import TensorStats
 from .readers import DEFAULT_MAX_BYTES, FORMATS, read_tensors, resolve_format
@@ -169,8 +170,10 @@ def build_report(path: str | os.PathLike, pattern: str | None = None, include_op
         get_pattern(pattern)          # validate before reading anything
     fmt = resolve_format(path, fmt, max_bytes)
     rep = SparsityReport(path=os.fspath(path), format=fmt, pattern=pattern)
-    if fmt == "npz":                   # streamed in bounded chunks: memory does not grow with the declared size
-        members = [m for m in check_declared_npz(path, max_bytes) if m.dtype.kind in "fcbiu"]
+    members = check_declared_npz(path, max_bytes) if fmt == "npz" else []
+    streamed = fmt == "npz" and not any(m.name == FORMAT_KEY for m in members)   # not a compressed .npz
+    if streamed:                       # in bounded chunks: memory does not grow with the declared size
+        members = [m for m in members if m.dtype.kind in "fcbiu"]
         if not members:
             raise ValueError(f"{os.fspath(path)!r} ({fmt}) holds no numeric tensors")
         tensors: Any = {m.name: m for m in members}
@@ -181,7 +184,7 @@ def build_report(path: str | os.PathLike, pattern: str | None = None, include_op
             continue
         if value.dtype.kind in "iu" and len(value.shape) == 0:
             continue                   # counters
-        rep.tensors.append(streamed_tensor_stats(path, value, pattern) if fmt == "npz"
+        rep.tensors.append(streamed_tensor_stats(path, value, pattern) if streamed
                            else tensor_stats(name, value, pattern, FORMATS[fmt]))
     if not rep.tensors:
         raise ValueError(f"{os.fspath(path)!r} ({fmt}) holds only optimizer state; use include_optimizer")

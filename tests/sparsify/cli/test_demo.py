@@ -45,7 +45,7 @@ def check_layer(row: list[str], shape: str, target: str, kept: int, total: int) 
 
 
 def test_frameworks():
-    assert list(FRAMEWORKS) == ["tf-graph", "keras", "torch"]
+    assert list(FRAMEWORKS) == ["tf-graph", "keras", "tf-keras", "torch"]
     assert all(callable(backend.train) for backend in FRAMEWORKS.values())
 
 
@@ -78,7 +78,7 @@ def test_demo_each_framework(framework, tmp_path):
     assert manifest["framework"] == framework and "summary.json" in manifest["files"]
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
     model = {"tf-graph": out / "checkpoint" / "model.ckpt", "keras": out / "model.keras",
-             "torch": out / "model.pt"}[framework]
+             "tf-keras": out / "model.keras", "torch": out / "model.pt"}[framework]
     rep = run_cli("report", str(model), "--json")
     assert rep.returncode == 0, rep.stderr
     assert json.loads(rep.stdout)["weights_total"] == {"tensors": 3, "size": 17024, "zeros": 15322,
@@ -257,3 +257,12 @@ def test_progress_rate_leaves_out_the_first_step_of_each_phase():
     p.step(0.5)
     assert p.rate_text() == "20.0 ms/step, ETA 0:00"
     p.close()
+
+
+def test_the_schedule_not_reached_is_said_once_in_the_notes(capsys):
+    """The adapters warn when training ends before end_step (TargetNotReachedWarning); the demo says it in its
+    notes under the table instead, not twice."""
+    rc, out, err = _run_in_process(capsys, "demo", "--framework", "torch", "--steps", "10", "--set", "end_step=50",
+                                   "--no-progress")
+    assert rc == 0 and "end_step 50 comes after the last training step (10)" in out
+    assert "TargetNotReachedWarning" not in err and "before the pruning schedule reached its target" not in err
