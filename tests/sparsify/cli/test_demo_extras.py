@@ -84,6 +84,7 @@ def test_the_split_is_stratified_disjoint_and_seeded():
         load_digits_split(test_fraction=1.0)
 
 
+@pytest.mark.slow
 def test_the_readme_torch_demo_with_the_torch_extra_only(tmp_path):
     """`sparsify demo --framework torch --pattern 2:4 --out runs/torch` (the README's first command) with neither
     TensorFlow, Keras, JAX nor scikit-learn: it reaches its target, 2:4 on every layer."""
@@ -95,6 +96,7 @@ def test_the_readme_torch_demo_with_the_torch_extra_only(tmp_path):
     assert (tmp_path / "runs" / "torch" / "model.pt").is_file()
 
 
+@pytest.mark.slow
 def test_keras_3_without_tensorflow_picks_the_installed_backend_and_exports(tmp_path):
     """No KERAS_BACKEND, no keras.json, no TensorFlow: the demo runs on JAX; its model.keras exports to compressed
     weights (.npz) without TensorFlow or torch, says TFLite needs TensorFlow, and `report` reads the .npz back."""
@@ -120,6 +122,7 @@ def test_keras_3_without_tensorflow_picks_the_installed_backend_and_exports(tmp_
     assert not (tmp_path / "m.tflite").exists()
 
 
+@pytest.mark.slow
 def test_keras_backend_is_respected(tmp_path):
     res = run_without(("tensorflow", "tf_keras", "jax", "sklearn"), "demo", "--framework", "keras", "--steps", "20",
                       "--no-progress", cwd=tmp_path, KERAS_BACKEND="torch")
@@ -127,6 +130,7 @@ def test_keras_backend_is_respected(tmp_path):
     assert "Keras 3 on torch" in res.stdout and table_row(res.stdout, "total")[-1] == "yes"
 
 
+@pytest.mark.slow
 def test_a_missing_keras_backend_names_the_extra(tmp_path):
     res = run_without(("tensorflow", "tf_keras", "jax", "torch", "sklearn"), "demo", "--framework", "keras",
                       "--steps", "5", "--no-progress", cwd=tmp_path, KERAS_BACKEND="jax")
