@@ -26,6 +26,7 @@ from .criteria import registered_criteria
 from .patterns import BLOCK_REDUCTIONS, get_pattern
 from .threads import check_threads
 from .schedules import Schedule, ScheduleSettings, build_schedule, registered_schedules, schedule_kind
+from .config_keys import checked_fields
 from .yaml_io import load_yaml_mapping, yaml_loader  # re-exported: sparsify.config.yaml_loader stays importable
 
 __all__ = ["PruningConfig", "SCOPES", "REGROWTH", "PRUNED_GRADIENTS", "SCHEDULE_TYPES", "DEFAULT_TARGET_SPARSITY", "default_target_sparsity",
@@ -276,15 +277,7 @@ class PruningConfig:
             ...
             ValueError: unknown config key 'target_sparsty' (did you mean 'target_sparsity'?)
         """
-        if not isinstance(data, Mapping):
-            raise TypeError(f"config must be a dict, got {type(data).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in data:
-            if key not in names:
-                hint = difflib.get_close_matches(str(key), names, n=1)
-                extra = f" (did you mean {hint[0]!r}?)" if hint else f"; allowed keys: {', '.join(names)}"
-                raise ValueError(f"unknown config key {key!r}{extra}")
-        return cls(**dict(data))
+        return cls(**checked_fields(cls, data, "config"))
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "PruningConfig":

@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .schedules.decay import DECAY_CURVES
+from .config_keys import checked_fields
 from .yaml_io import load_yaml_mapping
 
 __all__ = ["DistillationConfig", "TEACHERS", "WEIGHT_SCHEDULES", "kd_loss", "feature_loss", "distillation_loss"]
@@ -139,15 +140,7 @@ class DistillationConfig:
             ...
             ValueError: unknown distillation key 'temprature' (did you mean 'temperature'?)
         """
-        if not isinstance(data, Mapping):
-            raise TypeError(f"distillation config must be a dict, got {type(data).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in data:
-            if key not in names:
-                hint = difflib.get_close_matches(str(key), names, n=1)
-                extra = f" (did you mean {hint[0]!r}?)" if hint else f"; allowed keys: {', '.join(names)}"
-                raise ValueError(f"unknown distillation key {key!r}{extra}")
-        return cls(**dict(data))
+        return cls(**checked_fields(cls, data, "distillation"))
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "DistillationConfig":
