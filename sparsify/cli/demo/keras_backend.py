@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from sparsify.config import PruningConfig
+from sparsify.extras import install_command
 from sparsify.layout import tf_to_canonical
 
 from .. import interrupts
@@ -92,7 +93,7 @@ class KerasDemo:
             try:
                 return importlib.import_module("tf_keras")
             except ImportError as e:
-                raise ImportError(f"tf-keras is not installed ({e}); pip install 'sparsify[tf]'") from None
+                raise ImportError(f"tf-keras is not installed ({e}); {install_command('tf')}") from None
         choose_keras_backend()
         backend = os.environ.get("KERAS_BACKEND") or _keras_json_backend() or "tensorflow"
         if backend == "tensorflow" and installed("tensorflow"):
@@ -101,8 +102,8 @@ class KerasDemo:
             return importlib.import_module("keras")
         except ImportError as e:
             extra = _EXTRAS.get(backend, "jax")
-            raise ImportError(f"Keras 3 on the {backend} backend cannot be imported ({e}); pip install "
-                              f"'sparsify[{extra}]', or set KERAS_BACKEND to an installed backend") from None
+            raise ImportError(f"Keras 3 on the {backend} backend cannot be imported ({e}); {install_command(extra)}, "
+                              "or set KERAS_BACKEND to an installed backend") from None
 
     def _adapter(self) -> ModuleType:
         if self.flavor == "tf_keras":

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from sparsify import sparse_format
+from sparsify.extras import install_command
 
 from .. import interrupts
 from ..atomic import OutputError, atomic_path, check_destination
@@ -153,7 +154,7 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
                          f"{fmt} file holding weights only; use --to torch or --to npz")
     if NEEDS[target] is not None and not installed(NEEDS[target][0]):
         module, extra = NEEDS[target]
-        raise ImportError(f"--to {target} needs {module}, which is not installed (pip install 'sparsify[{extra}]'); "
+        raise ImportError(f"--to {target} needs {module}, which is not installed ({install_command(extra)}); "
                           "--to npz writes the compressed weights with NumPy only")
     dest = os.fspath(out) if out is not None else default_output(src, target)
     if os.path.isdir(dest):
@@ -183,7 +184,7 @@ def default_target(fmt: str) -> tuple[str, list[str]]:
         return usual, []
     extra = NEEDS[usual][1]
     return "npz", [f"{needs} is not installed: wrote compressed weights (.npz, NumPy only) instead of "
-                   f"{'TFLite' if usual == 'tflite' else 'a torch state_dict'} (pip install 'sparsify[{extra}]' "
+                   f"{'TFLite' if usual == 'tflite' else 'a torch state_dict'} ({install_command(extra)} "
                    f"for --to {usual})"]
 
 

@@ -111,10 +111,10 @@ def test_keras_3_without_tensorflow_picks_the_installed_backend_and_exports(tmp_
     assert res.returncode == 0, res.stderr
     assert "K/model.keras (keras) -> K/model.sparse.npz (compressed weights .npz)" in res.stdout
     assert "tensorflow is not installed: wrote compressed weights (.npz, NumPy only) instead of TFLite " \
-           "(pip install 'sparsify[tf]' for --to tflite)" in res.stdout
+           "(pip install \"sparsify-train[tf]\" for --to tflite)" in res.stdout
     res = run_without(no_torch, "export", "K/model.keras", "--to", "tflite", "--out", "m.tflite", cwd=tmp_path)
     assert res.returncode == 1, res.stderr
-    assert "--to tflite needs tensorflow, which is not installed (pip install 'sparsify[tf]'); --to npz writes the " \
+    assert "--to tflite needs tensorflow, which is not installed (pip install \"sparsify-train[tf]\"); --to npz writes the " \
            "compressed weights with NumPy only" in res.stderr
     res = run_without(no_torch, "report", "K/model.sparse.npz", "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -137,7 +137,7 @@ def test_a_missing_keras_backend_names_the_extra(tmp_path):
     err = res.stderr.strip().splitlines()
     assert res.returncode == 1 and err[0].startswith("sparsify demo: error: Keras 3 on the jax backend cannot be "
                                                      "imported"), res.stderr
-    assert "pip install 'sparsify[jax]', or set KERAS_BACKEND to an installed backend" in err[0]
+    assert "pip install \"sparsify-train[jax]\", or set KERAS_BACKEND to an installed backend" in err[0]
 
 
 @pytest.mark.parametrize("encoding", ["bitmask", "csr"])
@@ -165,4 +165,4 @@ def test_default_target_follows_what_is_installed(monkeypatch):
     assert default_target("keras")[0] == default_target("npz")[0] == "npz"
     assert default_target("torch")[1] == [
         "torch is not installed: wrote compressed weights (.npz, NumPy only) instead of a torch state_dict "
-        "(pip install 'sparsify[torch]' for --to torch)"]
+        "(pip install \"sparsify-train[torch]\" for --to torch)"]
