@@ -18,16 +18,19 @@ from .criteria import get_criterion, magnitude, register_criterion, registered_c
 from .engine import PruningEngine, select_names
 from .protocol import MaskUpdate, PruningProtocol, sparsity_figures
 from .adapter import ActivationReader, GradientReader, MaskWriter, WeightReader, collect_reads
-from .nm_permutation import nm_channel_permutation, nm_kept_magnitude
 from .layout import canonical_to_tf, from_2d, tf_to_canonical, to_2d
 from .patterns import (Pattern, PatternNInM, PatternNxM, get_pattern, pattern_examples, register_pattern,
                        registered_patterns)
 from .schedules import (ConstantSchedule, DecaySchedule, GradualSchedule, get_schedule, register_schedule,
                         registered_schedules)
 from .lowest_k import exact_prune_count, lowest_k_mask
-from .runtime_presets import RUNTIME_PRESETS, runtime_config, runtime_layers
 from .target_check import TargetNotReachedWarning
 from .distillation import DistillationConfig
+
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:          # loaded on first use (``__getattr__`` below); named here for readers and tools
+    from .nm_permutation import nm_channel_permutation, nm_kept_magnitude
+    from .runtime_presets import RUNTIME_PRESETS, runtime_config, runtime_layers
 
 __version__ = "0.1.0"
 
@@ -45,3 +48,21 @@ __all__ = [
     "nm_channel_permutation", "nm_kept_magnitude", "TargetNotReachedWarning",
     "runtime_config", "runtime_layers", "RUNTIME_PRESETS",
 ]
+
+#: names loaded on first use (PEP 562), so that ``import sparsify`` stays light
+_LAZY = ("nm_channel_permutation", "nm_kept_magnitude", "RUNTIME_PRESETS", "runtime_config", "runtime_layers")
+
+
+def __getattr__(name: str):
+    if name in ("nm_channel_permutation", "nm_kept_magnitude"):
+        from . import nm_permutation as module
+    elif name in ("RUNTIME_PRESETS", "runtime_config", "runtime_layers"):
+        from . import runtime_presets as module
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value = getattr(module, name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

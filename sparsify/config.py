@@ -27,7 +27,6 @@ from .patterns import BLOCK_REDUCTIONS, get_pattern
 from .threads import check_threads
 from .schedules import Schedule, ScheduleSettings, build_schedule, registered_schedules, schedule_kind
 from .config_keys import checked_fields
-from .yaml_io import load_yaml_mapping, yaml_loader  # re-exported: sparsify.config.yaml_loader stays importable
 
 __all__ = ["PruningConfig", "SCOPES", "REGROWTH", "PRUNED_GRADIENTS", "SCHEDULE_TYPES", "DEFAULT_TARGET_SPARSITY", "default_target_sparsity",
            "yaml_loader", "load_yaml_mapping"]
@@ -41,6 +40,10 @@ def __getattr__(name: str) -> Any:
     # SCHEDULE_TYPES: the registered schedule kinds now (a kind registered later shows up too)
     if name == "SCHEDULE_TYPES":
         return registered_schedules()
+    # yaml_loader, load_yaml_mapping: re-exported from sparsify.yaml_io, loaded on first use (no PyYAML at import)
+    if name in ("yaml_loader", "load_yaml_mapping"):
+        from . import yaml_io
+        return getattr(yaml_io, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -285,6 +288,7 @@ class PruningConfig:
 
         A top-level ``pruning:`` key is accepted.
         """
+        from .yaml_io import load_yaml_mapping    # PyYAML loads only when a YAML file is read
         return cls.from_dict(load_yaml_mapping(path))
 
     @classmethod

@@ -39,7 +39,6 @@ import numpy as np
 
 from .schedules.decay import DECAY_CURVES
 from .config_keys import checked_fields
-from .yaml_io import load_yaml_mapping
 
 __all__ = ["DistillationConfig", "TEACHERS", "WEIGHT_SCHEDULES", "kd_loss", "feature_loss", "distillation_loss"]
 
@@ -145,6 +144,7 @@ class DistillationConfig:
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "DistillationConfig":
         """Load from a YAML file; a top-level ``distillation:`` key is accepted."""
+        from .yaml_io import load_yaml_mapping    # PyYAML loads only when a YAML file is read
         data = load_yaml_mapping(path)
         if set(data) == {"distillation"} and isinstance(data["distillation"], Mapping):
             data = data["distillation"]

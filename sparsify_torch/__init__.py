@@ -23,12 +23,37 @@ except ImportError as _e:
 
 from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights
 from .parametrization import MaskParametrization
-from .oneshot import prune_oneshot
 from .entry import prune
 from .pruner import Pruner
-from .permutation import PermutationReport, permute_for_nm
-from .sparse_inference import SparseConv1x1, SparseLinear, sparse_inference_plan, to_sparse_inference
+
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:          # loaded on first use (``__getattr__`` below); named here for readers and tools
+    from .oneshot import prune_oneshot
+    from .permutation import PermutationReport, permute_for_nm
+    from .sparse_inference import SparseConv1x1, SparseLinear, sparse_inference_plan, to_sparse_inference
 
 __all__ = ["MaskParametrization", "Pruner", "prune", "prune_oneshot", "prunable_weights", "PrunableWeight",
            "SUPPORTED_MODULES", "permute_for_nm", "PermutationReport",
            "to_sparse_inference", "sparse_inference_plan", "SparseLinear", "SparseConv1x1"]
+
+#: names loaded on first use (PEP 562: one-shot pruning, N:M permutation and sparse inference pull in
+#: modules a training loop does not need)
+_LAZY = ("prune_oneshot", "permute_for_nm", "PermutationReport", "to_sparse_inference", "sparse_inference_plan",
+         "SparseLinear", "SparseConv1x1")
+
+
+def __getattr__(name: str):
+    if name == "prune_oneshot":
+        from . import oneshot as module
+    elif name in ("permute_for_nm", "PermutationReport"):
+        from . import permutation as module
+    elif name in _LAZY:
+        from . import sparse_inference as module
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value = getattr(module, name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -39,9 +39,7 @@ from .mask_write import ParametrizedStorage
 from .parametrization import MaskParametrization
 from .pruner_base import PrunerBase, dist_group_size
 from .frozen_pruned import FrozenPruned, PrunedParam
-from .fsdp_activations import GroupActivationNorms
 from .statistics import ActivationNorms
-from .torch_collective import TorchCollective
 from .tensorboard import SparsityWriter
 
 __all__ = ["Pruner"]
@@ -80,10 +78,13 @@ class Pruner(PrunerBase):
             self.hooks += [self._original(n).register_post_accumulate_grad_hook(self._grad_hook(n)) for n in self.names]
         self.start()
 
-    def _activation_reader(self, layers: list[PrunableWeight]) -> ActivationNorms | GroupActivationNorms:
-        """The inputs' statistics: this process's, or under ``torch.distributed`` summed over the group."""
+    def _activation_reader(self, layers: list[PrunableWeight]) -> Any:
+        """The inputs' statistics: this process's (:class:`ActivationNorms`), or under ``torch.distributed``
+        summed over the group (a ``GroupActivationNorms``, loaded only then)."""
         if dist_group_size(self._group) == 1:
             return ActivationNorms(layers, self.config.criterion)
+        from .fsdp_activations import GroupActivationNorms
+        from .torch_collective import TorchCollective
         return GroupActivationNorms(layers, TorchCollective(self._group), self.config.criterion)
 
     def _pruned_params(self) -> list[PrunedParam]:
