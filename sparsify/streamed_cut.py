@@ -98,7 +98,7 @@ class _StreamPart:
             take = min(n_rows, max(1, -(-want * 8 // self.row_len)))
             idx = np.unique(np.linspace(0, n_rows - 1, take).astype(np.intp))
             x = np.asarray(self.rows(idx)).reshape(-1)
-            self.sample = x[:: max(1, x.size // want)]
+            self.sample = x[:: max(1, x.size // want)].copy()      # not a view: the rows read are freed
         return self.sample
 
     def prepare(self, lo) -> None:
