@@ -34,7 +34,7 @@ import numpy as np
 
 from .config import PruningConfig
 from .criteria import get_criterion, scored_every_step
-from .global_stream import can_stream_global, streamed_global_masks
+from .global_stream import can_stream_global, can_stream_local, streamed_global_masks, streamed_layer_mask
 from .layout import view_shape
 from .pattern_fit import check_pattern_fit
 from .patterns import Pattern
@@ -314,10 +314,20 @@ class PruningEngine:
         inputs = self._criterion_inputs(weights, activations)
         pre = self._checked_pre(weights, pre_masks)
 
+        chunked = can_stream_local(self.pattern, crit)
+
         def one(n: str) -> np.ndarray:
             w = weights[n]
             if w.size == 0:
                 return np.ones(w.shape, dtype=bool)
+            if chunked:                               # no layer-sized score array: scored chunk by chunk
+                try:
+                    mask = streamed_layer_mask(self.pattern, crit, self.config, n, inputs[n],
+                                               None if pre is None else pre.get(n), sparsity)
+                    if mask is not None:
+                        return mask
+                except NaNScoreError:
+                    pass                              # the whole layer's path raises it, worded as documented
             score = np.ascontiguousarray(_numeric(f"scores[{n!r}]", layer_scores(crit, self.config, inputs[n]),
                                                   w.shape))
             return self.pattern.get_masks({n: score}, sparsity, None if pre is None or n not in pre else

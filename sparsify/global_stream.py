@@ -9,6 +9,8 @@ exact pass per 16 bits of the threshold only when the sample's bracket
 misses). The extra memory is the masks (1 byte per weight), the bracket's
 candidates and a few chunks per thread; the masks are those of
 :meth:`sparsify.Pattern.get_masks_global` on the full scores, bit for bit.
+:func:`streamed_layer_mask` does the same for one layer in local scope (no
+layer-sized score array to allocate, fault in and free: threads scale).
 
 Example:
     >>> import numpy as np
@@ -32,7 +34,7 @@ from .patterns.base import Pattern
 from .patterns.layer_view import view_axes
 from .streamed_cut import StreamedCut
 
-__all__ = ["can_stream_global", "streamed_global_masks"]
+__all__ = ["can_stream_global", "streamed_global_masks", "can_stream_local", "streamed_layer_mask"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -135,3 +137,49 @@ def streamed_global_masks(pattern: Any, criterion: Any, config: Any, inputs: Map
             np.logical_and(keep, pre[n], out=keep)
         masks[n] = keep
     return {n: masks[n] for n in inputs}
+
+
+def can_stream_local(pattern: Any, criterion: Any) -> bool:
+    """True when :func:`streamed_layer_mask` may replace ``pattern``'s local selection of one layer.
+
+    Example:
+        >>> from sparsify.criteria import get_criterion
+        >>> from sparsify.patterns import get_pattern
+        >>> can_stream_local(get_pattern("1x1"), get_criterion("wanda")), can_stream_local(get_pattern("2:4"), get_criterion("wanda"))
+        (True, False)
+    """
+    cls = type(pattern)
+    return (isinstance(pattern, Pattern) and pattern.scope == "local" and pattern.elementwise
+            and cls.get_masks is Pattern.get_masks and cls.get_masks_local is Pattern.get_masks_local
+            and cls._local_mask is Pattern._local_mask and criterion.row_separable and not criterion.per_step)
+
+
+def streamed_layer_mask(pattern: Any, criterion: Any, config: Any, name: str, inputs: Mapping[str, Any],
+                        pre_mask: np.ndarray | None, ratio: float) -> np.ndarray | None:
+    """The local-scope mask of one non-empty layer (``pattern.get_masks({name: scores}, ratio, pre)[name]``, bit
+    for bit) from scores computed row chunk by row chunk, or None where they cannot be (the caller scores the
+    layer whole). Raises :class:`~sparsify.score_checks.NaNScoreError` for a NaN score.
+
+    Example:
+        >>> from sparsify.criteria import get_criterion
+        >>> from sparsify.patterns import get_pattern
+        >>> streamed_layer_mask(get_pattern("1x1"), get_criterion("magnitude"), None, "fc",
+        ...                     {"weight": np.array([[3.0, -1.0], [0.5, 2.0]])}, None, 0.5).tolist()
+        [[True, False], [False, True]]
+    """
+    ratio = pattern.check_ratio(ratio)
+    shape = np.shape(inputs["weight"])
+    dtype = _probe(criterion, config, {name: inputs})
+    if dtype is None or pattern.fits(view_shape(shape, name)) is not None:
+        return None
+    pre = None if pre_mask is None else np.asarray(pre_mask, dtype=bool)
+    pre = None if pre is None or pre.all() else pre
+    n = int(np.prod(shape))
+    lo, hi = pattern.unit_limits(n, pattern.max_sparsity_ratio_per_layer)
+    cut = StreamedCut([_rows_function(criterion, config, inputs, pre, dtype)], [shape], [name], dtype,
+                      [view_axes(len(shape)) if len(shape) >= 3 else None])
+    cut.counts(min(max(pattern.units_for_ratio(ratio, n), lo), hi))
+    keep = cut.keeps()[0]
+    if pre is not None:
+        np.logical_and(keep, pre, out=keep)
+    return keep

@@ -91,12 +91,12 @@ class _StreamPart:
             yield a, b, np.asarray(self.rows(slice(a // rl, b // rl))).reshape(-1)
 
     def take_sample(self, spacing: int) -> np.ndarray:
-        """About ``64 bytes per spacing`` scores, from rows spread evenly over the layer (8x that many read)."""
+        """About ``64 bytes per spacing`` scores, from rows spread evenly over the layer (2x that many read)."""
         if self.sample is None:
             want = max(1, self.size // spacing) * max(1, 64 // self.dtype.itemsize)
             n_rows = max(self.shape[0], 1) if self.shape else 1
-            take = min(n_rows, max(1, -(-want * 8 // self.row_len)))
-            idx = np.unique(np.linspace(0, n_rows - 1, take).astype(np.intp))
+            take = min(n_rows, max(1, -(-want * 2 // self.row_len)))
+            idx = np.arange(take, dtype=np.intp) * n_rows // take       # evenly spread, distinct, ascending
             x = np.asarray(self.rows(idx)).reshape(-1)
             self.sample = x[:: max(1, x.size // want)].copy()      # not a view: the rows read are freed
         return self.sample
@@ -113,14 +113,18 @@ class _StreamPart:
         self.exact = lo if exact else None
         keep, kept, found, vals, ties = self.keep, 0, [], [], []
         cap, count = int((stop - start) * _CANDIDATE_FRACTION) + _CANDIDATE_SLACK, 0
+        tmp = np.empty(min(stop - start, self.align), dtype=bool)
         for a, b, x in self.chunks(start, stop):
-            kp = keep[a:b]
+            kp, t = keep[a:b], tmp[: b - a]
             if lo is None:
                 kp[:] = True
             else:
                 np.less(x, lo, out=kp)                 # below lo: pruned for sure (NaN compares False: kept)
                 np.logical_not(kp, out=kp)
-            cand = kp if hi is None else kp & ~(x > hi)          # NaN: kept and not above: a candidate
+            cand = kp
+            if hi is not None:
+                np.greater(x, hi, out=t)               # above hi: kept for sure
+                cand = np.greater(kp, t, out=t)        # kept and not above: a candidate (NaN too)
             kept += int(np.count_nonzero(kp))
             if exact:
                 n_eq = int(np.count_nonzero(x == lo))

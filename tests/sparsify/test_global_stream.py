@@ -1,4 +1,5 @@
-"""Global scope streamed (scores recomputed chunk by chunk): the masks of the full path, bit for bit, in less memory."""
+"""Masks from scores recomputed chunk by chunk (global scope, and each layer in local scope): the masks of the full
+path, bit for bit, in less memory."""
 import contextlib
 import os
 import tracemalloc
@@ -10,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from sparsify import PruningEngine
 from sparsify.criteria import get_criterion
-from sparsify.global_stream import can_stream_global, streamed_global_masks
+from sparsify.global_stream import can_stream_global, can_stream_local, streamed_global_masks
 from sparsify.patterns import get_pattern
 from sparsify.streamed_cut import StreamedCut
 
@@ -28,8 +29,8 @@ def tiny_work(exact: bool):
         yield
 
 
-def _engine(criterion, threads, max_ratio=0.98, min_ratio=0.0):
-    return PruningEngine({"target_sparsity": 0.5, "start_step": 0, "end_step": 0, "pruning_scope": "global",
+def _engine(criterion, threads, max_ratio=0.98, min_ratio=0.0, scope="global"):
+    return PruningEngine({"target_sparsity": 0.5, "start_step": 0, "end_step": 0, "pruning_scope": scope,
                           "criterion": criterion, "num_threads": threads, "max_sparsity_ratio_per_layer": max_ratio,
                           "min_sparsity_ratio_per_layer": min_ratio})
 
@@ -39,12 +40,13 @@ layer_shapes = st.lists(st.one_of(st.tuples(st.integers(1, 9), st.integers(1, 12
                         min_size=1, max_size=4)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(shapes=layer_shapes, levels=st.sampled_from([1, 2, 3, 50, 0]), ratio=st.sampled_from([0.0, 0.1, 0.5, 0.9, 0.97]),
        dtype=st.sampled_from([np.float32, np.float64]), criterion=st.sampled_from(["magnitude", "wanda"]),
        limits=st.sampled_from([(0.98, 0.0), (0.5, 0.0), (0.98, 0.4), (0.6, 0.3)]), with_pre=st.booleans(),
-       exact=st.booleans(), seed=st.integers(0, 2**16))
-def test_streamed_masks_equal_the_full_path(shapes, levels, ratio, dtype, criterion, limits, with_pre, exact, seed):
+       exact=st.booleans(), scope=st.sampled_from(["global", "local"]), seed=st.integers(0, 2**16))
+def test_streamed_masks_equal_the_full_path(shapes, levels, ratio, dtype, criterion, limits, with_pre, exact, scope,
+                                            seed):
     """Ties (levels 1-3: many equal scores; 0: continuous), -0.0, infinities, earlier masks, per-layer clamps,
     >2-D tie order, float32 and float64, threads 1, 2, 4, bracket or exact value: the full path's masks."""
     rng = np.random.default_rng(seed)
@@ -61,7 +63,7 @@ def test_streamed_masks_equal_the_full_path(shapes, levels, ratio, dtype, criter
     want = None
     with tiny_work(exact):
         for threads in (1, 2, 4):
-            eng = _engine(criterion, threads, *limits)
+            eng = _engine(criterion, threads, *limits, scope=scope)
             if want is None:
                 scores = eng.criterion_scores(weights, acts)
                 want = eng.masks_at_sparsity(weights, ratio, pre, scores=scores, activations=acts)
@@ -83,11 +85,12 @@ def test_literal_masks_ties_to_the_earlier_layer_then_index():
     assert cut.keeps()[0].astype(int).tolist() == [[[0, 0], [0, 1]], [[1, 1], [1, 1]]]   # column by column
 
 
-def test_nan_raises_the_full_paths_error_naming_the_layer():
+@pytest.mark.parametrize("scope", ["global", "local"])
+def test_nan_raises_the_full_paths_error_naming_the_layer(scope):
     w = {"a": np.ones((4, 4), np.float32), "b": np.ones((4, 4), np.float32)}
     w["b"][1, 2] = np.nan
     with pytest.raises(ValueError, match="layer 'b': scores contain NaN"):
-        _engine("magnitude", 2).masks_at_sparsity(w, 0.5)
+        _engine("magnitude", 2, scope=scope).masks_at_sparsity(w, 0.5)
 
 
 def test_only_global_element_units_with_row_separable_criteria_stream():
@@ -96,6 +99,8 @@ def test_only_global_element_units_with_row_separable_criteria_stream():
     assert can_stream_global(get_pattern({"pruning_scope": "local"}), mag) is False
     assert can_stream_global(get_pattern({"pattern": "2:4", "pruning_scope": "global"}), mag) is False
     assert can_stream_global(get_pattern({"pruning_scope": "global"}), snip) is False
+    assert can_stream_local(get_pattern("1x1"), mag) is True
+    assert can_stream_local(get_pattern({"pattern": "1x1", "pruning_scope": "row"}), mag) is False
 
 
 def test_peak_extra_memory_is_well_under_the_weights():
