@@ -34,11 +34,13 @@ import numpy as np
 
 from .config import PruningConfig
 from .criteria import get_criterion, scored_every_step
+from .global_stream import can_stream_global, can_stream_local, streamed_global_masks, streamed_layer_mask
 from .layout import view_shape
 from .pattern_fit import check_pattern_fit
 from .patterns import Pattern
 from .parallel_layers import layer_scores, map_layers
 from .regrowth import regrow, regrowth_fraction
+from .score_checks import NaNScoreError
 from .threads import default_threads, use_threads
 
 __all__ = ["PruningEngine", "select_names", "select_layers"]
@@ -225,8 +227,9 @@ class PruningEngine:
             raise TypeError(f"sparsity must be a number, got {sparsity!r} ({type(sparsity).__name__})")
         sparsity = self.pattern.check_ratio(sparsity, "sparsity")
         with use_threads(self.num_threads):
-            if scores is None and self._streams():
-                return self._streamed(weights, sparsity, pre_masks, activations)
+            masks = None if scores is not None else self._masks_streamed(weights, sparsity, pre_masks, activations)
+            if masks is not None:
+                return masks
             weights, scores = self._scored(weights, scores, activations)
             return self._selected(weights, scores, sparsity, pre_masks)
 
@@ -251,8 +254,10 @@ class PruningEngine:
         """
         fraction = regrowth_fraction(self.config, step)
         with use_threads(self.num_threads):
-            if fraction == 0 and scores is None and self._streams():
-                masks = self._streamed(weights, self.target_sparsity(step), pre_masks, activations)
+            masks = None
+            if fraction == 0 and scores is None:
+                masks = self._masks_streamed(weights, self.target_sparsity(step), pre_masks, activations)
+            if masks is not None:
                 return masks, {n: np.zeros(m.shape, dtype=bool) for n, m in masks.items()}
             weights, scores = self._scored(weights, scores, activations)
             masks = self._selected(weights, scores, self.target_sparsity(step), pre_masks)
@@ -276,6 +281,25 @@ class PruningEngine:
             _same_layers("scores", scores, weights)
         return weights, {n: _numeric(f"scores[{n!r}]", scores[n], weights[n].shape) for n in weights}
 
+    def _masks_streamed(self, weights: Mapping[str, np.ndarray], sparsity: float,
+                        pre_masks: Mapping[str, np.ndarray] | None,
+                        activations: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+        """The masks without every layer's scores at once (local scope: layer by layer; global scope, element
+        units, row-separable criterion: :func:`~sparsify.global_stream.streamed_global_masks`), or None where
+        the update needs all the scores (the full path, which also raises NaN errors in their documented order)."""
+        if self._streams():
+            return self._streamed(weights, sparsity, pre_masks, activations)
+        crit = get_criterion(self.config.criterion)
+        if not can_stream_global(self.pattern, crit):
+            return None
+        checked = _checked_weights(weights)
+        inputs = self._criterion_inputs(checked, activations)
+        try:
+            return streamed_global_masks(self.pattern, crit, self.config, inputs,
+                                         lambda: self._checked_pre(checked, pre_masks), sparsity)
+        except NaNScoreError:
+            return None
+
     def _streams(self) -> bool:
         """True when an update scores and selects each layer on its own: local scope, criterion evaluated at
         the update (a layer's scores live only while its mask is made, so the extra memory stays bounded)."""
@@ -290,10 +314,20 @@ class PruningEngine:
         inputs = self._criterion_inputs(weights, activations)
         pre = self._checked_pre(weights, pre_masks)
 
+        chunked = can_stream_local(self.pattern, crit)
+
         def one(n: str) -> np.ndarray:
             w = weights[n]
             if w.size == 0:
                 return np.ones(w.shape, dtype=bool)
+            if chunked:                               # no layer-sized score array: scored chunk by chunk
+                try:
+                    mask = streamed_layer_mask(self.pattern, crit, self.config, n, inputs[n],
+                                               None if pre is None else pre.get(n), sparsity)
+                    if mask is not None:
+                        return mask
+                except NaNScoreError:
+                    pass                              # the whole layer's path raises it, worded as documented
             score = np.ascontiguousarray(_numeric(f"scores[{n!r}]", layer_scores(crit, self.config, inputs[n]),
                                                   w.shape))
             return self.pattern.get_masks({n: score}, sparsity, None if pre is None or n not in pre else

@@ -36,6 +36,7 @@ class _Part:
     """One array of a :class:`LowestKCut`: its flat scores and the last classification."""
 
     __slots__ = ("flat", "eligible", "shape", "name", "tie_axes", "sample", "keep", "below", "idx", "val", "bracket")
+    align = _CHUNK                                     # the ranges of a parallel classification are multiples of it
 
     def __init__(self, scores: np.ndarray, name: str, tie_axes: tuple[int, ...] | None,
                  eligible: np.ndarray | None) -> None:
@@ -53,6 +54,16 @@ class _Part:
         self.below = 0
         self.idx = self.val = None
         self.bracket = None
+
+    @property
+    def size(self) -> int:
+        """Elements of the part."""
+        return self.flat.size
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The scores' dtype (float64 once integer scores were lowered)."""
+        return self.flat.dtype
 
     def lower(self) -> None:
         """Write ``-inf`` into the scores of the units that are not eligible (a copy)."""
@@ -130,13 +141,13 @@ def classify(parts: Sequence[_Part], lo, hi, bracket: int) -> None:
     split into ranges of whole chunks, and the ranges' results are combined in element order, so the answer
     never depends on the thread count. NaN raises naming the first part (in order) that holds one."""
     threads = current_threads()
-    total = sum(p.flat.size for p in parts)
+    total = sum(p.size for p in parts)
     tasks = []
     for j, p in enumerate(parts):
         p.prepare(lo)
-        n = p.flat.size
+        n = p.size
         pieces = 1 if threads <= 1 or total < MIN_PARALLEL else max(1, round(threads * 2 * n / total))
-        tasks += [(j, a, b) for a, b in chunk_ranges(n, pieces, _CHUNK)]
+        tasks += [(j, a, b) for a, b in chunk_ranges(n, pieces, p.align)]
     results = parallel_map(lambda t: parts[t[0]].scan(lo, hi, t[1], t[2]), tasks,
                            threads if total >= MIN_PARALLEL else 1)
     for j, p in enumerate(parts):
@@ -174,29 +185,30 @@ class LowestKCut:
         n = len(arrays)
         tie_axes = [None] * n if tie_axes is None else tie_axes
         eligible = [None] * n if eligible is None else eligible
-        self.parts = [_Part(a, nm, t, e) for a, nm, t, e in zip(arrays, names, tie_axes, eligible)]
-        self._last: tuple | None = None
-        self._brackets = 0
-        dtypes = {p.flat.dtype for p in self.parts}
-        self._fast = len(dtypes) == 1 and next(iter(dtypes)).kind in "fiu"
+        self._start([_Part(a, nm, t, e) for a, nm, t, e in zip(arrays, names, tie_axes, eligible)])
         if not self._fast:
             for p in self.parts:
                 p.lower()
+
+    def _start(self, parts: list) -> None:
+        self.parts = parts
+        self._last: tuple | None = None
+        self._brackets = 0
+        dtypes = {p.dtype for p in self.parts}
+        self._fast = len(dtypes) == 1 and next(iter(dtypes)).kind in "fiu"
 
     # ----- the cut -----------------------------------------------------------------------
     def counts(self, k: int, members: Sequence[int] | None = None) -> list[int]:
         """Units of each member array (indices into the arrays; default all) among the ``k`` lowest of the members."""
         members = list(range(len(self.parts))) if members is None else list(members)
         parts = [self.parts[i] for i in members]
-        n = sum(p.flat.size for p in parts)
+        n = sum(p.size for p in parts)
         if not 0 <= k <= n:
             raise ValueError(f"k must be in [0, {n}] for {parts[0].name if len(parts) == 1 else 'the arrays'!r}, got {k}")
         if k == 0 or k == n:
-            for p in parts:
-                p.lower()                              # NaN in units pruned before is not looked at
-                check_finite(p.flat, p.name)
+            self._check_nan(parts)
             self._last = (members, "all" if k else "none", None)
-            return [p.flat.size if k else 0 for p in parts]
+            return [p.size if k else 0 for p in parts]
         if not self._fast:
             return self._counts_concatenated(members, parts, k)
         if not self._fits(parts, k):                   # the last classification cannot answer: a new bracket
@@ -204,13 +216,23 @@ class LowestKCut:
             self._brackets += 1
             classify(parts, lo, hi, self._brackets)
             if not self._fits(parts, k):               # the bracket missed the k-th value: use the exact one
-                for p in parts:
-                    p.lower()
-                flat = np.concatenate([p.flat for p in parts]) if len(parts) > 1 else parts[0].flat
-                v = np.partition(flat, k - 1)[k - 1]
+                v = self._exact_value(parts, k)
                 self._brackets += 1
                 classify(parts, v, v, self._brackets)
         return self._choose(members, parts, k)
+
+    def _check_nan(self, parts: list[_Part]) -> None:
+        """Raise NaNScoreError naming the first part (in order) holding a NaN (not where not eligible)."""
+        for p in parts:
+            p.lower()                                  # NaN in units pruned before is not looked at
+            check_finite(p.flat, p.name)
+
+    def _exact_value(self, parts: list[_Part], k: int):
+        """The k-th smallest score over ``parts`` (one full partition)."""
+        for p in parts:
+            p.lower()
+        flat = np.concatenate([p.flat for p in parts]) if len(parts) > 1 else parts[0].flat
+        return np.partition(flat, k - 1)[k - 1]
 
     def keeps(self) -> list[np.ndarray]:
         """Keep masks (True = kept, each of its array's shape) of the members of the last :meth:`counts`."""
@@ -221,7 +243,7 @@ class LowestKCut:
         for j, i in enumerate(members):
             p = self.parts[i]
             if how in ("all", "none"):
-                keep = np.full(p.flat.size, how == "none", dtype=bool)
+                keep = np.full(p.size, how == "none", dtype=bool)
             elif how == "concat":
                 keep = chosen[j]
             else:
@@ -245,8 +267,8 @@ class LowestKCut:
 
     def _bracket(self, parts: list[_Part], k: int, n: int):
         """(lo, hi) around the k-th smallest from a sample (None: unbounded)."""
-        run = max(1, 64 // self.parts[0].flat.itemsize)
-        n_all = sum(p.flat.size for p in self.parts)
+        run = max(1, 64 // self.parts[0].dtype.itemsize)
+        n_all = sum(p.size for p in self.parts)
         spacing = max(1, n_all * run // min(_SAMPLE_MAX, max(_SAMPLE, int(2 * n_all ** (2 / 3)))))
         samples = [p.take_sample(spacing) for p in parts]
         sample = np.concatenate(samples) if len(samples) > 1 else samples[0]
@@ -256,8 +278,7 @@ class LowestKCut:
         lo_i = min(m - 1, max(0, int(math.floor((q - margin) * m))))
         hi_i = min(m - 1, max(0, int(math.ceil((q + margin) * m))))
         if sample.dtype.kind == "f" and np.isnan(sample).any():
-            for p in parts:                            # raise naming the first array holding a NaN
-                check_finite(p.flat, p.name)
+            self._check_nan(parts)                     # raise naming the first array holding a NaN
         part = np.partition(sample, (lo_i, hi_i))
         lo = part[lo_i] if q - margin > 0 else None    # scalars of the arrays' own dtype
         hi = part[hi_i] if q + margin < 1 else None
@@ -294,7 +315,7 @@ class LowestKCut:
             if sel.any():
                 local = p.idx[ties[sel] - bounds[j]]
                 keys[sel] = base + tie_rank(local, p.shape, p.tie_axes)
-            base += p.flat.size
+            base += p.size
         return keys
 
     def _counts_concatenated(self, members: list[int], parts: list[_Part], k: int) -> list[int]:

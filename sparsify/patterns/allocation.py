@@ -15,7 +15,7 @@ import numpy as np
 
 from ..lowest_k_cut import LowestKCut
 
-__all__ = ["allocate_pruned_units"]
+__all__ = ["allocate_pruned_units", "allocate_on_cut"]
 
 
 def allocate_pruned_units(units: Mapping[str, np.ndarray], limits: Mapping[str, tuple[int, int]],
@@ -44,9 +44,16 @@ def allocate_pruned_units(units: Mapping[str, np.ndarray], limits: Mapping[str, 
     boolean keep array of its units (shape of ``units[name]``).
     """
     names = list(units)
-    sizes = {n: int(np.size(units[n])) for n in names}
     cut = LowestKCut([units[n] for n in names], names, [None if tie_axes is None else tie_axes.get(n) for n in names],
                      [None if eligible is None else eligible.get(n) for n in names])
+    return allocate_on_cut(cut, {n: int(np.size(units[n])) for n in names}, limits, total)
+
+
+def allocate_on_cut(cut: LowestKCut, sizes: Mapping[str, int], limits: Mapping[str, tuple[int, int]],
+                    total: int) -> dict[str, int | np.ndarray]:
+    """:func:`allocate_pruned_units` on a cut made already (its arrays: the layers of ``sizes``, in order),
+    e.g. a :class:`~sparsify.streamed_cut.StreamedCut`. A clipped layer's count is an int, as there."""
+    names = list(sizes)
     fixed: dict[str, int] = {}
     for _ in range(len(names) + 1):
         free = [i for i, n in enumerate(names) if n not in fixed]
