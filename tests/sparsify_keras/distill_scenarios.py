@@ -46,7 +46,9 @@ def mlp(seed: int, name: str = "mlp"):
 
 
 def _np(x):
-    return np.asarray(x.numpy() if hasattr(x, "numpy") else keras.ops.convert_to_numpy(x), dtype=np.float64)
+    if BACKEND != "tf_keras":
+        x = keras.ops.convert_to_numpy(x)
+    return np.asarray(x.numpy() if hasattr(x, "numpy") else x, dtype=np.float64)
 
 
 def _hidden(model):
@@ -79,7 +81,8 @@ class _StepLosses(keras.callbacks.Callback):
         self.means = []
 
     def on_train_batch_end(self, batch, logs=None):
-        self.means.append(float(logs["loss"]))
+        # tf-keras logs the compiled (task) loss as "loss" and the term as "distillation_loss"
+        self.means.append(float(logs["loss"]) + float(logs.get("distillation_loss", 0.0)))
 
 
 @scenario
@@ -94,7 +97,7 @@ def schedule_in_fit():
     model.fit(np.tile(X, (8, 1)), np.tile(Y, 8), batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[rec])
     means = rec.means
     losses = [means[0]] + [means[k] * (k + 1) - means[k - 1] * k for k in range(1, len(means))]
-    evaluated = float(model.evaluate(X, Y, batch_size=8, verbose=0))
+    evaluated = float(model.evaluate(X, Y, batch_size=8, verbose=0, return_dict=True)["loss"])
     return {"losses": losses, "student": _np(student(X)).tolist(), "teacher": _np(teacher(X)).tolist(),
             "labels": Y.tolist(), "evaluate": evaluated}
 
