@@ -27,11 +27,12 @@ except ImportError as _e:
 
 from .callback import PruningCallback
 from .compat import keras_flavor
+from .distillation import DistillationModel
 from .layers import KerasPrunableWeight, find_prunable_weights, weight_kinds
 from .oneshot import prune_oneshot
 from .state import STATE_ATTR
 from .strip import strip_pruning
 from .train_step import GRAD_MASKING_OPTIMIZERS, grad_masking_supported
 
-__all__ = ["PruningCallback", "strip_pruning", "prune_oneshot", "find_prunable_weights", "KerasPrunableWeight",
+__all__ = ["PruningCallback", "DistillationModel", "strip_pruning", "prune_oneshot", "find_prunable_weights", "KerasPrunableWeight",
            "weight_kinds", "keras_flavor", "STATE_ATTR", "GRAD_MASKING_OPTIMIZERS", "grad_masking_supported"]

@@ -39,7 +39,12 @@ from sparsify.layout import canonical_to_tf, tf_to_canonical
 
 from .compat import backend_variable, iter_tree, own_variables, short_name
 
-__all__ = ["KerasPrunableWeight", "find_prunable_weights", "weight_kinds", "in_model_order"]
+__all__ = ["KerasPrunableWeight", "find_prunable_weights", "weight_kinds", "in_model_order", "PRUNING_ROOT_ATTR",
+           "pruning_root"]
+
+#: A model holding another (e.g. :class:`sparsify_keras.DistillationModel`: the student and its frozen teacher)
+#: names the one to prune under this attribute: discovery walks that model only, with its own paths.
+PRUNING_ROOT_ATTR = "_sparsify_pruning_root"
 
 _TRANSPOSE = {"Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "BaseConvTranspose", "Conv2DTransposeV1"}
 _SEPARABLE = {"SeparableConv1D", "SeparableConv2D", "SeparableConv", "BaseSeparableConv"}
@@ -152,6 +157,12 @@ class KerasPrunableWeight:
         return self._canonical_shape
 
 
+def pruning_root(model: Any) -> Any:
+    """The model whose weights are pruned when ``model`` is fitted: ``model`` itself, or the model it names
+    under :data:`PRUNING_ROOT_ATTR` (a distillation wrapper's student; its teacher is never pruned)."""
+    return model.__dict__.get(PRUNING_ROOT_ATTR, model) if hasattr(model, "__dict__") else model
+
+
 def find_prunable_weights(model: Any) -> list[KerasPrunableWeight]:
     """Every prunable weight below ``model`` in a deterministic order (layer walk order).
 
@@ -166,7 +177,7 @@ def find_prunable_weights(model: Any) -> list[KerasPrunableWeight]:
     """
     out: list[KerasPrunableWeight] = []
     seen: set[int] = set()
-    for path, layer in iter_tree(model):
+    for path, layer in iter_tree(pruning_root(model)):
         kinds = weight_kinds(layer)
         if not kinds:
             continue
@@ -195,6 +206,7 @@ def in_model_order(model: Any, weights: list[KerasPrunableWeight]) -> list[Keras
         ['a/kernel', 'b/kernel']
     """
     position: dict[int, int] = {}
+    model = pruning_root(model)
     for layer in [model, *(layer for _, layer in iter_tree(model))]:
         for v in own_variables(layer):
             position.setdefault(id(v), len(position))

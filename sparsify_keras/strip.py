@@ -17,6 +17,7 @@ from typing import Any
 
 from .backend import to_numpy
 from .driver import driver_for
+from .layers import pruning_root
 from .state import model_state
 
 __all__ = ["strip_pruning"]
@@ -27,7 +28,8 @@ def strip_pruning(model: Any) -> Any:
 
     The masks are applied one last time (pruned weights are exactly zero); the wrapped ``train_step``,
     the optimizer hook, the input recorders and the state variables are removed, so the model saves and
-    loads (``.keras``, weights) without sparsify.
+    loads (``.keras``, weights) without sparsify. A :class:`~sparsify_keras.DistillationModel` gives its
+    student back (the teacher is not part of it).
 
     Raises:
         TypeError: ``model`` is not a Keras model.
@@ -41,4 +43,4 @@ def strip_pruning(model: Any) -> Any:
                 w = to_numpy(pw.variable)
                 pw.variable.assign(w * (to_numpy(mask) != 0).astype(w.dtype))
     driver.uninstall(model)
-    return model
+    return pruning_root(model)

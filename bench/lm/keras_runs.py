@@ -26,9 +26,14 @@ Example:
     >>> len(paths), paths[0], paths[-1]
     (6, 'block_0/q/kernel', 'block_0/fc2/kernel')
 
+The teacher arms (:data:`bench.lm.gradual.DISTILL_ARMS`, e.g. ``sr_ste_distill``) wrap the student in
+:class:`sparsify_keras.DistillationModel` with the trained dense Keras model of the same seed as the teacher
+(the ``dense`` arm's model): trained once per seed and cached in ``--cache`` (``keras_<sizes>_seed<n>``,
+weights and info), as ``bench.bench_lm`` caches torch's; they run only when named.
+
 Usage (one thread; records ``keras/dense`` at setting ``"0"`` and ``keras/gradual/<arm>``):
     KERAS_BACKEND=jax taskset -c 1 python -m bench.lm.keras_runs --seeds 0 1 2 --targets 90 \\
-        --arms dense default sr_ste --out-json /tmp/lmk/keras.json
+        --arms dense default sr_ste sr_ste_distill --out-json /tmp/lmk/keras.json
 """
 from __future__ import annotations
 
@@ -38,8 +43,10 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import json  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
 import keras  # noqa: E402
@@ -50,13 +57,13 @@ from sparsify import exact_prune_count  # noqa: E402
 
 from .data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
 from . import gradual  # noqa: E402
-from .gradual import GRADUAL_ARMS  # noqa: E402
+from .gradual import DISTILL_ARMS, GRADUAL_ARMS  # noqa: E402
 from .model import LMConfig, init_weights  # noqa: E402
 from .records import open_results, record_run, run_arguments, save_results  # noqa: E402
 from .train import TrainSettings, lr_at  # noqa: E402
 
 __all__ = ["PRUNABLE_KERAS", "KERAS_ARMS", "KerasCharLM", "build_keras_model", "load_weights", "TorchSchedule",
-           "train_keras", "gradual_config", "bits_per_char_keras", "main"]
+           "train_keras", "gradual_config", "bits_per_char_keras", "dense_teacher", "main"]
 
 PRUNABLE_KERAS = r"^block_\d+/(q|k|v|o|fc1|fc2)/kernel$"
 """``op_names`` regex of the pruned weights (Keras paths): :data:`bench.lm.model.PRUNABLE`'s linears."""
@@ -192,13 +199,17 @@ def gradual_config(arm: str, setting: str, steps: int) -> dict[str, Any]:
 
 
 def train_keras(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size: int = 32,
-                config: Optional[dict[str, Any]] = None, settings: TrainSettings = TrainSettings()
+                config: Optional[dict[str, Any]] = None, settings: TrainSettings = TrainSettings(),
+                distillation: Optional[dict[str, Any]] = None, teacher: Optional[KerasCharLM] = None
                 ) -> tuple[KerasCharLM, dict]:
     """Train from the seed's initial weights on the seed's batches (:func:`bench.lm.train.train_dense`'s run).
 
     ``config`` (e.g. :func:`gradual_config`) prunes with :class:`sparsify_keras.PruningCallback`; the
     returned model is then stripped (pruned weights exactly zero) and its pruned kernels checked: each
     holds exactly ``exact_prune_count`` zeros of the target (2:4: two zeros in every four).
+
+    ``distillation`` (a :class:`sparsify.DistillationConfig` dict) with ``teacher`` (the trained dense model)
+    trains :class:`sparsify_keras.DistillationModel` around the model (``final_loss``: task + term).
 
     Returns the model and ``{"steps", "seconds", "final_loss"}`` (mean training loss in nats over the
     last 50 steps), plus ``"sparsity"`` (``{path: fraction of zeros}`` of the pruned kernels and their
@@ -213,7 +224,12 @@ def train_keras(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size
     x, y = (a.astype("int32") for a in windows(corpus.train, offsets, cfg.context))
     opt = keras.optimizers.AdamW(learning_rate=TorchSchedule(steps, settings), weight_decay=settings.weight_decay,
                                  beta_1=0.9, beta_2=0.95, epsilon=1e-8, global_clipnorm=settings.clip)
-    model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    fitted = model
+    if distillation is not None:
+        from sparsify_keras import DistillationModel
+
+        fitted = DistillationModel(model, distillation, teacher=teacher)
+    fitted.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     losses = _Losses()
     callbacks: list[Any] = [losses]
     if config is not None:
@@ -221,7 +237,7 @@ def train_keras(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size
 
         callbacks.insert(0, PruningCallback(config))
     start = time.perf_counter()
-    model.fit(x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+    fitted.fit(x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
     seconds = time.perf_counter() - start
     info: dict[str, Any] = {"steps": int(ops.convert_to_numpy(opt.iterations)), "seconds": seconds,
                             "final_loss": losses.tail()}
@@ -229,7 +245,7 @@ def train_keras(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size
         from sparsify_keras import strip_pruning
 
         pruned = callbacks[0].pruned_weights
-        model = strip_pruning(model)
+        model = strip_pruning(fitted)          # a DistillationModel gives its student back
         info["sparsity"] = _check_sparsity(model, pruned, config)
     return model, info
 
@@ -267,13 +283,45 @@ def bits_per_char_keras(model: Any, inputs: np.ndarray, targets: np.ndarray, bat
     return total / count / math.log(2)
 
 
+def dense_teacher(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size: int, cache: str
+                  ) -> tuple[KerasCharLM, dict]:
+    """The trained dense Keras model of ``seed`` (the ``dense`` arm's run) and its info, from ``cache`` when a
+    run of these sizes was saved there, else trained and saved (one dense training per seed)."""
+    key = f"keras_d{cfg.d_model}_l{cfg.n_layers}_c{cfg.context}_s{steps}_b{batch_size}_seed{seed}"
+    weights, meta = Path(cache) / f"{key}.weights.h5", Path(cache) / f"{key}.json"
+    if weights.exists() and meta.exists():
+        model = build_keras_model(cfg, seed)
+        model.load_weights(str(weights))
+        return model, json.loads(meta.read_text())
+    model, info = train_keras(cfg, corpus, seed, steps, batch_size)
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    model.save_weights(str(weights))
+    meta.write_text(json.dumps(info))
+    return model, info
+
+
+def _run_arm(cfg: LMConfig, corpus: Corpus, seed: int, arm: str, setting: str, args: Any
+             ) -> tuple[KerasCharLM, dict, Optional[dict]]:
+    """One run: the dense model (cached), or a gradual arm (a teacher arm with the seed's dense teacher)."""
+    if arm == "dense":
+        model, info = dense_teacher(cfg, corpus, seed, args.steps, args.batch_size, args.cache)
+        return model, info, None
+    config = gradual_config(arm, setting, args.steps)
+    teacher = None
+    if arm in DISTILL_ARMS:
+        teacher = dense_teacher(cfg, corpus, seed, args.steps, args.batch_size, args.cache)[0]
+    model, info = train_keras(cfg, corpus, seed, args.steps, args.batch_size, config,
+                              distillation=DISTILL_ARMS.get(arm), teacher=teacher)
+    return model, info, config
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the asked arms per seed, appending each record to ``--out-json`` as it ends; return the results.
 
     Raises:
         SystemExit: Keras is not Keras 3 on a training backend, or ``--out-json`` holds another configuration.
     """
-    args = run_arguments(argv, __doc__.splitlines()[0], KERAS_ARMS, list(KERAS_ARMS))
+    args = run_arguments(argv, __doc__.splitlines()[0], KERAS_ARMS, [a for a in KERAS_ARMS if a not in DISTILL_ARMS])
     backend = keras.backend.backend()
     if int(keras.__version__.split(".")[0]) < 3 or backend not in BACKENDS:
         raise SystemExit(f"bench.lm.keras_runs needs Keras 3 on one of {', '.join(BACKENDS)} (set KERAS_BACKEND); "
@@ -291,8 +339,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for seed in args.seeds:
         for arm in args.arms:
             for setting in (["0"] if arm == "dense" else args.targets):
-                config = None if arm == "dense" else gradual_config(arm, setting, args.steps)
-                model, info = train_keras(cfg, corpus, seed, args.steps, args.batch_size, config)
+                model, info, config = _run_arm(cfg, corpus, seed, arm, setting, args)
                 extra = {"sparsity": info["sparsity"]["total"]} if config else {}
                 name = "keras/dense" if arm == "dense" else f"keras/gradual/{arm}"
                 record_run(data, seed, name, setting, bits_per_char_keras(model, *val),

@@ -51,6 +51,7 @@ def run_arguments(argv: list[str] | None, description: str, arms: Sequence[str],
     p.add_argument("--context", type=int, default=64)
     p.add_argument("--val-limit", type=int, default=None, help="cap on validation windows (smoke tests)")
     p.add_argument("--out-json", required=True, help="results file: runs are appended, written after each")
+    p.add_argument("--cache", default="/tmp/sparsify_lm", help="folder of trained dense models (teachers)")
     args = p.parse_args(argv)
     for target in args.targets:
         setting_target(target)

@@ -32,5 +32,7 @@ if _util.find_spec("tf_keras") is None:                       # pragma: no cover
 from sparsify_keras import (PruningCallback, STATE_ATTR, KerasPrunableWeight, find_prunable_weights,  # noqa: E402
                             keras_flavor, prune_oneshot, strip_pruning, weight_kinds)
 
-__all__ = ["PruningCallback", "strip_pruning", "prune_oneshot", "find_prunable_weights", "KerasPrunableWeight",
+from .distillation import DistillationModel  # noqa: E402
+
+__all__ = ["PruningCallback", "DistillationModel", "strip_pruning", "prune_oneshot", "find_prunable_weights", "KerasPrunableWeight",
            "weight_kinds", "keras_flavor", "STATE_ATTR"]

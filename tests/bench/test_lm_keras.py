@@ -116,18 +116,25 @@ def test_cli_refuses_another_configuration(checks):
 
 def test_cli_appends_records(tmp_path):
     out = tmp_path / "keras.json"
+    cache = tmp_path / "cache"
     args = ["-m", "bench.lm.keras_runs", "--seeds", "0", "--targets", "50", "--arms", "dense", "sr_ste",
-            "--out-json", str(out), *TINY]
+            "sr_ste_distill", "--out-json", str(out), "--cache", str(cache), *TINY]
     done = _run(args)
     assert "keras/gradual/sr_ste" in done.stdout
     data = json.loads(out.read_text())
     assert data["keras_backend"] == "jax" and data["keras"].startswith("3.")
     assert data["model"]["d_model"] == 16 and data["train"] == {"steps": 6, "batch_size": 4}
     assert sorted((r["seed"], r["arm"], r["setting"]) for r in data["runs"]) == [
-        (0, "keras/dense", "0"), (0, "keras/gradual/sr_ste", "50")]
+        (0, "keras/dense", "0"), (0, "keras/gradual/sr_ste", "50"), (0, "keras/gradual/sr_ste_distill", "50")]
     for run in data["runs"]:
         assert 0 < run["bpc"] < 10 and run["seconds"] > 0
-    assert [r["sparsity"] for r in data["runs"] if r["arm"] == "keras/gradual/sr_ste"] == [0.5]
+    by_arm = {r["arm"]: r for r in data["runs"]}
+    assert by_arm["keras/gradual/sr_ste"]["sparsity"] == by_arm["keras/gradual/sr_ste_distill"]["sparsity"] == 0.5
+    # the teacher (the dense arm's model, trained once and cached) changes the SR-STE run
+    assert by_arm["keras/gradual/sr_ste_distill"]["bpc"] != by_arm["keras/gradual/sr_ste"]["bpc"]
+    key = "keras_d16_l1_c8_s6_b4_seed0"
+    assert sorted(p.name for p in cache.iterdir()) == [f"{key}.json", f"{key}.weights.h5"]
+    assert json.loads((cache / f"{key}.json").read_text())["seconds"] == by_arm["keras/dense"]["seconds"]
 
 
 def test_cli_refuses_a_backend_that_cannot_train(tmp_path):
