@@ -217,7 +217,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     data.setdefault("skip_incompatible_layers", True)       # the same with or without a config file
     cfg = PruningConfig.from_dict(data)
     result = run_demo(args.framework, cfg, steps=steps, out=args.out, progress=not args.no_progress,
-                      seed=args.seed, prune_classifier=args.prune_classifier, fit_schedule=args.fit_schedule)
+                      seed=args.seed, prune_classifier=args.prune_classifier, fit_schedule=args.fit_schedule,
+                      distillation={} if args.distill else None)
     print(format_result(result))
     return 0
 
@@ -296,6 +297,9 @@ def _add_demo(sub: Any, set_help: str) -> None:
     d.add_argument("--prune-classifier", action="store_true",
                    help="also prune the output layer's rows with a pattern that removes whole rows (default: such "
                         "patterns leave the classifier dense, as each row is a class)")
+    d.add_argument("--distill", action="store_true",
+                   help="the dense model (frozen when pruning begins) teaches the pruned one: KL of the softmaxes at "
+                        "temperature 2, weight 1 (torch, keras, tf-keras; docs/distillation.md)")
     d.add_argument("--out", metavar="DIR",
                    help="write the pruned model, the config used, plots and a manifest here, all at the end "
                         "(an interrupted run leaves DIR as it was)")

@@ -32,6 +32,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from sparsify.config import PruningConfig
+from sparsify.distillation import DistillationConfig
 from sparsify.engine import PruningEngine
 from sparsify.layout import to_2d
 from sparsify.patterns import get_pattern
@@ -237,7 +238,8 @@ def _plan(cfg: PruningConfig, prune_classifier: bool) -> tuple[PruningConfig, st
 
 def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | None = None, steps: int | None = None,
              out: str | os.PathLike | None = None, progress: bool = True, seed: int = 0,
-             prune_classifier: bool = False, fit_schedule: bool = False) -> DemoResult:
+             prune_classifier: bool = False, fit_schedule: bool = False,
+             distillation: DistillationConfig | dict | str | None = None) -> DemoResult:
     """Train dense, then prune, on the digits; optionally write model, config and plots to ``out``.
 
     Args:
@@ -257,6 +259,9 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
         fit_schedule: scale the config's schedule into ``steps``
             (:func:`fit_schedule_into`); otherwise it runs as written, and the
             result says when it ends after the last step.
+        distillation: a :class:`~sparsify.DistillationConfig` (or its dict): the dense model, frozen
+            when pruning begins, teaches the pruned one (``"torch"``, ``"keras"`` and ``"tf-keras"``;
+            in a TF graph add :func:`sparsify_tf.distillation_loss` to your own loss).
 
     Raises:
         ValueError: unknown framework, bad config, steps or seed, a pattern that
@@ -270,6 +275,7 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     _check_int("seed", seed, 0, MAX_SEED)
     steps = DEFAULT_STEPS if steps is None else int(steps)
     cfg = default_config(steps=steps) if config is None else PruningConfig.coerce(config)
+    distill = _distillation(framework, distillation)
     fit_note = ""
     if fit_schedule:
         cfg, fit_note = fit_schedule_into(cfg, steps)
@@ -286,22 +292,41 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     t0 = time.perf_counter()
     if run_dir is None:
         with DemoProgress(2 * steps, progress) as bar, _skips_in_table():
-            run: BackendRun = backend.train(cfg, data, steps, int(seed), bar, None)
+            run: BackendRun = backend.train(cfg, data, steps, int(seed), bar, None, **distill)
         return _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
     try:
         with run_dir:                   # staging directory, removed on any error or interrupt
             with DemoProgress(2 * steps, progress) as bar, _skips_in_table():
-                run = backend.train(cfg, data, steps, int(seed), bar, run_dir.stage)
+                run = backend.train(cfg, data, steps, int(seed), bar, run_dir.stage, **distill)
             res = _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
             with writing(run_dir.stage):
                 _write_outputs(run_dir, res, run, plots)
             run_dir.commit({"command": "demo", "framework": framework, "pattern": cfg.pattern,
-                            "target_sparsity": cfg.target_sparsity, "steps": steps, "seed": int(seed)})
+                            "target_sparsity": cfg.target_sparsity, "steps": steps, "seed": int(seed),
+                            "distillation": distill["distillation"].to_dict() if distill else None})
     except OutputError as e:            # name the file where it would have gone, and what is left
         held = "the previous run" if run_dir.previous is not None else "nothing from this run"
         raise OutputError(e.errno, f"{(e.strerror or str(e)).replace(os.fspath(run_dir.stage), os.fspath(run_dir.out))}; "
                                    f"{os.fspath(run_dir.out)!r} still holds {held}") from None
     return res
+
+
+#: the demo's frameworks that distill (the TF graph demo's graph has no teacher network)
+DISTILLING_FRAMEWORKS = ("torch", "keras", "tf-keras")
+
+
+def _distillation(framework: str, distillation: Any) -> dict[str, DistillationConfig]:
+    """The backend's ``distillation`` keyword (none without one); refuses a framework that cannot distill."""
+    if distillation is None:
+        return {}
+    if framework not in DISTILLING_FRAMEWORKS:
+        raise ValueError(f"distillation: the {framework!r} demo does not distill; use a framework of "
+                         f"{DISTILLING_FRAMEWORKS} (in your own TF graph, sparsify_tf.distillation_loss adds the term)")
+    cfg = DistillationConfig.coerce(distillation)
+    if cfg.features or cfg.teacher != "dense_at_start":
+        raise ValueError(f"distillation: the demo's teacher is its dense model and it matches logits only; "
+                         f"got teacher={cfg.teacher!r}, features={list(cfg.features)!r}")
+    return {"distillation": cfg}
 
 
 def _have_matplotlib() -> bool:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from sparsify.config import PruningConfig
+from sparsify.distillation import DistillationConfig
 from sparsify.extras import install_command
 from sparsify.layout import tf_to_canonical
 
@@ -111,8 +112,9 @@ class KerasDemo:
         return importlib.import_module("sparsify_keras")
 
     def train(self, config: PruningConfig, data: Digits, steps: int, seed: int, progress: DemoProgress,
-              out: Path | None = None) -> BackendRun:
-        """Train dense, then prune with the adapter's ``PruningCallback`` for ``steps`` steps each."""
+              out: Path | None = None, distillation: DistillationConfig | None = None) -> BackendRun:
+        """Train dense, then prune with the adapter's ``PruningCallback`` for ``steps`` steps each
+        (``distillation``: the pruning phase trains a ``DistillationModel`` taught by the dense model)."""
         keras = self.IMPORT_FRAMEWORK()
         adapter = self._adapter()
         keras.utils.set_random_seed(seed)
@@ -139,11 +141,12 @@ class KerasDemo:
             keras.layers.Dense(SIZES[i + 1], activation=None if name == LAYERS[-1] else "relu", name=name)
             for i, name in enumerate(LAYERS)], name="digits_mlp")
 
-        def fit(phase_seed: int, callbacks: list[Any]) -> None:
+        def fit(phase_seed: int, callbacks: list[Any], trained: Any = None) -> None:
+            trained = model if trained is None else trained
             idx = np.concatenate(list(batch_indices(len(data.x_train), BATCH_SIZE, steps, phase_seed)))
-            model.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-            model.fit(data.x_train[idx], data.y_train[idx], batch_size=BATCH_SIZE, epochs=1, verbose=0,
+            trained.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE),
+                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+            trained.fit(data.x_train[idx], data.y_train[idx], batch_size=BATCH_SIZE, epochs=1, verbose=0,
                       shuffle=False, callbacks=callbacks)      # one batch per step, in batch_indices' order
             interrupts.check()
 
@@ -154,10 +157,12 @@ class KerasDemo:
         fit(seed, [Progress()])
         dense_acc = accuracy()
         pruning = adapter.PruningCallback(config)
+        # the dense model teaches the pruned one: a frozen copy taken now, before any mask
+        trained = model if distillation is None else adapter.DistillationModel(model, distillation)
         progress.phase("pruning", 0.0)
-        fit(seed + 1, [pruning, Progress(pruning)])
+        fit(seed + 1, [pruning, Progress(pruning)], trained)
         pruned_acc = accuracy()
-        final_step = int(to_numpy(model.optimizer.iterations))
+        final_step = int(to_numpy(trained.optimizer.iterations))
         pruned = [path.split("/")[0] for path in pruning.pruned_weights]
         model = adapter.strip_pruning(model)
         weights = {name: tf_to_canonical(to_numpy(model.get_layer(name).kernel), "dense") for name in LAYERS}
@@ -169,6 +174,9 @@ class KerasDemo:
                 model.save(p)
             files.append(p)
         backend = "tf-keras" if self.flavor == "tf_keras" else f"Keras 3 on {keras.backend.backend()}"
+        if distillation is not None:
+            backend += f"; distilled from the dense model (temperature {distillation.temperature:g}, " \
+                       f"weight {distillation.weight:g})"
         notes = [f"{backend}; model.keras: a plain Keras model (strip_pruning removed the pruning state)"] \
             if files else [f"{backend}"]
         return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files, notes)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sparsify.config import PruningConfig
+from sparsify.distillation import DistillationConfig
 
 from .. import interrupts
 from ..frameworks import import_torch
@@ -26,21 +27,22 @@ OUTPUTS: tuple[str, ...] = ("model.pt",)
 
 
 def train(config: PruningConfig, data: Digits, steps: int, seed: int, progress: DemoProgress,
-          out: Path | None = None) -> BackendRun:
-    """Train dense, then prune with ``sparsify_torch.prune`` for ``steps`` steps each."""
+          out: Path | None = None, distillation: DistillationConfig | None = None) -> BackendRun:
+    """Train dense, then prune with ``sparsify_torch.prune`` for ``steps`` steps each (``distillation``:
+    the dense model, frozen when pruning begins, teaches the pruned one through ``pruner.distill_loss``)."""
     torch = import_torch()
     import sparsify_torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)            # a tiny MLP: one thread is fastest and leaves the other cores alone
     try:
-        return _train(torch, sparsify_torch, config, data, steps, seed, progress, out)
+        return _train(torch, sparsify_torch, config, data, steps, seed, progress, out, distillation)
     finally:
         torch.set_num_threads(threads)
 
 
 def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits, steps: int, seed: int,
-           progress: DemoProgress, out: Path | None) -> BackendRun:
+           progress: DemoProgress, out: Path | None, distillation: DistillationConfig | None) -> BackendRun:
     nn = torch.nn
     torch.manual_seed(seed)
     layers: list[tuple[str, Any]] = []
@@ -60,7 +62,10 @@ def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits,
         opt = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
         for i, idx in enumerate(batch_indices(len(xtr), BATCH_SIZE, n, phase_seed)):
             interrupts.check()          # a step boundary: Ctrl-C stops the run here
-            loss = nn.functional.cross_entropy(model(xtr[idx]), ytr[idx])
+            logits = model(xtr[idx])
+            loss = nn.functional.cross_entropy(logits, ytr[idx])
+            if pruner is not None and distillation is not None:
+                loss = loss + pruner.distill_loss(xtr[idx], logits)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -74,7 +79,7 @@ def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits,
     progress.phase("dense")
     fit(steps, seed)
     dense_acc = accuracy()
-    pruner = sparsify_torch.prune(model, config)
+    pruner = sparsify_torch.prune(model, config, distillation=distillation)
     progress.phase("pruning", pruner.total_sparsity())
     fit(steps, seed + 1, pruner)
     pruned_acc = accuracy()
@@ -90,5 +95,8 @@ def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits,
         with writing(path) as watch, open(path, "wb") as fh:   # torch's zip writer hides the file's OSError
             torch.save(model.state_dict(), watch(fh))
         files.append(str(path))
-    return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files,
-                      ["model.pt: a plain torch state_dict (Pruner.remove() baked the masks in)"] if files else [])
+    notes = ["model.pt: a plain torch state_dict (Pruner.remove() baked the masks in)"] if files else []
+    if distillation is not None:
+        notes.append(f"distilled from the dense model (temperature {distillation.temperature:g}, "
+                     f"weight {distillation.weight:g}); the teacher is not saved")
+    return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files, notes)
