@@ -26,6 +26,7 @@ except ImportError as _e:
                             'tensorflow) to the installed backend before Keras is first imported') from None
 
 from .callback import PruningCallback
+from .channels import ChannelPlan, channel_plan, remove_channels
 from .compat import keras_flavor
 from .layers import KerasPrunableWeight, find_prunable_weights, weight_kinds
 from .oneshot import prune_oneshot
@@ -34,4 +35,5 @@ from .strip import strip_pruning
 from .train_step import GRAD_MASKING_OPTIMIZERS, grad_masking_supported
 
 __all__ = ["PruningCallback", "strip_pruning", "prune_oneshot", "find_prunable_weights", "KerasPrunableWeight",
-           "weight_kinds", "keras_flavor", "STATE_ATTR", "GRAD_MASKING_OPTIMIZERS", "grad_masking_supported"]
+           "weight_kinds", "keras_flavor", "STATE_ATTR", "GRAD_MASKING_OPTIMIZERS", "grad_masking_supported",
+           "remove_channels", "channel_plan", "ChannelPlan"]
