@@ -19,6 +19,18 @@ from .rebuild import rebuild
 __all__ = ["remove_channels"]
 
 
+def _check_plan_fits(model, plan: ChannelPlan) -> None:
+    """ValueError unless every layer ``plan`` names is in ``model`` with the channel count the plan was made for."""
+    names = {layer.name: layer for layer in model.layers}
+    for name in plan.graph.producers:
+        layer = names.get(name)
+        width = None if layer is None else layer.get_config().get("units", layer.get_config().get("filters"))
+        if width != plan.graph.out_atoms[name].size:
+            raise ValueError(f"sparsity is a ChannelPlan made for another model: its layer {name!r} has "
+                             f"{plan.graph.out_atoms[name].size} channels, the model's has "
+                             f"{'no such layer' if layer is None else width}")
+
+
 def remove_channels(model, sparsity: "Sparsity | ChannelPlan", criterion: str = "l1", round_to: int = 1,
                     check: bool = True):
     """A new Keras model without the least important output channels of its Dense/Conv2D layers.
@@ -49,7 +61,11 @@ def remove_channels(model, sparsity: "Sparsity | ChannelPlan", criterion: str = 
     """
     if not isinstance(check, bool):
         raise TypeError(f"check must be a bool, got {check!r}")
-    plan = sparsity if isinstance(sparsity, ChannelPlan) else channel_plan(model, sparsity, criterion, round_to)
+    if isinstance(sparsity, ChannelPlan):
+        _check_plan_fits(model, sparsity)
+        plan = sparsity
+    else:
+        plan = channel_plan(model, sparsity, criterion, round_to)
     small = rebuild(model, plan)
     if check:
         check_outputs(model, small, plan)

@@ -10,10 +10,11 @@ a ``ValueError`` that names it and says why.
 
 Example:
     >>> import keras
-    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="a"), keras.layers.Dense(2, name="b")])
+    >>> L = keras.layers
+    >>> model = keras.Sequential([keras.Input((4,)), L.Dense(3, name="a"), L.Dense(2, name="b")])
     >>> graph = channel_graph(model)
     >>> graph.producers, graph.out_atoms["a"].tolist(), graph.in_atoms["a"].tolist()
-    (["a", "b"], [4, 5, 6], [0, 1, 2, 3])
+    (['a', 'b'], [4, 5, 6], [0, 1, 2, 3])
 """
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ The rebuilt (smaller) model must compute the same outputs within float tolerance
 Example:
     >>> import keras, numpy as np
     >>> from sparsify_keras.channels.plan import channel_plan
-    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="a"), keras.layers.Dense(2, name="b")])
+    >>> L = keras.layers
+    >>> model = keras.Sequential([keras.Input((3,)), L.Dense(4, name="a"), L.Dense(2, name="b")])
     >>> ref = masked_model(model, channel_plan(model, 0.5))
     >>> int((ref.get_layer("b").kernel.numpy() == 0).all(axis=1).sum())
     2

@@ -10,7 +10,8 @@ tied to a model input or feed a softmax are left whole, with the reason.
 
 Example:
     >>> import keras, numpy as np
-    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="a"), keras.layers.Dense(2, name="b")])
+    >>> L = keras.layers
+    >>> model = keras.Sequential([keras.Input((3,)), L.Dense(4, name="a"), L.Dense(2, name="b")])
     >>> model.get_layer("a").set_weights([np.array([[1., 4, 2, 3]] * 3), np.zeros(4)])
     >>> plan = channel_plan(model, 0.5)
     >>> plan.kept["a"].tolist(), plan.widths, plan.unprunable

@@ -6,7 +6,8 @@ layer or object in it), so it saves as ``.keras`` and loads without sparsify.
 Example:
     >>> import keras, numpy as np
     >>> from sparsify_keras.channels.plan import channel_plan
-    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="a"), keras.layers.Dense(2, name="b")])
+    >>> L = keras.layers
+    >>> model = keras.Sequential([keras.Input((3,)), L.Dense(4, name="a"), L.Dense(2, name="b")])
     >>> small = rebuild(model, channel_plan(model, 0.5))
     >>> small.get_layer("a").units, tuple(small.get_layer("b").kernel.shape)
     (2, (2, 2))

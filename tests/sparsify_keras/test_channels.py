@@ -122,6 +122,14 @@ def test_bad_arguments_are_refused(kwargs, error, match):
         remove_channels(_mlp(), **kwargs)
 
 
+def test_a_plan_for_another_model_is_refused():
+    plan = channel_plan(_mlp(), 0.5)
+    other = keras.Sequential([keras.Input((3,)), L.Dense(5, name="a"), L.Dense(3, name="b"), L.Dense(2, name="out")])
+    with pytest.raises(ValueError, match="a ChannelPlan made for another model: its layer 'a' has 4 channels, the "
+                                         "model's has 5"):
+        remove_channels(other, plan)
+
+
 def test_subclassed_model_is_refused():
     class Net(keras.Model):
         def call(self, x):
