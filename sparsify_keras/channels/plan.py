@@ -48,6 +48,9 @@ class ChannelPlan:
         keep_out: layer name -> output channel positions it keeps (producers, depthwise convolutions).
         unprunable: first layer of each group left whole -> why.
         graph: the traced :class:`~sparsify_keras.channels.graph.ChannelGraph`.
+        scores: the prunable groups' labels (``0 .. n - 1``, in group order) and criteria, as the core's
+            selection (and torch's label selectors) take them.
+        removed_labels: the labels of ``scores`` chosen for removal.
     """
 
     groups: List[Tuple[str, ...]]
@@ -57,6 +60,8 @@ class ChannelPlan:
     keep_out: Dict[str, np.ndarray]
     unprunable: Dict[str, str]
     graph: ChannelGraph
+    scores: ChannelScores
+    removed_labels: List[int]
 
     @property
     def removed_fraction(self) -> float:
@@ -189,10 +194,11 @@ def channel_plan(model, sparsity: Sparsity, criterion: str = "l1", round_to: int
     chosen = np.asarray(least_important_labels(scores, counts), dtype=np.int64)
     removed = np.concatenate([np.zeros(0, np.int64)] + [lab[chosen[(chosen >= o) & (chosen < o + lab.size)] - o]
                                                          for o, (_, lab) in zip(offsets, prunable)])
-    return _plan(graph, roots, prunable, unprunable, removed)
+    return _plan(graph, roots, prunable, unprunable, removed, (scores, chosen.tolist()))
 
 
-def _plan(graph: ChannelGraph, roots: np.ndarray, prunable, unprunable, removed: np.ndarray) -> ChannelPlan:
+def _plan(graph: ChannelGraph, roots: np.ndarray, prunable, unprunable, removed: np.ndarray,
+          selection: Tuple[ChannelScores, List[int]]) -> ChannelPlan:
     keep_in, keep_out, kept, widths = {}, {}, {}, {}
     for name, atoms in graph.in_atoms.items():
         gone = np.isin(roots[atoms], removed)
@@ -206,4 +212,5 @@ def _plan(graph: ChannelGraph, roots: np.ndarray, prunable, unprunable, removed:
                 widths[name] = int((~gone).sum())
         if kind in ("producer", "depthwise") and gone.any():
             keep_out[name] = np.flatnonzero(~gone)
-    return ChannelPlan([tuple(names) for names, _ in prunable], kept, widths, keep_in, keep_out, unprunable, graph)
+    return ChannelPlan([tuple(names) for names, _ in prunable], kept, widths, keep_in, keep_out, unprunable, graph,
+                       *selection)

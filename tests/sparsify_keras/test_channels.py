@@ -38,6 +38,16 @@ def test_kept_channels_follow_the_weight_norms():
     assert l2.kept["c1"].tolist() == [0, 2] and l2.kept["fc"].tolist() == [0, 2, 5]
 
 
+def test_the_selection_is_the_one_torch_makes_from_the_same_criteria():
+    from sparsify_torch.channels import TopKPruningLabelSelector, UniformPruningLabelSelector
+    plan = channel_plan(residual_cnn(), 0.5)
+    assert [c.tolist() for c in plan.scores.group_criteria] == [[6.0, 6.0, 4.0, 2.0], [20.0, 4.0, 16.0, 8.0, 12.0,
+                                                                                         24.0]]
+    assert plan.removed_labels == [2, 3, 5, 7, 8] == UniformPruningLabelSelector(0.5).select(plan.scores)
+    counts = channel_plan(residual_cnn(), {"c1": 1, "fc": 0.5})
+    assert counts.removed_labels == [3, 5, 7, 8] == TopKPruningLabelSelector([1, 3]).select(counts.scores)
+
+
 def test_outputs_equal_the_masked_model_and_parameters_shrink():
     model = residual_cnn()
     small = remove_channels(model, 0.5)
