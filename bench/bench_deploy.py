@@ -11,12 +11,13 @@ Models pruned one-shot by magnitude with sparsify at 50/70/90/95%:
 Runtimes: **PyTorch** (``sparsify_torch.to_sparse_inference``: CSR, and BSR with square blocks pruned with
 the matching block pattern), **ONNX** (``sparsify_torch.onnx_export``: sparse initializers, run in
 onnxruntime), **TFLite** (``sparsify.cli.export.xnnpack``: ``EXPERIMENTAL_SPARSITY``, the XNNPACK delegate);
-and **structured**: channels removed (``sparsify_torch.channels``, 50/70% of each group), in torch and onnxruntime.
+and **structured**: channels removed (``sparsify_torch.channels``, 50/70% of each group), in torch and onnxruntime,
+and in Keras 3 (``sparsify_keras.remove_channels``, 50/75%: ``bench.deploy_keras``, its own section).
 Latency: median of ``--runs`` calls, every variant of one model and batch called round robin in the same
 loop (so a busy machine slows them alike), one thread per runtime. Sizes: bytes on disk.
 
-Run: ``python -m bench.bench_deploy [--quick] [--no-write]``; writes the ``bench_deploy`` section of
-bench/RESULTS.md.
+Run: ``python -m bench.bench_deploy [--quick] [--no-write] [--keras-only]``; writes the ``bench_deploy`` and
+``bench_deploy_keras`` sections of bench/RESULTS.md (``--keras-only``: the second only, about a minute).
 """
 from __future__ import annotations
 
@@ -307,8 +308,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=None, help="calls per variant (default 30, --quick 5)")
     parser.add_argument("--block", type=int, default=16, help="BSR block size (square; default 16)")
     parser.add_argument("--no-write", action="store_true", help="print the tables without updating RESULTS.md")
+    parser.add_argument("--keras-only", action="store_true", help="only the Keras 3 structured section")
     args = parser.parse_args(argv)
     runs = args.runs or (5 if args.quick else 30)
+    from bench import deploy_keras
+    if args.keras_only:
+        deploy_keras.run(keras_mobilenet, round_robin, runs, write=not args.no_write)
+        return
     sparsities = (0.9,) if args.quick else SPARSITIES
     torch.set_num_threads(1)
     flush_denormal = torch.set_flush_denormal(True)     # here, not at import: it is process-wide CPU state
@@ -345,6 +351,7 @@ def main(argv: list[str] | None = None) -> None:
         f"dense). Whole run {time.perf_counter() - start:.0f} s.\n\nCommand: `python -m bench.bench_deploy"
         f"{' --quick' if args.quick else ''}`"])
     publish("bench_deploy", body, write=not args.no_write)
+    deploy_keras.run(keras_mobilenet, round_robin, runs, write=not args.no_write)
 
 
 if __name__ == "__main__":

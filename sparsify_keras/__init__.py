@@ -26,6 +26,7 @@ except ImportError as _e:
                             'tensorflow) to the installed backend before Keras is first imported') from None
 
 from .callback import PruningCallback
+from .channels import ChannelPlan, channel_plan, remove_channels
 from .compat import keras_flavor
 from .distillation import DistillationModel
 from .layers import KerasPrunableWeight, find_prunable_weights, weight_kinds
@@ -34,5 +35,6 @@ from .state import STATE_ATTR
 from .strip import strip_pruning
 from .train_step import GRAD_MASKING_OPTIMIZERS, grad_masking_supported
 
-__all__ = ["PruningCallback", "DistillationModel", "strip_pruning", "prune_oneshot", "find_prunable_weights", "KerasPrunableWeight",
-           "weight_kinds", "keras_flavor", "STATE_ATTR", "GRAD_MASKING_OPTIMIZERS", "grad_masking_supported"]
+__all__ = ["PruningCallback", "DistillationModel", "strip_pruning", "prune_oneshot", "find_prunable_weights",
+           "KerasPrunableWeight", "weight_kinds", "keras_flavor", "STATE_ATTR", "GRAD_MASKING_OPTIMIZERS",
+           "grad_masking_supported", "remove_channels", "channel_plan", "ChannelPlan"]

@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import sparsify_torch  # noqa: E402
@@ -31,3 +32,27 @@ def test_torch_cnn_pointwise_layers_are_pruned_and_run_sparse():
     x = torch.randn(1, 3, 33, 33)
     fast = sparsify_torch.to_sparse_inference(pruned, x, "bsr", 16, modules=[n[:-7] for n in shapes])
     assert fast.features[4].weight.layout == torch.sparse_bsr
+
+
+def _tiny_cnn():
+    import keras
+    L = keras.layers
+    keras.utils.set_random_seed(0)
+    x = inp = keras.Input((9, 9, 3))
+    x = L.Conv2D(8, 3, strides=2, padding="same", activation="relu")(x)
+    x = L.DepthwiseConv2D(3, padding="same", activation="relu")(x)
+    x = L.Conv2D(16, 1, activation="relu")(x)
+    return keras.Model(inp, L.GlobalAveragePooling2D()(x))
+
+
+@pytest.mark.slow
+def test_keras_structured_section_has_latency_params_and_file_rows(tmp_path):
+    from bench import deploy_keras
+    body = deploy_keras.keras_structured_section(_tiny_cnn, bench_deploy.round_robin, (1,), 1, str(tmp_path))
+    rows = [line for line in body.splitlines() if line.startswith("| ")]
+    assert [r.split(" | ")[0] for r in rows] == ["| runtime", "| Keras 3.15.1 (tensorflow), `model(x, training=False)`",
+                                                 "| TFLite (XNNPACK, 1 thread)", "| params", "| .keras file",
+                                                 "| .tflite file"]
+    assert rows[3] == "| params | - | 0 k | 0 k | 0 k |"         # 448, 232 and 124 weights: under 1 k each
+    assert rows[4].startswith("| .keras file | - | ") and rows[4].count("KiB") == 3
+    assert "dense [8, 16], 50%: [4, 16], 75%: [2, 16]" in body
