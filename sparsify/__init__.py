@@ -25,10 +25,10 @@ from .schedules import (ConstantSchedule, DecaySchedule, GradualSchedule, get_sc
                         registered_schedules)
 from .lowest_k import exact_prune_count, lowest_k_mask
 from .target_check import TargetNotReachedWarning
-from .distillation import DistillationConfig
 
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:          # loaded on first use (``__getattr__`` below); named here for readers and tools
+    from .distillation import DistillationConfig
     from .nm_permutation import nm_channel_permutation, nm_kept_magnitude
     from .runtime_presets import RUNTIME_PRESETS, runtime_config, runtime_layers
 
@@ -50,11 +50,13 @@ __all__ = [
 ]
 
 #: names loaded on first use (PEP 562), so that ``import sparsify`` stays light
-_LAZY = ("nm_channel_permutation", "nm_kept_magnitude", "RUNTIME_PRESETS", "runtime_config", "runtime_layers")
+_LAZY = ("DistillationConfig", "nm_channel_permutation", "nm_kept_magnitude", "RUNTIME_PRESETS", "runtime_config", "runtime_layers")
 
 
 def __getattr__(name: str):
-    if name in ("nm_channel_permutation", "nm_kept_magnitude"):
+    if name == "DistillationConfig":
+        from . import distillation as module
+    elif name in ("nm_channel_permutation", "nm_kept_magnitude"):
         from . import nm_permutation as module
     elif name in ("RUNTIME_PRESETS", "runtime_config", "runtime_layers"):
         from . import runtime_presets as module

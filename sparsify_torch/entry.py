@@ -19,11 +19,9 @@ from torch.nn.utils import parametrize
 
 from sparsify import PruningConfig
 from sparsify.criteria import get_criterion
-from sparsify.distillation import DistillationConfig
 from sparsify.engine import select_layers
 from sparsify.protocol import PruningProtocol
 
-from .distillation import Distiller
 from .dtensor import is_dtensor
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization
@@ -31,6 +29,8 @@ from .pruner import Pruner
 from .statistics import check_activation_layers
 
 if TYPE_CHECKING:
+    from sparsify.distillation import DistillationConfig
+    from .distillation import Distiller
     from .fsdp import ShardedPruner
 
 __all__ = ["prune"]
@@ -141,7 +141,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             _drop(distiller)
             raise
         return _with_distiller(pruner, distiller)
-    distiller = None if distill is None else Distiller(model, distill, teacher, logits_fn)   # before any mask
+    distiller = None if distill is None else _distiller(model, distill, teacher, logits_fn)   # before any mask
     done: list[tuple[nn.Module, str]] = []
     try:
         for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in layers):
@@ -224,6 +224,7 @@ def _distillation(distillation: Any, teacher: Any) -> DistillationConfig | None:
             raise ValueError("teacher was passed without distillation: prune(..., distillation={'teacher': 'user'}, "
                              "teacher=module)")
         return None
+    from sparsify.distillation import DistillationConfig     # loaded when a distillation is asked for
     return DistillationConfig.coerce(distillation)
 
 
@@ -237,6 +238,11 @@ def _sharded_distiller(model: nn.Module, distill: DistillationConfig | None, tea
                          "be deep-copied: build the teacher (the same model, fully_shard the same way, its "
                          "shards copied from the model's before prune) and pass it: prune(..., "
                          "distillation={'teacher': 'user', ...}, teacher=teacher)")
+    return _distiller(model, distill, teacher, logits_fn)
+
+
+def _distiller(model: nn.Module, distill: DistillationConfig, teacher: nn.Module | None, logits_fn: Any) -> Distiller:
+    from .distillation import Distiller     # loaded when a distillation is asked for
     return Distiller(model, distill, teacher, logits_fn)
 
 

@@ -40,7 +40,6 @@ from .parametrization import MaskParametrization
 from .pruner_base import PrunerBase, dist_group_size
 from .frozen_pruned import FrozenPruned, PrunedParam
 from .statistics import ActivationNorms
-from .tensorboard import SparsityWriter
 
 __all__ = ["Pruner"]
 
@@ -62,7 +61,7 @@ class Pruner(PrunerBase):
     def __init__(self, model: nn.Module, protocol: PruningProtocol, layers: list[PrunableWeight],
                  process_group: Any = None, log_dir: Any = None, optimizer: Any = None) -> None:
         # TensorBoard, like Keras
-        super().__init__(protocol, layers, None if log_dir is None else SparsityWriter(log_dir))
+        super().__init__(protocol, layers, None if log_dir is None else _writer(log_dir))
         self.model = model
         self.optimizer = optimizer
         self._group = process_group
@@ -250,3 +249,9 @@ class Pruner(PrunerBase):
     def __repr__(self) -> str:
         return (f"Pruner(step={self._step}, pattern={self.config.pattern!r}, scope={self.config.pruning_scope!r}, "
                 f"layers={len(self.names)}, sparsity={self.total_sparsity():.3f})")
+
+
+def _writer(log_dir: Any) -> Any:
+    """A :class:`~sparsify_torch.tensorboard.SparsityWriter` (its module loads only when ``log_dir`` is given)."""
+    from .tensorboard import SparsityWriter
+    return SparsityWriter(log_dir)

@@ -13,7 +13,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import torch
@@ -23,7 +23,9 @@ from sparsify.adapter import collect_reads
 from sparsify.target_check import warn_if_unreached
 from sparsify.protocol import MaskUpdate, PruningProtocol
 
-from .tensorboard import SparsityWriter
+if TYPE_CHECKING:
+    from .tensorboard import SparsityWriter
+
 
 __all__ = ["PrunerBase", "check_state_counters", "check_num_steps", "dist_group_size"]
 
