@@ -244,6 +244,8 @@ def render(data: dict[str, Any]) -> str:
     pairs.append(paired_line(runs, "gradual/sr_ste_at_start", "gradual/sr_ste", "2:4"))
     pairs += [paired_line(runs, f"gradual/{a}", b, t) for t in ("50", "80", "90", "2:4") for a in TEACHER_GRADUAL
               for b in ("gradual/torch.ao", "gradual/sr_ste")]
+    pairs += [paired_line(runs, f"keras/gradual/{a}", b, t) for t in ("50", "80", "90", "2:4") for a in TEACHER_GRADUAL
+              for b in (TFMOT, "keras/gradual/sr_ste")]
     pairs = [p for p in pairs if p]
     if pairs:
         parts.append("Paired differences (bits/char, per seed; negative: the first is better):\n\n"
@@ -253,10 +255,12 @@ def render(data: dict[str, Any]) -> str:
                          tuple(f"gradual/{a}" for a in TEACHER_GRADUAL))
     closed += _gap_lines(runs, "Keras", "tfkeras/dense", TFMOT,
                          tuple(f"{k}/gradual/{a}" for k in ("keras", "tfkeras") for a in OUR_GRADUAL))
+    closed += _gap_lines(runs, "Keras 3 + teacher", "tfkeras/dense", TFMOT,
+                         tuple(f"keras/gradual/{a}" for a in TEACHER_GRADUAL))
     if closed:
         parts.append("Share of the gap between the peer and dense that our best gradual arm closes (means over "
                      "the seeds every column ran, bits/char; Keras: dense and tfmot in tf-keras, ours the best of "
-                     "Keras 3 and tf-keras; `torch + teacher`: with distillation from the dense model):\n\n| framework | setting | dense | peer | ours best | share closed | "
+                     "Keras 3 and tf-keras; `torch + teacher`, `Keras 3 + teacher`: with distillation from the dense model of the seed, Keras 3 on JAX):\n\n| framework | setting | dense | peer | ours best | share closed | "
                      "seeds |\n|---|---|---|---|---|---|---|\n" + "\n".join(closed))
     for part in (_keras_part(data), _tfkeras_part(data)):
         if part:
