@@ -166,7 +166,9 @@ class DistillationModel(DistillationMixin, keras.Model):
             ``"dense_at_start"``: a frozen copy of the student now.
 
     Attributes:
-        student, teacher, config.
+        student: the model being pruned (what ``call`` runs).
+        teacher: the frozen teacher.
+        config: the validated :class:`sparsify.DistillationConfig`.
 
     Raises:
         TypeError/ValueError: a student or teacher that is not a built Keras 3 model, a teacher whose output
