@@ -44,6 +44,7 @@ from ._results import publish
 from .lm.data import calibration_windows, load_corpus, validation_windows
 from .lm.gradual import DISTILL_ARMS, GRADUAL_ARMS, gradual_attach, gradual_config, setting_target
 from .lm.model import CharLM, LMConfig, bits_per_char
+from .lm.finetune import FINETUNE_ARMS, distilled_finetune
 from .lm.oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
 from .lm.plot import FIGURE, plot
 from .lm.records import record_run
@@ -62,6 +63,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    "their figures; every mode does, except --gradual alone when --out-json has them already")
     p.add_argument("--oneshot", action="store_true", help="one-shot arms on the dense models")
     p.add_argument("--peer", action="store_true", help="llm-compressor's one-shot modifiers")
+    p.add_argument("--finetune", action="store_true",
+                   help="one-shot SparseGPT at --settings, then a fine-tune taught by the dense model "
+                        "(bench/lm/finetune.py)")
+    p.add_argument("--finetune-steps", type=int, default=180, help="fine-tune steps (default: 10%% of --steps' 1800)")
     p.add_argument("--gradual", action="store_true", help="prune while training (bench/lm/gradual.py)")
     p.add_argument("--gradual-arms", nargs="+", default=[a for a in GRADUAL_ARMS if a not in DISTILL_ARMS],
                    help="default: every arm without a teacher (teacher arms, e.g. sr_ste_distill, when named)")
@@ -82,6 +87,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-write", action="store_true", help="do not write bench/RESULTS.md")
     p.add_argument("--report", action="store_true", help="only render --out-json into bench/RESULTS.md")
     args = p.parse_args(argv)
+    if args.finetune and (bad := [s for s in args.settings if s not in ("50", "60", "70", "2:4")]):
+        p.error(f"--finetune: --settings among 50, 60, 70, 2:4, got {bad}")
     if args.gradual:                          # every pair checked before any training
         for target in args.gradual_targets:
             for arm in args.gradual_arms:
@@ -147,6 +154,19 @@ def _gradual(args, cfg: LMConfig, corpus, seed: int, val: tuple[np.ndarray, np.n
             _save(args.out_json, data)
 
 
+def _finetune(args, corpus, seed: int, dense: CharLM, calib: list, val: tuple, data: dict[str, Any]) -> None:
+    """Per setting: the one-shot arm, then its distilled fine-tune from the dense model, recorded and saved."""
+    for setting in args.settings:
+        for arm, name in FINETUNE_ARMS.items():
+            pruned, info = prune_arm(dense, arm, setting, calib)
+            model, ft = distilled_finetune(pruned, dense, corpus, seed, setting, args.finetune_steps, args.batch_size)
+            if not ft["kept_zeros"]:
+                raise RuntimeError(f"{name} at {setting}: the fine-tune's masks are not the one-shot zeros")
+            record_run(data, seed, name, setting, bits_per_char(model, *val),
+                       {"seconds": ft["seconds"], "oneshot_seconds": info["seconds"], "steps": ft["steps"]})
+            _save(args.out_json, data)
+
+
 def _save(path: str, data: dict[str, Any]) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1)
@@ -188,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 torch=torch.__version__, machine=platform.machine(), calibration_windows=args.calib)
     val_x, val_y = validation_windows(corpus, cfg.context, args.val_limit)
     for seed in args.seeds:
-        if args.dense or args.oneshot or args.peer or not (same_runs and str(seed) in data["dense"]):
+        if args.dense or args.oneshot or args.peer or args.finetune or not (same_runs and str(seed) in data["dense"]):
             dense = _dense(cfg, corpus, args, seed, data)   # gradual runs alone reuse a recorded dense figure
             record_run(data, seed, "dense", "0", bits_per_char(dense, val_x, val_y),
                        {"seconds": data["dense"][str(seed)]["seconds"]})
@@ -202,6 +222,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for arm in args.arms:
                     model, info = prune_arm(base, arm, setting, calib)
                     record_run(data, seed, arm, setting, bits_per_char(model, val_x, val_y), {**info, **perm_info})
+        if args.finetune:
+            _finetune(args, corpus, seed, dense, calibration_batches(windows), (val_x, val_y), data)
         if args.peer:
             calib_path = str(Path(args.cache) / f"calib_seed{seed}.npy")
             np.save(calib_path, windows)

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from .data import Corpus, batch_offsets, windows
 from .model import CharLM, LMConfig, build_model
 
-__all__ = ["TrainSettings", "train_dense", "lr_at", "Attach"]
+__all__ = ["TrainSettings", "train_dense", "train_model", "lr_at", "Attach"]
 
 Attach = Callable[[CharLM, torch.optim.Optimizer], tuple]
 """``attach(model, optimizer) -> (after_step, finish)`` or ``(after_step, finish, loss_term)``: a pruning
@@ -60,7 +60,14 @@ def train_dense(cfg: LMConfig, corpus: Corpus, seed: int, steps: int, batch_size
     loss in nats over the last 50 steps).
     """
     torch.manual_seed(seed)
-    model = build_model(cfg, seed)
+    return train_model(build_model(cfg, seed), corpus, seed, steps, batch_size, settings, attach)
+
+
+def train_model(model: CharLM, corpus: Corpus, seed: int, steps: int, batch_size: int = 32,
+                settings: TrainSettings = TrainSettings(), attach: Optional[Attach] = None) -> tuple[CharLM, dict]:
+    """Train ``model`` as it is (e.g. a pruned one, for a fine-tune) on the first ``steps`` batches of the seed's
+    order; what :func:`train_dense` returns."""
+    cfg = model.cfg
     opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay)
     hooks = attach(model, opt) if attach is not None else (None, None)
     after_step, finish = hooks[0], hooks[1]

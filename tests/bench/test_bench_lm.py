@@ -17,6 +17,7 @@ from bench import bench_lm  # noqa: E402
 from bench.lm import data as lm_data, model as lm_model, oneshot as lm_oneshot, peer as lm_peer  # noqa: E402
 from bench.lm import permutation as lm_permutation, report as lm_report, plot as lm_plot  # noqa: E402
 from bench.lm import records as lm_records, train as lm_train, gradual as lm_gradual  # noqa: E402
+from bench.lm import finetune as lm_finetune  # noqa: E402
 from bench._results import cpu_model  # noqa: E402
 from sparsify import exact_prune_count  # noqa: E402
 
@@ -25,7 +26,7 @@ TINY = ["--seeds", "0", "--steps", "5", "--d-model", "32", "--layers", "1", "--c
 
 
 @pytest.mark.parametrize("module", [lm_data, lm_model, lm_train, lm_oneshot, lm_report, lm_peer, lm_permutation,
-                                    lm_gradual, lm_records, lm_plot],
+                                    lm_gradual, lm_records, lm_plot, lm_finetune],
                          ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
@@ -214,6 +215,32 @@ def test_teacher_arm_trains_with_the_dense_model_and_the_report_shows_it(tmp_pat
     assert "| torch | 80 | 1.805 | 1.905 (torch.ao) | 1.895 (gradual/sr_ste) | 10% | 2 |" in text
     assert "| torch + teacher | 80 | 1.805 | 1.905 (torch.ao) | 1.875 (gradual/sr_ste_distill) | 30% | 2 |" in text
     assert "| gradual/sr_ste_distill - gradual/sr_ste | 80 | -0.0200 ± 0.0000 | 2/2 |" in text
+
+
+def test_oneshot_then_distilled_finetune_keeps_the_oneshot_zeros_and_learns(tmp_path):
+    args = TINY + ["--finetune", "--finetune-steps", "6", "--settings", "50", "2:4", "--out-json",
+                   str(tmp_path / "lm.json"), "--cache", str(tmp_path / "cache")]
+    data = bench_lm.main(args)
+    runs = {(r["arm"], r["setting"]): r for r in data["runs"]}
+    assert sorted(runs) == [("dense", "0"), ("sparsegpt+distill_ft", "2:4"), ("sparsegpt+distill_ft", "50")]
+    assert runs[("sparsegpt+distill_ft", "50")]["steps"] == 6
+    corpus = lm_data.load_corpus()
+    cfg = lm_model.LMConfig(vocab_size=corpus.vocab_size, d_model=32, n_layers=1)
+    dense, _ = lm_train.train_dense(cfg, corpus, 0, 5)
+    calib = lm_oneshot.calibration_batches(lm_data.calibration_windows(corpus, 0, 16, cfg.context))
+    pruned, _ = lm_oneshot.prune_arm(dense, "sparsegpt", "2:4", calib)
+    before = {n: p.detach().clone() for n, p in pruned.named_parameters()}
+    tuned, info = lm_finetune.distilled_finetune(pruned, dense, corpus, 0, "2:4", 4)
+    assert info["kept_zeros"] and info["steps"] == 4
+    for name, p in tuned.named_parameters():
+        if re.search(lm_model.PRUNABLE, name):
+            assert torch.equal(p == 0, before[name] == 0), name       # the one-shot zeros, no more, no fewer
+    assert any(not torch.equal(p, before[n]) for n, p in tuned.named_parameters())   # it trained
+    assert not any(p.requires_grad for p in dense.parameters())      # the teacher stayed frozen
+    text = lm_report.render(data)
+    assert "| sparsegpt+distill_ft |" in text and "then 6 steps of fine-tuning" in text
+    with pytest.raises(SystemExit):
+        bench_lm.main(TINY + ["--finetune", "--settings", "2:4+perm", "--out-json", str(tmp_path / "x.json")])
 
 
 def test_merge_brings_runs_of_parallel_files_into_the_results_file(tmp_path, capsys):
