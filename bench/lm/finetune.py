@@ -13,6 +13,7 @@ Example:
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -51,7 +52,7 @@ def distilled_finetune(pruned: CharLM, teacher: CharLM, corpus: Corpus, seed: in
     ``kept_zeros`` is True when the masks the fine-tune trained under are exactly the one-shot zeros.
     """
     pruned.requires_grad_(True)            # a copy of a teacher that an earlier fine-tune froze in place
-    zeros = {n: (p == 0) for n, p in pruned.named_parameters() if _prunable(n)}
+    zeros = {n: (p == 0) for n, p in pruned.named_parameters() if re.search(PRUNABLE, n)}
     found: dict[str, bool] = {}
 
     def attach(model: CharLM, opt: torch.optim.Optimizer) -> tuple:
@@ -64,7 +65,3 @@ def distilled_finetune(pruned: CharLM, teacher: CharLM, corpus: Corpus, seed: in
     model, info = train_model(pruned.train(), corpus, seed, steps, batch_size, FINETUNE, attach)
     return model, {**info, **found}
 
-
-def _prunable(name: str) -> bool:
-    import re
-    return re.search(PRUNABLE, name) is not None
