@@ -209,6 +209,10 @@ def render(data: dict[str, Any], plot_path: str = PLOT, write: bool = True) -> s
                  "batches), later framework minus earlier; within noise: |mean| < 2 SE (SE = std / sqrt(n)); "
                  "identical: seeds with equal test accuracy / equal masks (mask digests; older records have "
                  "none):\n\n" + across)
+    if taught := report.render_distillation(runs):
+        body += ("\n\nDistillation: each teacher arm against the same arm without a teacher (the trained dense "
+                 "model of the seed teaches; same initial weights and batches), test accuracy, arm with teacher "
+                 "minus arm without:\n\n" + taught)
     body += ("\n\nSeconds per training run (one thread, training only; wall time "
             "depends on the machine's load, process CPU time much less):\n\n" + report.render_timings(runs))
     body += ("\n\nPaired difference: per seed, arm minus the best peer of the same framework (the peer with the "

@@ -96,3 +96,22 @@ def test_keras_jax_runs_in_a_jax_process_and_skips_the_peer_arms(tmp_path, capsy
     assert r["sparsity"] == pytest.approx(0.9, abs=1e-3) and len(r["mask_digest"]) == 16
     assert "| digits | 90 | default | Keras 3 (JAX) - torch |" in bench_accuracy.render(
         {"runs": data["runs"] + [dict(r, framework="torch")]}, "", write=False)
+
+
+def test_the_distillation_table_pairs_each_teacher_arm_with_its_arm_and_says_when_it_is_worse():
+    from bench.accuracy.report import render_distillation
+    runs = [{"dataset": "mnist1d", "framework": "torch", "arm": arm, "setting": "95", "variant": "base", "seed": s,
+             "status": "ok", "accuracy": acc} for arm, accs in (("erk_wanda", (0.60, 0.50, 0.55)),
+                                                              ("erk_wanda_kd", (0.55, 0.47, 0.49)))
+            for s, acc in enumerate(accs)]
+    rows = render_distillation(runs).splitlines()
+    assert rows[2] == "| mnist1d | torch | 95 | erk_wanda_kd - erk_wanda | -0.0467 +- 0.0153 (3) | 0.0088 | " \
+                      "no: worse by 0.0467 |"
+    assert render_distillation([r for r in runs if r["arm"] == "erk_wanda_kd"]) == ""    # no arm to pair with
+
+
+def test_report_docstring_examples():
+    import doctest
+    from bench.accuracy import report
+    result = doctest.testmod(report)
+    assert result.attempted >= 4 and result.failed == 0
