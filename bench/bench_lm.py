@@ -44,7 +44,7 @@ from ._results import publish
 from .lm.data import calibration_windows, load_corpus, validation_windows
 from .lm.gradual import DISTILL_ARMS, GRADUAL_ARMS, gradual_attach, gradual_config, setting_target
 from .lm.model import CharLM, LMConfig, bits_per_char
-from .lm.finetune import FINETUNE_ARMS, distilled_finetune
+from .lm.finetune import FINETUNE_ARMS, oneshot_finetune
 from .lm.oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
 from .lm.plot import FIGURE, plot
 from .lm.records import record_run
@@ -67,6 +67,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="one-shot SparseGPT at --settings, then a fine-tune taught by the dense model "
                         "(bench/lm/finetune.py)")
     p.add_argument("--finetune-steps", type=int, default=180, help="fine-tune steps (default: 10%% of --steps' 1800)")
+    p.add_argument("--finetune-arms", nargs="+", default=list(FINETUNE_ARMS), choices=list(FINETUNE_ARMS),
+                   help="with a teacher (sparsegpt+distill_ft) and without (sparsegpt+ft)")
     p.add_argument("--gradual", action="store_true", help="prune while training (bench/lm/gradual.py)")
     p.add_argument("--gradual-arms", nargs="+", default=[a for a in GRADUAL_ARMS if a not in DISTILL_ARMS],
                    help="default: every arm without a teacher (teacher arms, e.g. sr_ste_distill, when named)")
@@ -155,11 +157,14 @@ def _gradual(args, cfg: LMConfig, corpus, seed: int, val: tuple[np.ndarray, np.n
 
 
 def _finetune(args, corpus, seed: int, dense: CharLM, calib: list, val: tuple, data: dict[str, Any]) -> None:
-    """Per setting: the one-shot arm, then its distilled fine-tune from the dense model, recorded and saved."""
+    """Per setting and fine-tune arm: the one-shot arm, then its fine-tune (taught by the dense model or not),
+    recorded and saved."""
     for setting in args.settings:
-        for arm, name in FINETUNE_ARMS.items():
+        for name in args.finetune_arms:
+            arm, taught = FINETUNE_ARMS[name]
             pruned, info = prune_arm(dense, arm, setting, calib)
-            model, ft = distilled_finetune(pruned, dense, corpus, seed, setting, args.finetune_steps, args.batch_size)
+            model, ft = oneshot_finetune(pruned, corpus, seed, setting, args.finetune_steps, args.batch_size,
+                                         teacher=dense if taught else None)
             if not ft["kept_zeros"]:
                 raise RuntimeError(f"{name} at {setting}: the fine-tune's masks are not the one-shot zeros")
             record_run(data, seed, name, setting, bits_per_char(model, *val),

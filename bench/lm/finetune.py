@@ -5,7 +5,8 @@ The one-shot model's zeros are kept as they are: ``sparsify_torch.prune`` with t
 the whole target from step 0 (``sparsity_decay_type="constant"``) and one update (at step 0, magnitude: the
 one-shot zeros are the smallest weights), so the fine-tune trains only the kept weights; the trained dense model
 of the seed is the teacher (``pruner.distill_loss``: KL of the softmaxes at temperature 1, weight 1, plus the task
-loss). AdamW from :data:`FINETUNE` on the first batches of the seed's order.
+loss). AdamW from :data:`FINETUNE` on the first batches of the seed's order. ``sparsegpt+ft`` is the same
+fine-tune without the teacher (the task loss alone): what the teacher adds is the difference of the two.
 
 Example:
     >>> finetune_config("2:4", 180)["pattern"], finetune_config("50", 180)["target_sparsity"]
@@ -27,13 +28,13 @@ from .model import PRUNABLE, CharLM
 from .oneshot import setting_config
 from .train import TrainSettings, train_model
 
-__all__ = ["FINETUNE", "FINETUNE_ARMS", "finetune_config", "distilled_finetune"]
+__all__ = ["FINETUNE", "FINETUNE_ARMS", "finetune_config", "oneshot_finetune"]
 
 FINETUNE = TrainSettings(lr=3e-4, warmup=20, min_lr_ratio=0.1, weight_decay=0.01, clip=1.0)
 """Fine-tune settings: a tenth of the dense run's peak learning rate, a short warm-up, cosine decay."""
 
-FINETUNE_ARMS = {"sparsegpt": "sparsegpt+distill_ft"}
-"""One-shot arm -> the name its fine-tuned runs are recorded under."""
+FINETUNE_ARMS = {"sparsegpt+distill_ft": ("sparsegpt", True), "sparsegpt+ft": ("sparsegpt", False)}
+"""Fine-tune arm -> (the one-shot arm it starts from, whether the dense model teaches)."""
 
 
 def finetune_config(setting: str, steps: int) -> dict[str, Any]:
@@ -44,9 +45,10 @@ def finetune_config(setting: str, steps: int) -> dict[str, Any]:
     return config
 
 
-def distilled_finetune(pruned: CharLM, teacher: CharLM, corpus: Corpus, seed: int, setting: str, steps: int,
-                       batch_size: int = 32) -> tuple[CharLM, dict[str, Any]]:
-    """Fine-tune ``pruned`` (one-shot, zeros baked in) in place for ``steps`` steps, taught by ``teacher``.
+def oneshot_finetune(pruned: CharLM, corpus: Corpus, seed: int, setting: str, steps: int, batch_size: int = 32,
+                     teacher: CharLM | None = None) -> tuple[CharLM, dict[str, Any]]:
+    """Fine-tune ``pruned`` (one-shot, zeros baked in) in place for ``steps`` steps, taught by ``teacher``
+    (None: the task loss alone).
 
     Returns the model (``eval()``, masks baked in) and ``{"steps", "seconds", "final_loss", "kept_zeros"}``:
     ``kept_zeros`` is True when the masks the fine-tune trained under are exactly the one-shot zeros.
@@ -56,11 +58,16 @@ def distilled_finetune(pruned: CharLM, teacher: CharLM, corpus: Corpus, seed: in
     found: dict[str, bool] = {}
 
     def attach(model: CharLM, opt: torch.optim.Optimizer) -> tuple:
-        pruner = sparsify_torch.prune(model, finetune_config(setting, steps), optimizer=opt,
-                                      distillation=DISTILL_ARMS["sr_ste_distill"], teacher=teacher)
+        config = finetune_config(setting, steps)
+        if teacher is None:
+            pruner = sparsify_torch.prune(model, config, optimizer=opt)
+        else:
+            pruner = sparsify_torch.prune(model, config, optimizer=opt, distillation=DISTILL_ARMS["sr_ste_distill"],
+                                          teacher=teacher)
         masks = pruner.masks()
         found["kept_zeros"] = all(torch.equal(~masks[n], zeros[n]) for n in zeros)
-        return (lambda _step: pruner.step()), pruner.remove, pruner.distill_loss
+        hooks = (lambda _step: pruner.step()), pruner.remove
+        return hooks if teacher is None else (*hooks, pruner.distill_loss)
 
     model, info = train_model(pruned.train(), corpus, seed, steps, batch_size, FINETUNE, attach)
     return model, {**info, **found}

@@ -14,7 +14,8 @@ import numpy as np
 
 __all__ = ["render", "paired_line", "machines_note", "ARM_ORDER", "TEACHER_GRADUAL"]
 
-ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt", "sparsegpt+distill_ft",
+ARM_ORDER = ("dense", "magnitude", "wanda", "sparsegpt", "llmc_wanda", "llmc_sparsegpt", "sparsegpt+ft",
+             "sparsegpt+distill_ft",
              "gradual/default",
              "gradual/erk_wanda", "gradual/sr_ste", "gradual/sr_ste_at_start", "gradual/rigl", "gradual/erk_rigl",
              "gradual/sr_ste_distill", "gradual/torch.ao")
@@ -226,7 +227,8 @@ def render(data: dict[str, Any]) -> str:
         parts.append(f"`sparsegpt+distill_ft`: our one-shot SparseGPT, then {ft[0].get('steps', '?')} steps of "
                      "fine-tuning with its zeros fixed, taught by the dense model of the seed (task loss + KL at "
                      "temperature 1, weight 1; AdamW, peak learning rate 3e-4; `bench/lm/finetune.py`): the "
-                     "SparseGPT-then-distillation recipe, against llm-compressor's one-shot.")
+                     "SparseGPT-then-distillation recipe, against llm-compressor's one-shot; `sparsegpt+ft`: the "
+                     "same fine-tune without the teacher (task loss alone).")
     gradual = [r for r in runs if r["arm"].startswith("gradual/")]
     if gradual:
         parts.append("Gradual pruning while training (same initial weights and batches as the dense run; cubic "
@@ -246,7 +248,7 @@ def render(data: dict[str, Any]) -> str:
               ("sparsegpt", "sparsegpt", "2:4+perm", "2:4"), ("sparsegpt", "sparsegpt", "2:4+aperm", "2:4"),
               ("sparsegpt", "llmc_sparsegpt", "2:4+aperm", "2:4"))]
     pairs += [paired_line(runs, "sparsegpt+distill_ft", b, t) for t in ("50", "60", "70", "2:4")
-              for b in ("llmc_sparsegpt", "sparsegpt")]
+              for b in ("llmc_sparsegpt", "sparsegpt", "sparsegpt+ft")]
     pairs += [paired_line(runs, f"gradual/{a}", "gradual/torch.ao", t) for t in ("50", "80", "90", "2:4")
               for a in OUR_GRADUAL]
     pairs.append(paired_line(runs, "gradual/sr_ste_at_start", "gradual/sr_ste", "2:4"))

@@ -222,7 +222,8 @@ def test_oneshot_then_distilled_finetune_keeps_the_oneshot_zeros_and_learns(tmp_
                    str(tmp_path / "lm.json"), "--cache", str(tmp_path / "cache")]
     data = bench_lm.main(args)
     runs = {(r["arm"], r["setting"]): r for r in data["runs"]}
-    assert sorted(runs) == [("dense", "0"), ("sparsegpt+distill_ft", "2:4"), ("sparsegpt+distill_ft", "50")]
+    assert sorted(runs) == [("dense", "0"), ("sparsegpt+distill_ft", "2:4"), ("sparsegpt+distill_ft", "50"),
+                            ("sparsegpt+ft", "2:4"), ("sparsegpt+ft", "50")]
     assert runs[("sparsegpt+distill_ft", "50")]["steps"] == 6
     corpus = lm_data.load_corpus()
     cfg = lm_model.LMConfig(vocab_size=corpus.vocab_size, d_model=32, n_layers=1)
@@ -230,7 +231,7 @@ def test_oneshot_then_distilled_finetune_keeps_the_oneshot_zeros_and_learns(tmp_
     calib = lm_oneshot.calibration_batches(lm_data.calibration_windows(corpus, 0, 16, cfg.context))
     pruned, _ = lm_oneshot.prune_arm(dense, "sparsegpt", "2:4", calib)
     before = {n: p.detach().clone() for n, p in pruned.named_parameters()}
-    tuned, info = lm_finetune.distilled_finetune(pruned, dense, corpus, 0, "2:4", 4)
+    tuned, info = lm_finetune.oneshot_finetune(pruned, corpus, 0, "2:4", 4, teacher=dense)
     assert info["kept_zeros"] and info["steps"] == 4
     for name, p in tuned.named_parameters():
         if re.search(lm_model.PRUNABLE, name):
@@ -239,6 +240,7 @@ def test_oneshot_then_distilled_finetune_keeps_the_oneshot_zeros_and_learns(tmp_
     assert not any(p.requires_grad for p in dense.parameters())      # the teacher stayed frozen
     text = lm_report.render(data)
     assert "| sparsegpt+distill_ft |" in text and "then 6 steps of fine-tuning" in text
+    assert "| sparsegpt+distill_ft - sparsegpt+ft | 50 |" in text
     with pytest.raises(SystemExit):
         bench_lm.main(TINY + ["--finetune", "--settings", "2:4+perm", "--out-json", str(tmp_path / "x.json")])
 
