@@ -135,16 +135,20 @@ def _ppl_table(runs: list[dict]) -> str:
 
 def _gap_lines(runs: list[dict], framework: str, dense_arm: str, peer_arm: str, ours: tuple[str, ...]) -> list[str]:
     """Per gradual setting: dense, the peer, our best arm among ``ours`` and the share of the gap it closes
-    (means over the seeds every column ran)."""
+    (means over the seeds every column ran: those of dense and the peer, or, when none of ``ours`` ran them all,
+    the most of them that one arm ran)."""
     dense = _values(runs, dense_arm, "0")
     out = []
     for setting in ("50", "80", "90", "2:4"):
         peer = _values(runs, peer_arm, setting)
-        seeds = sorted(set(dense) & set(peer))
-        cands = [(float(np.mean([v[s] for s in seeds])), a) for a in ours
-                 if seeds and set(seeds) <= set(v := _values(runs, a, setting))]
-        if not cands:
+        common = set(dense) & set(peer)
+        covered = {a: sorted(common & set(_values(runs, a, setting))) for a in ours}
+        most = max((len(c) for c in covered.values()), default=0)
+        if not most:
             continue
+        seeds = next(c for c in covered.values() if len(c) == most)
+        cands = [(float(np.mean([_values(runs, a, setting)[s] for s in seeds])), a) for a in ours
+                 if set(seeds) <= set(covered[a])]
         d, p = float(np.mean([dense[s] for s in seeds])), float(np.mean([peer[s] for s in seeds]))
         best, arm = min(cands)
         out.append(f"| {framework} | {setting} | {d:.3f} | {p:.3f} ({peer_arm.rsplit('/', 1)[-1]}) | {best:.3f} "

@@ -215,6 +215,11 @@ def test_teacher_arm_trains_with_the_dense_model_and_the_report_shows_it(tmp_pat
     assert "| torch | 80 | 1.805 | 1.905 (torch.ao) | 1.895 (gradual/sr_ste) | 10% | 2 |" in text
     assert "| torch + teacher | 80 | 1.805 | 1.905 (torch.ao) | 1.875 (gradual/sr_ste_distill) | 30% | 2 |" in text
     assert "| gradual/sr_ste_distill - gradual/sr_ste | 80 | -0.0200 ± 0.0000 | 2/2 |" in text
+    more = [{"seed": 2, "arm": a, "setting": s, "bpc": b} for a, s, b in
+            [("dense", "0", 1.9), ("gradual/torch.ao", "80", 2.0), ("gradual/sr_ste", "80", 1.95)]]
+    text = lm_report.render({**data, "runs": runs + more})      # the teacher ran 2 of the 3 seeds
+    assert "| torch | 80 | 1.837 | 1.937 (torch.ao) | 1.913 (gradual/sr_ste) | 23% | 3 |" in text
+    assert "| torch + teacher | 80 | 1.805 | 1.905 (torch.ao) | 1.875 (gradual/sr_ste_distill) | 30% | 2 |" in text
 
 
 def test_oneshot_then_distilled_finetune_keeps_the_oneshot_zeros_and_learns(tmp_path):
