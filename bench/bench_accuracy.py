@@ -201,7 +201,8 @@ def render(data: dict[str, Any], plot_path: str = PLOT, write: bool = True) -> s
     from bench.accuracy import report
 
     runs = data["runs"]
-    drawn = report.plot(runs, plot_path) if plot_path else False
+    # the default figure belongs to the docs: drawn only when RESULTS.md is written too; a path given is drawn
+    drawn = report.plot(runs, plot_path) if plot_path and (write or os.path.abspath(plot_path) != PLOT) else False
     body = report.render_tables(runs)
     across = report.render_frameworks(runs)
     if across:

@@ -64,8 +64,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--oneshot", action="store_true", help="one-shot arms on the dense models")
     p.add_argument("--peer", action="store_true", help="llm-compressor's one-shot modifiers")
     p.add_argument("--finetune", action="store_true",
-                   help="one-shot SparseGPT at --settings, then a fine-tune taught by the dense model "
-                        "(bench/lm/finetune.py)")
+                   help="one-shot SparseGPT at --settings, then a short fine-tune with and without the dense "
+                        "model as teacher (--finetune-arms; bench/lm/finetune.py)")
     p.add_argument("--finetune-steps", type=int, default=180, help="fine-tune steps (default: 10%% of --steps' 1800)")
     p.add_argument("--finetune-arms", nargs="+", default=list(FINETUNE_ARMS), choices=list(FINETUNE_ARMS),
                    help="with a teacher (sparsegpt+distill_ft) and without (sparsegpt+ft)")

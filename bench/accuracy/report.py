@@ -18,11 +18,19 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .problems import PEER_ARMS, PROBLEMS, SETTINGS
+from .problems import PEER_ARMS, PROBLEMS, SETTINGS, SPARSIFY_ARMS
 
 __all__ = ["render_tables", "render_frameworks", "render_distillation", "render_timings", "plot", "headline_arms",
            "paired_difference"]
-KD_SUFFIX = "_kd"          # a teacher arm: the arm without the suffix, taught by the dense model of the seed
+
+
+def _untaught(arm: str) -> str | None:
+    """The arm whose config is ``arm``'s without its ``"distillation"`` key (``arm`` a teacher arm), else None."""
+    config = SPARSIFY_ARMS.get(arm, {})
+    if "distillation" not in config:
+        return None
+    rest = {k: v for k, v in config.items() if k != "distillation"}
+    return next((a for a, c in SPARSIFY_ARMS.items() if c == rest), None)
 FRAMEWORK_TITLES = {"torch": "torch", "tf_keras": "tf-keras", "keras_jax": "Keras 3 (JAX)"}
 
 
@@ -140,31 +148,36 @@ def render_frameworks(runs: list[dict[str, Any]]) -> str:
 
 
 def render_distillation(runs: list[dict[str, Any]]) -> str:
-    """Per data set, framework and setting: each teacher arm (``<arm>_kd``) against ``<arm>``, paired by seed;
-    whether it is better by more than one standard error of the mean difference (SE = std / sqrt(n)).
+    """Per data set, framework and setting: each teacher arm (a config with ``"distillation"``) against the arm of
+    the same config without it, paired by seed; whether it is better by more than one standard error of the mean
+    difference (SE = std / sqrt(n)).
 
     Example:
         >>> runs = [{"dataset": "digits", "framework": "torch", "arm": a, "setting": "95", "variant": "base",
-        ...          "seed": s, "status": "ok", "accuracy": acc + 0.01 * s * (a == "erk_kd")}
-        ...         for s in range(3) for a, acc in (("erk", 0.9), ("erk_kd", 0.9))]
+        ...          "seed": s, "status": "ok", "accuracy": 0.9 + 0.01 * s * (a == "erk_wanda_kd")}
+        ...         for s in range(3) for a in ("erk_wanda", "erk_wanda_kd")]
         >>> print(render_distillation(runs).splitlines()[2])
-        | digits | torch | 95 | erk_kd - erk | +0.0100 +- 0.0100 (3) | 0.0058 | yes: by 0.0100 |
+        | digits | torch | 95 | erk_wanda_kd - erk_wanda | +0.0100 +- 0.0100 (3) | 0.0058 | yes: by 0.0100 |
     """
     idx = _index(runs)
     rows = ["| data set | framework | setting | pair | paired difference (mean +- std, pairs) | SE | better by more "
             "than 1 SE |", "|---|---|---|---|---|---|---|"]
-    for (dataset, fw, where, arm) in sorted(k for k in idx if k[3].endswith(KD_SUFFIX)):
-        base = idx.get((dataset, fw, where, arm[:-len(KD_SUFFIX)]))
+
+    def ok(recs: dict[int, dict]) -> dict[int, float]:
+        return {s: r["accuracy"] for s, r in recs.items() if r["status"] == "ok"}
+
+    for (dataset, fw, where, arm) in sorted(k for k in idx if _untaught(k[3])):
+        untaught = _untaught(arm)
+        base = idx.get((dataset, fw, where, untaught))
         if not base:
             continue
-        ok = lambda recs: {s: r["accuracy"] for s, r in recs.items() if r["status"] == "ok"}  # noqa: E731
         m, sd, n = paired_difference(ok(idx[(dataset, fw, where, arm)]), ok(base))
         if n == 0:
             continue
         se = sd / np.sqrt(n) if n > 1 else float("nan")
         verdict = "n < 2" if n < 2 else (f"yes: by {m:.4f}" if m > se else
                                           f"no: {'worse' if m < 0 else 'better'} by {abs(m):.4f}")
-        rows.append(f"| {dataset} | {FRAMEWORK_TITLES.get(fw, fw)} | {where} | {arm} - {arm[:-len(KD_SUFFIX)]} | "
+        rows.append(f"| {dataset} | {FRAMEWORK_TITLES.get(fw, fw)} | {where} | {arm} - {untaught} | "
                     f"{m:+.4f} +- {sd:.4f} ({n}) | {se:.4f} | {verdict} |")
     return "\n".join(rows) if len(rows) > 2 else ""
 

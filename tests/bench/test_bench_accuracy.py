@@ -115,3 +115,14 @@ def test_report_docstring_examples():
     from bench.accuracy import report
     result = doctest.testmod(report)
     assert result.attempted >= 4 and result.failed == 0
+
+
+def test_no_write_leaves_the_docs_figure_alone_but_draws_a_path_given(tmp_path, monkeypatch):
+    from bench.accuracy import report
+    drawn = []
+    monkeypatch.setattr(report, "plot", lambda runs, path: drawn.append(path) or True)
+    monkeypatch.setattr("bench._results.publish", lambda *a, **k: None)
+    bench_accuracy.render({"runs": []}, bench_accuracy.PLOT, write=False)
+    assert drawn == []
+    bench_accuracy.render({"runs": []}, str(tmp_path / "mine.png"), write=False)
+    assert drawn == [str(tmp_path / "mine.png")]
