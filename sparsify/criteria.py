@@ -32,7 +32,7 @@ Example:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -57,12 +57,16 @@ class Criterion:
         row_separable: the scores of rows ``a:b`` (first axis) of the weight, with the other inputs
             unchanged, are rows ``a:b`` of its scores, exactly (element-wise math): the update may then
             score a large layer in chunks on several threads.
+        into: optional, ``into(out, **inputs)`` writes the scores ``fn`` gives into the NumPy array ``out``
+            (the scores' shape) and returns it, or returns None where it cannot (another dtype): a chunked
+            update then reuses one buffer instead of allocating (and faulting in) every chunk's scores.
     """
 
     name: str
     needs: tuple[str, ...]
     fn: Callable[..., Any]
     row_separable: bool = False
+    into: Callable[..., Any] | None = None
 
     @property
     def per_step(self) -> bool:
@@ -81,6 +85,22 @@ class Criterion:
         if missing:
             raise ValueError(f"criterion {self.name!r} needs {list(self.needs)}; missing {missing}")
         return self.fn(config=config, **{k: inputs[k] for k in self.needs})
+
+    def scores_into(self, out: np.ndarray, *, config: Any = None, **inputs: Any) -> np.ndarray | None:
+        """:meth:`scores` written into ``out`` (same values, bit for bit), or None where the criterion has no
+        ``into`` or it cannot write these inputs' scores into ``out`` (the caller uses :meth:`scores`).
+
+        Example:
+            >>> import numpy as np
+            >>> buf = np.empty(2, dtype=np.float32)
+            >>> get_criterion("magnitude").scores_into(buf, weight=np.array([-3.0, 1.0], dtype=np.float32)) is buf
+            True
+            >>> buf.tolist()
+            [3.0, 1.0]
+        """
+        if self.into is None:
+            return None
+        return self.into(out, config=config, **{k: inputs[k] for k in self.needs})
 
 
 _REGISTRY: dict[str, Criterion] = {}
@@ -259,6 +279,30 @@ def _snip_momentum(weight: Any, grad: Any, state: Any, config: Any = None, **_: 
 
 register_criterion("wanda", needs=("weight", "activation"), row_separable=True)(
     lambda weight, activation, **_: wanda(weight, activation))
+
+
+def _float_array(x: Any, dtype: np.dtype) -> bool:
+    return isinstance(x, np.ndarray) and x.dtype == dtype and x.dtype.kind == "f"
+
+
+def _magnitude_into(out: np.ndarray, weight: Any, **_: Any) -> np.ndarray | None:
+    if not _float_array(weight, out.dtype) or weight.shape != out.shape:
+        return None
+    return np.abs(weight, out=out)
+
+
+def _wanda_into(out: np.ndarray, weight: Any, activation: Any, **_: Any) -> np.ndarray | None:
+    # abs(w) * a in the weight's dtype exactly: only where that is also the product's dtype and shape
+    if (not _float_array(weight, out.dtype) or weight.shape != out.shape
+            or np.result_type(weight, activation) != out.dtype
+            or np.broadcast_shapes(weight.shape, np.shape(activation)) != out.shape):
+        return None
+    np.abs(weight, out=out)
+    return np.multiply(out, activation, out=out)
+
+
+_REGISTRY["magnitude"] = replace(_REGISTRY["magnitude"], into=_magnitude_into)
+_REGISTRY["wanda"] = replace(_REGISTRY["wanda"], into=_wanda_into)
 
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from .config import PruningConfig
 from .criteria import get_criterion, scored_every_step
-from .global_stream import can_stream_global, can_stream_local, streamed_global_masks, streamed_layer_mask
+from .global_stream import can_stream_global, can_stream_local, mask_buffers, streamed_global_masks, streamed_layer_mask
 from .layout import view_shape
 from .pattern_fit import check_pattern_fit
 from .patterns import Pattern
@@ -315,6 +315,7 @@ class PruningEngine:
         pre = self._checked_pre(weights, pre_masks)
 
         chunked = can_stream_local(self.pattern, crit)
+        buffers = mask_buffers({n: w.size for n, w in weights.items()}) if chunked else {}
 
         def one(n: str) -> np.ndarray:
             w = weights[n]
@@ -323,7 +324,7 @@ class PruningEngine:
             if chunked:                               # no layer-sized score array: scored chunk by chunk
                 try:
                     mask = streamed_layer_mask(self.pattern, crit, self.config, n, inputs[n],
-                                               None if pre is None else pre.get(n), sparsity)
+                                               None if pre is None else pre.get(n), sparsity, buffers[n])
                     if mask is not None:
                         return mask
                 except NaNScoreError:

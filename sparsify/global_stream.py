@@ -34,7 +34,7 @@ from .patterns.base import Pattern
 from .patterns.layer_view import view_axes
 from .streamed_cut import StreamedCut
 
-__all__ = ["can_stream_global", "streamed_global_masks", "can_stream_local", "streamed_layer_mask"]
+__all__ = ["can_stream_global", "streamed_global_masks", "can_stream_local", "streamed_layer_mask", "mask_buffers"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -58,21 +58,47 @@ def can_stream_global(pattern: Any, criterion: Any) -> bool:
 
 
 def _rows_function(criterion: Any, config: Any, inputs: Mapping[str, Any], pre: np.ndarray | None,
-                   dtype: np.dtype) -> Callable[[Any], np.ndarray]:
-    """Flat scores of some rows of one layer; ``-inf`` where ``pre`` pruned before (NaN stays NaN: it raises)."""
+                   dtype: np.dtype) -> Callable[[Any, np.ndarray | None], np.ndarray]:
+    """Flat scores of some rows of one layer, written into ``out`` where the criterion can
+    (:meth:`~sparsify.criteria.Criterion.scores_into`); ``-inf`` where ``pre`` pruned before (NaN stays NaN:
+    it raises)."""
     weight = inputs["weight"]
     pre2 = None if pre is None else pre.reshape(weight.shape[0], -1)
     low = dtype.type(-np.inf)
 
-    def rows(r: Any) -> np.ndarray:
-        x = np.asarray(criterion.scores(config=config, **{**inputs, "weight": weight[r]})).reshape(-1)
-        if x.dtype != dtype:
-            x = x.astype(dtype)
-        if pre2 is not None:
-            x = np.where(pre2[r].reshape(-1) | np.isnan(x), x, low)
-        return x
+    def rows(r: Any, out: np.ndarray | None = None) -> np.ndarray:
+        w = weight[r]
+        x = None
+        if out is not None:
+            x = criterion.scores_into(out.reshape(w.shape), config=config, **{**inputs, "weight": w})
+        if x is None:
+            x = np.asarray(criterion.scores(config=config, **{**inputs, "weight": w})).reshape(-1)
+            if x.dtype != dtype:
+                x = x.astype(dtype)
+            if pre2 is not None:
+                x = np.where(pre2[r].reshape(-1) | np.isnan(x), x, low)   # a new array: x may be the caller's
+        elif pre2 is not None:
+            np.copyto(x, low, where=~(pre2[r].reshape(x.shape) | np.isnan(x)))   # x is our buffer
+        return x.reshape(-1)
 
     return rows
+
+
+def mask_buffers(sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Flat bool buffers of ``sizes`` (name -> elements), views of one allocation: an update's masks fault in a
+    few large pages together instead of many small allocations that the allocator returns to the system and
+    takes back at every update. A mask kept alive keeps the whole allocation (1 byte per weight) alive.
+
+    Example:
+        >>> {n: b.size for n, b in mask_buffers({"a": 3, "b": 2}).items()}
+        {'a': 3, 'b': 2}
+    """
+    buf = np.empty(sum(sizes.values()), dtype=bool)
+    out, off = {}, 0
+    for n, size in sizes.items():
+        out[n] = buf[off:off + size]
+        off += size
+    return out
 
 
 def _probe(criterion: Any, config: Any, inputs: Mapping[str, Mapping[str, Any]]) -> np.dtype | None:
@@ -119,17 +145,19 @@ def streamed_global_masks(pattern: Any, criterion: Any, config: Any, inputs: Map
     rows = {n: _rows_function(criterion, config, inputs[n], pre[n], dtype) for n in names}
     ties = {n: view_axes(len(s)) if len(s) >= 3 else None for n, s in shapes.items()}
     sizes = {n: int(np.prod(s)) for n, s in shapes.items()}
+    buffers = mask_buffers(sizes)
     limits = {n: pattern.unit_limits(sizes[n], max_ratio) for n in names}
     total = pattern.units_for_ratio(ratio, sum(sizes.values()))
     total = min(max(total, sum(lo for lo, _ in limits.values())), sum(hi for _, hi in limits.values()))
-    cut = StreamedCut([rows[n] for n in names], [shapes[n] for n in names], names, dtype, [ties[n] for n in names])
+    cut = StreamedCut([rows[n] for n in names], [shapes[n] for n in names], names, dtype, [ties[n] for n in names],
+                      [buffers[n] for n in names])
     counts = allocate_on_cut(cut, sizes, limits, total)
     for part in cut.parts:
         part.keep = None                               # a clipped layer's classification: not needed any more
     for n in names:
         keep = counts[n]
         if not isinstance(keep, np.ndarray):           # clipped: its own lowest units
-            one = StreamedCut([rows[n]], [shapes[n]], [n], dtype, [ties[n]])
+            one = StreamedCut([rows[n]], [shapes[n]], [n], dtype, [ties[n]], [buffers[n]])   # its buffer: unused
             one.counts(int(keep))
             keep = one.keeps()[0]
         keep = keep.reshape(shapes[n])
@@ -155,10 +183,11 @@ def can_stream_local(pattern: Any, criterion: Any) -> bool:
 
 
 def streamed_layer_mask(pattern: Any, criterion: Any, config: Any, name: str, inputs: Mapping[str, Any],
-                        pre_mask: np.ndarray | None, ratio: float) -> np.ndarray | None:
+                        pre_mask: np.ndarray | None, ratio: float, out: np.ndarray | None = None) -> np.ndarray | None:
     """The local-scope mask of one non-empty layer (``pattern.get_masks({name: scores}, ratio, pre)[name]``, bit
     for bit) from scores computed row chunk by row chunk, or None where they cannot be (the caller scores the
-    layer whole). Raises :class:`~sparsify.score_checks.NaNScoreError` for a NaN score.
+    layer whole). ``out``: a C-contiguous bool array of the layer's size to write the mask into (e.g. one of
+    :func:`mask_buffers`). Raises :class:`~sparsify.score_checks.NaNScoreError` for a NaN score.
 
     Example:
         >>> from sparsify.criteria import get_criterion
@@ -177,7 +206,7 @@ def streamed_layer_mask(pattern: Any, criterion: Any, config: Any, name: str, in
     n = int(np.prod(shape))
     lo, hi = pattern.unit_limits(n, pattern.max_sparsity_ratio_per_layer)
     cut = StreamedCut([_rows_function(criterion, config, inputs, pre, dtype)], [shape], [name], dtype,
-                      [view_axes(len(shape)) if len(shape) >= 3 else None])
+                      [view_axes(len(shape)) if len(shape) >= 3 else None], [out])
     cut.counts(min(max(pattern.units_for_ratio(ratio, n), lo), hi))
     keep = cut.keeps()[0]
     if pre is not None:

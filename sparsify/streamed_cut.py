@@ -13,8 +13,8 @@ element: ties to the earlier part, then the lower index in tie order.
 Example:
     >>> import numpy as np
     >>> a, b = np.array([[2.0, 0.5], [1.0, 1.0]]), np.array([[1.0, 3.0]])
-    >>> cut = StreamedCut([lambda r: a[r].ravel(), lambda r: b[r].ravel()], [a.shape, b.shape], ["a", "b"],
-    ...                   np.dtype(float))
+    >>> cut = StreamedCut([lambda r, out: a[r].ravel(), lambda r, out: b[r].ravel()], [a.shape, b.shape],
+    ...                   ["a", "b"], np.dtype(float))
     >>> cut.counts(3)
     [3, 0]
     >>> [k.astype(int).tolist() for k in cut.keeps()]
@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .lowest_k_cut import _CHUNK, LowestKCut
+from .lowest_k_cut import LowestKCut
 from .score_checks import NaNScoreError
 from .threads import MIN_PARALLEL, chunk_ranges, current_threads, parallel_map
 from .tie_order import tie_rank
@@ -37,6 +37,9 @@ __all__ = ["StreamedCut", "float_keys", "key_value"]
 _CANDIDATE_FRACTION = 1 / 16
 _CANDIDATE_SLACK = 64
 _DIGIT = 16                                            # bits of the radix selection per pass
+#: elements scored and classified per step: large enough that the Python between two NumPy calls (which
+#: holds the GIL) is a small share of a thread's time, small enough that a chunk's arrays stay in the cache
+_STREAM_CHUNK = 1 << 18
 
 
 def float_keys(x: np.ndarray) -> np.ndarray:
@@ -70,12 +73,13 @@ def key_value(key: int, dtype: np.dtype):
 class _StreamPart:
     """One layer of a :class:`StreamedCut`: its scores function, and the last classification."""
 
-    def __init__(self, rows: Callable[[slice], np.ndarray], shape: tuple[int, ...], name: str,
-                 tie_axes: tuple[int, ...] | None, dtype: np.dtype) -> None:
+    def __init__(self, rows: Callable[[slice, np.ndarray | None], np.ndarray], shape: tuple[int, ...], name: str,
+                 tie_axes: tuple[int, ...] | None, dtype: np.dtype, keep_out: np.ndarray | None = None) -> None:
         self.rows, self.shape, self.name, self.dtype = rows, tuple(shape), name, np.dtype(dtype)
+        self.keep_out = keep_out                       # where the first classification writes the keep mask
         self.size = int(np.prod(self.shape))
         self.row_len = max(1, self.size // max(self.shape[0], 1)) if self.shape else 1
-        self.align = self.row_len * max(1, _CHUNK // self.row_len)     # whole rows, about a cache-sized chunk
+        self.align = self.row_len * max(1, _STREAM_CHUNK // self.row_len)     # whole rows, about a chunk
         self.tie_axes = tie_axes if tie_axes is not None and len(self.shape) > 1 and \
             tuple(tie_axes) != tuple(range(len(self.shape))) else None
         self.sample = self.keep = self.idx = self.val = self.bracket = self.exact = None
@@ -83,12 +87,18 @@ class _StreamPart:
         self.ties: list[tuple[int, int, int]] = []     # exact classification: (start, stop, ties) per chunk
         self.prune: list[tuple[int, int, int]] = []    # ... and how many of those ties the cut prunes
 
-    def chunks(self, start: int, stop: int):
-        """``(a, b, scores)`` of the whole-row chunks of elements ``[start, stop)``."""
+    def buffer(self, start: int, stop: int) -> np.ndarray:
+        """A scores buffer for the chunks of ``[start, stop)`` (one per range: each thread has its own)."""
+        return np.empty(min(stop - start, self.align), dtype=self.dtype)
+
+    def chunks(self, start: int, stop: int, buf: np.ndarray | None = None):
+        """``(a, b, scores)`` of the whole-row chunks of elements ``[start, stop)``; the scores may be written
+        into ``buf`` (:meth:`buffer`), valid until the next chunk."""
         rl = self.row_len
         for a in range(start, stop, self.align):
             b = min(stop, a + self.align)
-            yield a, b, np.asarray(self.rows(slice(a // rl, b // rl))).reshape(-1)
+            yield a, b, np.asarray(self.rows(slice(a // rl, b // rl), None if buf is None else buf[: b - a])
+                                   ).reshape(-1)
 
     def take_sample(self, spacing: int) -> np.ndarray:
         """About ``64 bytes per spacing`` scores, from rows spread evenly over the layer (2x that many read)."""
@@ -97,13 +107,16 @@ class _StreamPart:
             n_rows = max(self.shape[0], 1) if self.shape else 1
             take = min(n_rows, max(1, -(-want * 2 // self.row_len)))
             idx = np.arange(take, dtype=np.intp) * n_rows // take       # evenly spread, distinct, ascending
-            x = np.asarray(self.rows(idx)).reshape(-1)
+            x = np.asarray(self.rows(idx, None)).reshape(-1)
             self.sample = x[:: max(1, x.size // want)].copy()      # not a view: the rows read are freed
         return self.sample
 
     def prepare(self, lo) -> None:
         if self.keep is None:
-            self.keep = np.empty(self.size, dtype=bool)
+            if self.keep_out is not None:              # the caller's buffer, for the first mask only
+                self.keep, self.keep_out = self.keep_out.reshape(-1), None
+            else:
+                self.keep = np.empty(self.size, dtype=bool)
 
     def scan(self, lo, hi, start: int, stop: int):
         """As :meth:`LowestKCut`'s parts: below ``lo`` pruned, above ``hi`` kept, in between a candidate.
@@ -114,7 +127,7 @@ class _StreamPart:
         keep, kept, found, vals, ties = self.keep, 0, [], [], []
         cap, count = int((stop - start) * _CANDIDATE_FRACTION) + _CANDIDATE_SLACK, 0
         tmp = np.empty(min(stop - start, self.align), dtype=bool)
-        for a, b, x in self.chunks(start, stop):
+        for a, b, x in self.chunks(start, stop, self.buffer(start, stop)):
             kp, t = keep[a:b], tmp[: b - a]
             if lo is None:
                 kp[:] = True
@@ -161,7 +174,7 @@ class _StreamPart:
         bits = self.dtype.itemsize * 8
         shift = bits - _DIGIT * (level + 1)
         hist = np.zeros(1 << _DIGIT, dtype=np.int64)
-        for _, _, x in self.chunks(start, stop):
+        for _, _, x in self.chunks(start, stop, self.buffer(start, stop)):
             if level == 0 and np.isnan(x).any():
                 raise NaNScoreError(f"layer {self.name!r}: scores contain NaN; fix the weights or gradients "
                                     "before pruning")
@@ -173,7 +186,7 @@ class _StreamPart:
 
     def mark(self, a: int, b: int, r: int) -> None:
         """Prune (keep = False) the first ``r`` ties of the exact value in ``[a, b)``, in tie order."""
-        x = next(self.chunks(a, b))[2]
+        x = next(self.chunks(a, b, self.buffer(a, b)))[2]
         pos = np.flatnonzero(x == self.exact)
         if r < pos.size:
             if self.tie_axes is not None:
@@ -196,23 +209,35 @@ class StreamedCut(LowestKCut):
     """:class:`~sparsify.lowest_k_cut.LowestKCut` over scores computed on demand, row chunk by row chunk.
 
     Args:
-        rows: per part, a function of a row ``slice`` (or an index array of rows) giving the flat scores of
-            those rows (float32 or float64, ``dtype``; ``-inf`` where a unit was pruned before).
+        rows: per part, a function ``rows(r, out)`` of a row ``slice`` (or an index array of rows) giving the
+            flat scores of those rows (float32 or float64, ``dtype``; ``-inf`` where a unit was pruned before);
+            ``out`` is None or a flat buffer of ``dtype`` as long as those scores, which the function may write
+            them into (and return).
         shapes: each part's shape; names: for error messages; tie_axes: as in :class:`LowestKCut`.
+        keep_out: per part, None or a bool array of the part's size: the part's keep mask is written there
+            (and :meth:`keeps` returns it), instead of a new array.
 
     NaN raises :class:`~sparsify.score_checks.NaNScoreError` naming a part that holds one.
     """
 
     def __init__(self, rows: Sequence[Callable], shapes: Sequence[tuple[int, ...]], names: Sequence[str],
-                 dtype: np.dtype, tie_axes: Sequence[tuple[int, ...] | None] | None = None) -> None:
+                 dtype: np.dtype, tie_axes: Sequence[tuple[int, ...] | None] | None = None,
+                 keep_out: Sequence[np.ndarray | None] | None = None) -> None:
         if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
         tie_axes = [None] * len(rows) if tie_axes is None else tie_axes
-        self._start([_StreamPart(f, s, n, t, dtype) for f, s, n, t in zip(rows, shapes, names, tie_axes)])
+        keep_out = [None] * len(rows) if keep_out is None else keep_out
+        for s, n, k in zip(shapes, names, keep_out):
+            if k is not None and (not isinstance(k, np.ndarray) or k.dtype != bool or k.size != int(np.prod(s))
+                                  or not k.flags.c_contiguous):
+                raise ValueError(f"keep_out for {n!r} must be a C-contiguous bool array of {int(np.prod(s))} "
+                                 f"elements, got {type(k).__name__} {getattr(k, 'dtype', '')} of {np.size(k)}")
+        self._start([_StreamPart(f, s, n, t, dtype, k)
+                     for f, s, n, t, k in zip(rows, shapes, names, tie_axes, keep_out)])
 
     def _check_nan(self, parts) -> None:
         for p in parts:
-            for _, _, x in p.chunks(0, p.size):
+            for _, _, x in p.chunks(0, p.size, p.buffer(0, p.size)):
                 if np.isnan(x).any():
                     raise NaNScoreError(f"layer {p.name!r}: scores contain NaN; fix the weights or gradients "
                                         "before pruning")

@@ -81,3 +81,43 @@ def test_missing_inputs_are_named():
         get_criterion("wanda").scores(weight=np.ones(2))
     with pytest.raises(ValueError, match="needs the input activation statistics of 'w'"):
         PruningEngine({"criterion": "wanda", "end_step": 0}).compute_masks({"w": np.ones((2, 2))}, step=0)
+
+
+@pytest.mark.parametrize("wdtype,adtype", [(np.float32, np.float32), (np.float64, np.float64),
+                                           (np.float32, np.float64), (np.float64, np.float32)])
+def test_scores_into_writes_the_scores_bit_for_bit_or_declines(wdtype, adtype):
+    """Into a buffer of the scores' dtype: the same bits as ``scores``; a weight of another dtype than the
+    buffer (the product would be rounded differently): None, the caller allocates."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((3, 5)) * 1e3).astype(wdtype)
+    w[0, 0] = -0.0
+    a = rng.random(5).astype(adtype) + 0.5
+    for name, inputs in (("magnitude", {"weight": w}), ("wanda", {"weight": w, "activation": a})):
+        crit = get_criterion(name)
+        want = np.asarray(crit.scores(**inputs))
+        out = np.empty(w.shape, dtype=want.dtype)
+        got = crit.scores_into(out, **inputs)
+        if want.dtype == w.dtype:
+            assert got is out
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+        else:
+            assert got is None
+    assert get_criterion("magnitude").scores_into(np.empty(2, np.float32), weight=np.array([1, -2])) is None
+    assert get_criterion("snip").scores_into(np.empty(2), weight=np.ones(2), grad=np.ones(2)) is None
+
+
+def test_a_criterion_that_returns_its_input_is_not_written_into_by_a_streamed_update():
+    """A row-separable criterion without ``into`` may hand back a view of the weight: the update's -inf for
+    units pruned before goes into a new array, never into the weight."""
+    register_criterion("as_is_test", needs=("weight",), row_separable=True)(lambda weight, **_: weight)
+    try:
+        w = np.random.default_rng(1).standard_normal((64, 32)).astype(np.float32)
+        before = w.copy()
+        pre = np.random.default_rng(2).random(w.shape) < 0.7
+        for scope in ("local", "global"):
+            eng = PruningEngine({"criterion": "as_is_test", "pruning_scope": scope, "start_step": 0, "end_step": 0})
+            masks = eng.masks_at_sparsity({"fc": w}, 0.5, {"fc": pre})
+            np.testing.assert_array_equal(w, before)
+            assert not masks["fc"][~pre].any()
+    finally:
+        unregister_criterion("as_is_test")

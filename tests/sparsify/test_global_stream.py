@@ -13,6 +13,7 @@ from sparsify import PruningEngine
 from sparsify.criteria import get_criterion
 from sparsify.global_stream import can_stream_global, can_stream_local, streamed_global_masks
 from sparsify.patterns import get_pattern
+from sparsify import streamed_cut
 from sparsify.streamed_cut import StreamedCut
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -23,7 +24,7 @@ def tiny_work(exact: bool):
     """Small chunks and samples, no size threshold; ``exact``: every bracket overflows (the radix path)."""
     with mock.patch("sparsify.lowest_k._SMALL", 0), mock.patch("sparsify.lowest_k._SMALL_ELIGIBLE", 0), \
             mock.patch.multiple("sparsify.lowest_k_cut", _CHUNK=8, _SAMPLE=8, _SAMPLE_MAX=32, MIN_PARALLEL=0), \
-            mock.patch.multiple("sparsify.streamed_cut", _CHUNK=8, MIN_PARALLEL=0,
+            mock.patch.multiple("sparsify.streamed_cut", _STREAM_CHUNK=8, MIN_PARALLEL=0,
                                 _CANDIDATE_FRACTION=0.0 if exact else 1 / 16, _CANDIDATE_SLACK=0 if exact else 64), \
             mock.patch("sparsify.parallel_layers.MIN_PARALLEL", 0):
         yield
@@ -80,7 +81,7 @@ def test_literal_masks_ties_to_the_earlier_layer_then_index():
     masks = streamed_global_masks(get_pattern({"pruning_scope": "global"}), get_criterion("magnitude"), None,
                                   {n: {"weight": v} for n, v in w.items()}, None, 5 / 8)
     assert {n: m.astype(int).tolist() for n, m in masks.items()} == {"a": [[0, 0], [0, 1]], "b": [[0, 0], [1, 1]]}
-    cut = StreamedCut([lambda r: np.zeros((2, 2, 2))[r].reshape(-1)], [(2, 2, 2)], ["c"], np.dtype(float), [(0, 2, 1)])
+    cut = StreamedCut([lambda r, out: np.zeros((2, 2, 2))[r].reshape(-1)], [(2, 2, 2)], ["c"], np.dtype(float), [(0, 2, 1)])
     assert cut.counts(3) == [3]
     assert cut.keeps()[0].astype(int).tolist() == [[[0, 0], [0, 1]], [[1, 1], [1, 1]]]   # column by column
 
@@ -104,8 +105,9 @@ def test_only_global_element_units_with_row_separable_criteria_stream():
 
 
 def test_peak_extra_memory_is_well_under_the_weights():
-    """Eight 512x512 float32 layers (8 MiB): the streamed update allocates the masks (2 MiB) and chunks; the full
-    path holds every layer's scores as well (8 MiB more)."""
+    """Eight 512x512 float32 layers (8 MiB): the streamed update allocates the masks (2 MiB) and a chunk's scores
+    and flags per thread (5 bytes per element of a chunk); the full path holds every layer's scores as well (8 MiB
+    more)."""
     rng = np.random.default_rng(0)
     weights = {f"l{i}": rng.standard_normal((512, 512), dtype=np.float32) for i in range(8)}
     nbytes = sum(w.nbytes for w in weights.values())
@@ -121,4 +123,5 @@ def test_peak_extra_memory_is_well_under_the_weights():
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
         assert sum(int(m.sum()) for m in masks.values()) == 209715      # 10% of 2,097,152 kept, rounded down
-    assert peaks[0] < 0.6 * nbytes and peaks[1] > nbytes           # measured: 0.44x and 1.37x
+    per_thread = streamed_cut._STREAM_CHUNK * 5
+    assert peaks[0] < nbytes // 4 + 2 * per_thread + (1 << 20) and peaks[1] > nbytes   # measured: 0.62x, 1.37x
