@@ -38,6 +38,7 @@ from .global_stream import can_stream_global, can_stream_local, mask_buffers, st
 from .layout import view_shape
 from .pattern_fit import check_pattern_fit
 from .patterns import Pattern
+from .patterns.global_scope import can_score_layer_by_layer, global_masks_by_layer
 from .parallel_layers import layer_scores, map_layers
 from .regrowth import regrow, regrowth_fraction
 from .score_checks import NaNScoreError
@@ -291,6 +292,8 @@ class PruningEngine:
             return self._streamed(weights, sparsity, pre_masks, activations)
         crit = get_criterion(self.config.criterion)
         if not can_stream_global(self.pattern, crit):
+            if can_score_layer_by_layer(self.pattern, crit):
+                return self._global_by_layer(crit, weights, sparsity, pre_masks, activations)
             return None
         checked = _checked_weights(weights)
         inputs = self._criterion_inputs(checked, activations)
@@ -299,6 +302,33 @@ class PruningEngine:
                                          lambda: self._checked_pre(checked, pre_masks), sparsity)
         except NaNScoreError:
             return None
+
+    def _global_by_layer(self, crit: Any, weights: Mapping[str, np.ndarray], sparsity: float,
+                         pre_masks: Mapping[str, np.ndarray] | None,
+                         activations: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+        """Global scope on blocks or N:M: :func:`~sparsify.patterns.global_scope.global_masks_by_layer`, each
+        layer scored (in row chunks on several threads, :func:`~sparsify.parallel_layers.layer_scores`) and its
+        element scores dropped once its unit scores are made; None after a NaN (the full path raises it as
+        documented)."""
+        checked = _checked_weights(weights)
+        inputs = self._criterion_inputs(checked, activations)
+        pre = self._checked_pre(checked, pre_masks)
+        empty = {n for n, w in checked.items() if w.size == 0}
+
+        def score_of(n: str) -> np.ndarray:
+            return np.ascontiguousarray(_numeric(f"scores[{n!r}]", layer_scores(crit, self.config, inputs[n]),
+                                                 checked[n].shape))
+
+        try:
+            masks = global_masks_by_layer(self.pattern, score_of,
+                                          {n: w.shape for n, w in checked.items() if n not in empty},
+                                          self.pattern.check_ratio(sparsity),
+                                          None if pre is None else {n: m for n, m in pre.items() if n not in empty},
+                                          self.pattern.max_sparsity_ratio_per_layer)
+        except NaNScoreError:
+            return None
+        masks.update({n: np.ones(checked[n].shape, dtype=bool) for n in empty})
+        return {n: masks[n] for n in checked}
 
     def _streams(self) -> bool:
         """True when an update scores and selects each layer on its own: local scope, criterion evaluated at

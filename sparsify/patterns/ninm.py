@@ -341,6 +341,9 @@ class PatternNInM(Pattern):
             return words != np.ones(self.M, dtype=bool).view(words.dtype)[0]
         return ~self.groups(pre2d).all(axis=-1)
 
+    #: expand_keep reads the scores' shape only (global scope may drop the element scores once units are made)
+    expand_keep_reads_shape_only = True
+
     def expand_keep(self, unit_keep, score2d, aux):
         keep = np.logical_not(aux)                   # aux: the N lowest of each group
         if unit_keep.any():                          # groups left dense keep all M

@@ -137,6 +137,9 @@ class PatternNxM(Pattern):
         r, c = pre2d.shape
         return ~pre2d.reshape(r // br, br, c // bc, bc).all(axis=(1, 3))
 
+    #: expand_keep reads the scores' shape only (global scope may drop the element scores once units are made)
+    expand_keep_reads_shape_only = True
+
     def expand_keep(self, unit_keep, score2d, aux):
         br, bc = self.block_shape(score2d.shape)
         if br == 1 and bc == 1:
