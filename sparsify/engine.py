@@ -39,7 +39,7 @@ from .layout import view_shape
 from .pattern_fit import check_pattern_fit
 from .patterns import Pattern
 from .patterns.global_scope import can_score_layer_by_layer, global_masks_by_layer
-from .parallel_layers import layer_scores, map_layers
+from .parallel_layers import BufferPool, layer_scores, map_layers
 from .regrowth import regrow, regrowth_fraction
 from .score_checks import NaNScoreError
 from .threads import default_threads, use_threads
@@ -346,6 +346,7 @@ class PruningEngine:
 
         chunked = can_stream_local(self.pattern, crit)
         buffers = mask_buffers({n: w.size for n, w in weights.items()}) if chunked else {}
+        pool = BufferPool() if crit.into is not None else None
 
         def one(n: str) -> np.ndarray:
             w = weights[n]
@@ -359,10 +360,15 @@ class PruningEngine:
                         return mask
                 except NaNScoreError:
                     pass                              # the whole layer's path raises it, worded as documented
-            score = np.ascontiguousarray(_numeric(f"scores[{n!r}]", layer_scores(crit, self.config, inputs[n]),
-                                                  w.shape))
-            return self.pattern.get_masks({n: score}, sparsity, None if pre is None or n not in pre else
-                                          {n: pre[n]})[n]
+            buf = pool.take(w.shape, w.dtype) if pool is not None and w.dtype.kind == "f" else None
+            try:                                      # the scores live until the mask is made, then lent on
+                score = np.ascontiguousarray(_numeric(f"scores[{n!r}]", layer_scores(crit, self.config, inputs[n], buf),
+                                                      w.shape))
+                return self.pattern.get_masks({n: score}, sparsity, None if pre is None or n not in pre else
+                                              {n: pre[n]})[n]
+            finally:
+                if buf is not None:
+                    pool.give(buf)
 
         return map_layers(one, {n: w.size for n, w in weights.items()})
 

@@ -18,13 +18,14 @@ Example:
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from .threads import MIN_PARALLEL, chunk_ranges, current_threads, parallel_map, use_threads
 
-__all__ = ["map_layers", "layer_scores"]
+__all__ = ["map_layers", "layer_scores", "BufferPool"]
 
 
 def map_layers(fn: Callable[[str], Any], sizes: Mapping[str, int], threads: int | None = None) -> dict[str, Any]:
@@ -63,15 +64,26 @@ def map_layers(fn: Callable[[str], Any], sizes: Mapping[str, int], threads: int 
     return {name: outcome[name][1] for name in names}
 
 
-def layer_scores(criterion: Any, config: Any, inputs: Mapping[str, Any]) -> np.ndarray:
+def layer_scores(criterion: Any, config: Any, inputs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
     """``criterion.scores(config=config, **inputs)`` as an array, in row chunks on several threads when the
     criterion is row-separable, the weight is a large C-contiguous array and the other inputs have no
-    extent along its first axis (the same values either way)."""
+    extent along its first axis (the same values either way). ``out``: an array of the weight's shape
+    (e.g. from :class:`BufferPool`) the scores are written into where the criterion can
+    (:meth:`~sparsify.criteria.Criterion.scores_into`); the result is then ``out``."""
     weight = inputs["weight"]
     threads = current_threads()
-    if (threads > 1 and criterion.row_separable and isinstance(weight, np.ndarray) and weight.ndim >= 1
-            and weight.size >= MIN_PARALLEL and weight.flags.c_contiguous
-            and all(_no_row_extent(v, weight.ndim) for k, v in inputs.items() if k != "weight")):
+    parallel = (threads > 1 and criterion.row_separable and isinstance(weight, np.ndarray) and weight.ndim >= 1
+                and weight.size >= MIN_PARALLEL and weight.flags.c_contiguous
+                and all(_no_row_extent(v, weight.ndim) for k, v in inputs.items() if k != "weight"))
+    if out is not None and out.shape == np.shape(weight):
+        ranges = chunk_ranges(weight.shape[0], threads * 2) if parallel else [(0, len(weight))]
+        a0, b0 = ranges[0]
+        if criterion.scores_into(out[a0:b0], config=config, **{**inputs, "weight": weight[a0:b0]}) is not None:
+            parallel_map(lambda r: criterion.scores_into(out[r[0]:r[1]], config=config,
+                                                         **{**inputs, "weight": weight[r[0]:r[1]]}),
+                         ranges[1:], threads)
+            return out
+    if parallel:
         ranges = chunk_ranges(weight.shape[0], threads * 2)
         if len(ranges) > 1:
             a0, b0 = ranges[0]
@@ -86,6 +98,41 @@ def layer_scores(criterion: Any, config: Any, inputs: Mapping[str, Any]) -> np.n
                 parallel_map(fill, ranges[1:], threads)
                 return out
     return criterion.scores(config=config, **inputs)
+
+
+class BufferPool:
+    """Arrays lent to the layers of one update and taken back: a layer's scores, freed once its mask is made,
+    become the next layer's, instead of a fresh allocation the system must map and zero each time (at most
+    one buffer per layer in flight; :func:`map_layers` starts with the largest layers).
+
+    Example:
+        >>> pool = BufferPool()
+        >>> a = pool.take((2, 3), np.float32)
+        >>> pool.give(a)
+        >>> np.shares_memory(pool.take((3, 2), np.float32), a)
+        True
+    """
+
+    def __init__(self) -> None:
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A C-contiguous array of ``shape`` and ``dtype`` (its contents undefined)."""
+        dtype, n = np.dtype(dtype), int(np.prod(shape, dtype=np.int64))
+        with self._lock:
+            for i, buf in enumerate(self._free):
+                if buf.dtype == dtype and buf.size >= n:
+                    return self._free.pop(i)[:n].reshape(shape)
+        return np.empty(n, dtype=dtype).reshape(shape)
+
+    def give(self, array: np.ndarray) -> None:
+        """Take back an array of :meth:`take` (nothing else may hold it any more)."""
+        base = array
+        while base.base is not None:
+            base = base.base
+        with self._lock:
+            self._free.append(base.reshape(-1))
 
 
 def _no_row_extent(value: Any, ndim: int) -> bool:

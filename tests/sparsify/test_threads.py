@@ -11,7 +11,7 @@ from sparsify import PruningConfig, PruningEngine, get_pattern
 from sparsify.criteria import get_criterion
 from sparsify.lowest_k import lowest_k_keep
 from sparsify.lowest_k_cut import LowestKCut
-from sparsify.parallel_layers import layer_scores, map_layers
+from sparsify.parallel_layers import BufferPool, layer_scores, map_layers
 from sparsify.threads import ENV_VAR, chunk_ranges, check_threads, current_threads, default_threads, use_threads
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -95,6 +95,56 @@ def test_layer_scores_in_chunks_equal_the_whole():
     assert mag.dtype == np.uint8 and mag[w8 == -128].tolist() == [128] * int((w8 == -128).sum())
     np.testing.assert_array_equal(mag, get_criterion("magnitude").scores(weight=w8))
     np.testing.assert_array_equal(wanda, np.abs(w) * act[None, :])
+
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_layer_scores_into_a_lent_buffer_equal_the_whole(threads):
+    """Into ``out`` (row chunks on several threads): the same bits, and ``out`` itself; a dtype the criterion
+    cannot write into ``out``: a new array of the criterion's dtype, ``out`` untouched."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((37, 6)).astype(np.float32)
+    act = rng.random(6).astype(np.float32)
+    pool = BufferPool()
+    with mock.patch("sparsify.parallel_layers.MIN_PARALLEL", 0), use_threads(threads):
+        out = pool.take(w.shape, np.float32)
+        got = layer_scores(get_criterion("wanda"), None, {"weight": w, "activation": act[None, :]}, out)
+        assert got is out
+        np.testing.assert_array_equal(got, np.abs(w) * act[None, :])
+        out64 = np.full(w.shape, 7.0)
+        got = layer_scores(get_criterion("magnitude"), None, {"weight": w}, out64)
+        assert got is not out64 and got.dtype == np.float32 and (out64 == 7.0).all()
+        np.testing.assert_array_equal(got, np.abs(w))
+
+
+def test_buffer_pool_lends_a_returned_buffer_again_only_when_it_fits():
+    pool = BufferPool()
+    a = pool.take((4, 4), np.float32)
+    pool.give(a)
+    b = pool.take((2, 3), np.float32)
+    assert np.shares_memory(a, b) and b.shape == (2, 3) and b.flags.c_contiguous
+    assert not np.shares_memory(pool.take((2, 3), np.float32), a)         # lent out: a new one
+    pool.give(b)
+    assert not np.shares_memory(pool.take((5, 5), np.float32), a)         # too small
+    assert pool.take((2, 2), np.float64).dtype == np.float64
+
+
+def test_local_update_with_lent_score_buffers_matches_the_full_path():
+    """Local 2:4 and 4x1 with magnitude and Wanda (scores in lent buffers, layers on 2 threads, the largest
+    first): the masks of scores passed in."""
+    rng = np.random.default_rng(2)
+    weights = {f"l{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate([(64, 32), (8, 16), (128, 64)])}
+    acts = {n: rng.random(w.shape[1]).astype(np.float32) + 0.5 for n, w in weights.items()}
+    with mock.patch("sparsify.parallel_layers.MIN_PARALLEL", 0), mock.patch("sparsify.threads.MIN_PARALLEL", 0):
+        for pattern, ratio in (("2:4", 0.5), ("4x1", 0.75)):
+            for crit in ("magnitude", "wanda"):
+                eng = PruningEngine({"pattern": pattern, "criterion": crit, "num_threads": 2, "start_step": 0,
+                                     "end_step": 0})
+                want = eng.masks_at_sparsity(weights, ratio, scores=eng.criterion_scores(weights, acts),
+                                             activations=acts)
+                got = eng.masks_at_sparsity(weights, ratio, activations=acts)
+                for n in weights:
+                    np.testing.assert_array_equal(got[n], want[n])
 
 
 # ----- masks bit-identical for 1, 2, 3 and 4 threads ---------------------------------------------------------------
