@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .lowest_k_cut import LowestKCut
+from .lowest_k_cut import LowestKCut, sample_offsets
 from .score_checks import NaNScoreError
 from .threads import MIN_PARALLEL, chunk_ranges, current_threads, parallel_map
 from .tie_order import tie_rank
@@ -101,14 +101,17 @@ class _StreamPart:
                                    ).reshape(-1)
 
     def take_sample(self, spacing: int) -> np.ndarray:
-        """About ``64 bytes per spacing`` scores, from rows spread evenly over the layer (2x that many read)."""
+        """About ``64 bytes per spacing`` scores from rows spread evenly over the layer (2x that many read), one
+        drawn (fixed seed) in each run of the rows read."""
         if self.sample is None:
             want = max(1, self.size // spacing) * max(1, 64 // self.dtype.itemsize)
             n_rows = max(self.shape[0], 1) if self.shape else 1
             take = min(n_rows, max(1, -(-want * 2 // self.row_len)))
             idx = np.arange(take, dtype=np.intp) * n_rows // take       # evenly spread, distinct, ascending
             x = np.asarray(self.rows(idx, None)).reshape(-1)
-            self.sample = x[:: max(1, x.size // want)].copy()      # not a view: the rows read are freed
+            width = max(1, x.size // want)                 # one element drawn in each run of width: no column bias
+            count = x.size // width
+            self.sample = x[np.arange(count, dtype=np.intp) * width + sample_offsets(count, width, self.size)]
         return self.sample
 
     def prepare(self, lo) -> None:

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import keras
 import numpy as np
 
 from sparsify.protocol import MaskUpdate
 
-from .backend import backend_name, compiled_assign, compiled_read, keep_where, selector, to_numpy
+from .backend import backend_name, compiled_assign, compiled_read, host_view, keep_where, selector, to_numpy
 from .compat import optimizer_built, optimizer_slots, unwrap_optimizer
 from .statistics import activation_window, reset_activations
 
@@ -89,6 +89,22 @@ def _unpacked(packed: Any, shapes: Sequence[tuple[int, ...]]) -> list[tuple[Any,
 def _dense_values(values: list) -> list:
     """Per weight ``weight + stored`` (``values`` holds the pairs one after the other)."""
     return [keras.ops.add(values[i], values[i + 1]) for i in range(0, len(values), 2)]
+
+
+def _canonical_values(layouts: Sequence[tuple[tuple[int, ...], tuple[int, ...]] | None]) -> Callable[[list], list]:
+    """:func:`_dense_values` in the canonical layout: per weight its ``(perm, shape)`` transpose and reshape on
+    the device (one pass with the sum where the backend compiles), or None to leave its own layout."""
+    def dense(values: list) -> list:
+        out = []
+        for layout, d in zip(layouts, _dense_values(values)):
+            if layout is not None:
+                perm, shape = layout
+                if perm != tuple(range(len(perm))):
+                    d = keras.ops.transpose(d, perm)
+                d = keras.ops.reshape(d, shape)
+            out.append(d)
+        return out
+    return dense
 
 
 class MaskWriter:
@@ -149,7 +165,7 @@ class Keras3StateIO:
     when the optimizer's slots change): what :class:`KerasAdapter` needs of a driver.
 
     ``read_dense()``: the kernels dense under the mask (kernel + stored values), NumPy, each in its own
-    layout; ``write(masks, step)``: per weight ``(keep, keep_values or None)`` (:class:`MaskWriter`), then the
+    layout; ``read_canonical()``: the same in the canonical layout (converted on the device); ``write(masks, step)``: per weight ``(keep, keep_values or None)`` (:class:`MaskWriter`), then the
     state's last update step.
     """
 
@@ -158,6 +174,8 @@ class Keras3StateIO:
         if not optimizer_built(model.optimizer):          # slots exist before the first update zeroes them
             unwrap_optimizer(model.optimizer).build(model.trainable_variables)
         self._reader: Any = None
+        self._canonical_reader: Any = None
+        self._canonical_layouts: list = []
         self._writer: tuple[Any, MaskWriter] | None = None     # (the optimizer's slots it writes, the writer)
         self._writer_key: Any = None
 
@@ -183,6 +201,24 @@ class Keras3StateIO:
             self._reader = compiled_read(_dense_values, [v for pw, s in zip(self.state.pweights, self.state.stored)
                                                          for v in (pw.variable, s)])
         return [to_numpy(d) for d in self._reader()]
+
+    def read_canonical(self) -> list[np.ndarray]:
+        """:meth:`read_dense` in the canonical layout, converted on the device in the same compiled call: the host
+        receives arrays the core reads as they are (on a CPU backend without a copy), instead of converting
+        each kernel again with NumPy."""
+        if self._canonical_reader is None:
+            layouts = []
+            for pw in self.state.pweights:
+                try:
+                    layouts.append(pw.canonical_transpose())
+                except ValueError:                        # not one transpose: converted on the host
+                    layouts.append(None)
+            self._canonical_layouts = layouts
+            self._canonical_reader = compiled_read(_canonical_values(layouts),
+                                                   [v for pw, s in zip(self.state.pweights, self.state.stored)
+                                                    for v in (pw.variable, s)])
+        return [host_view(d) if layout is not None else pw.to_canonical(to_numpy(d)) for pw, layout, d in
+                zip(self.state.pweights, self._canonical_layouts, self._canonical_reader())]
 
     def write(self, masks: Sequence[tuple[np.ndarray, np.ndarray | None]], step: int) -> None:
         """The masks into the weights, stored values, masks and slots; ``step`` as the last update step."""
@@ -215,7 +251,9 @@ class KerasAdapter:
         return bool(self.state.grads) and int(to_numpy(self.state.grads_seen)) == 0
 
     def read_weights(self) -> dict[str, np.ndarray]:
-        """The canonical kernels, dense under the mask (one compiled read; the layout changed on the host)."""
+        """The canonical kernels, dense under the mask (one compiled read; Keras 3 changes the layout on the device)."""
+        if hasattr(self.io, "read_canonical"):            # converted on the device (Keras 3)
+            return dict(zip((pw.path for pw in self.state.pweights), self.io.read_canonical()))
         return {pw.path: pw.to_canonical(d) for pw, d in zip(self.state.pweights, self.io.read_dense())}
 
     def read_grads(self) -> dict[str, np.ndarray]:

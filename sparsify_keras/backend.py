@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Sequence
 import keras
 import numpy as np
 
-__all__ = ["backend_name", "StepValues", "StatefulValues", "JaxStateValues", "current_step_values",
+__all__ = ["backend_name", "host_view", "StepValues", "StatefulValues", "JaxStateValues", "current_step_values",
            "using_step_values", "wrap_train_step", "stateful_train_step", "sync_to_variables", "to_numpy", "compiled", "compiled_read",
            "compiled_assign",           "selector", "keep_where", "dense_gradient", "STEP_OPS", "state_scope", "tf_strategy", "add_to"]
 
@@ -170,6 +170,23 @@ def to_numpy(variable_or_tensor: Any) -> np.ndarray:
     if hasattr(x, "numpy") and not hasattr(x, "detach"):        # TF tensors and variables (mirrored ones too)
         return np.asarray(x.numpy())
     return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def host_view(tensor: Any) -> np.ndarray:
+    """A tensor's value as a NumPy array without a copy where the backend allows it (a CPU tensor: JAX and
+    PyTorch hand over their buffer, read-only for JAX), else one transfer; for arrays only read.
+
+    Example:
+        >>> import keras
+        >>> host_view(keras.ops.ones((2,))).tolist()
+        [1.0, 1.0]
+    """
+    name = backend_name()
+    if name == "jax" and not isinstance(tensor, keras.Variable):
+        return np.asarray(tensor)
+    if name == "torch" and hasattr(tensor, "detach"):
+        return tensor.detach().cpu().numpy()
+    return to_numpy(tensor)
 
 
 def compiled(fn: Callable) -> Callable:

@@ -29,6 +29,7 @@ Example:
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,12 +150,31 @@ class KerasPrunableWeight:
             return k[0]
         return k
 
+    def canonical_transpose(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(perm, shape)`` with ``to_canonical(k) == k.transpose(perm).reshape(shape)`` for every kernel ``k``
+        of this weight: found by converting an index array of distinct extents, so it can never disagree with
+        :meth:`to_canonical` (every layout kind is one transpose and a reshape)."""
+        ndim = len(self.tf_shape)
+        probe_shape = _PROBE_EXTENTS[:ndim]
+        idx = np.arange(int(np.prod(probe_shape, dtype=np.int64))).reshape(probe_shape)
+        probe = KerasPrunableWeight(self.path, self.variable, self.kind, self.layer, probe_shape)
+        if self.kind == "einsum":
+            probe._perm, probe._n_in = self._perm, self._n_in
+        canon = probe.to_canonical(idx)
+        for perm in itertools.permutations(range(ndim)):
+            if np.array_equal(idx.transpose(perm).reshape(canon.shape), canon):
+                return tuple(perm), self.canonical_shape
+        raise ValueError(f"{self.path}: layout kind {self.kind!r} is not a transpose of the canonical layout")
+
     @property
     def canonical_shape(self) -> tuple[int, ...]:
         """Shape the core sees."""
         if self._canonical_shape is None:
             self._canonical_shape = tuple(self.to_canonical(np.zeros(self.tf_shape, dtype=np.int8)).shape)
         return self._canonical_shape
+
+
+_PROBE_EXTENTS = (2, 3, 5, 7, 11, 13, 17)     # distinct extents: a transpose of them is never ambiguous
 
 
 def pruning_root(model: Any) -> Any:

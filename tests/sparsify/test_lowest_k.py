@@ -215,15 +215,25 @@ def test_cut_names_the_first_array_holding_nan_and_ignores_units_not_eligible():
                 LowestKCut([a, b], ["a", "b"]).counts(k)
 
 
+def test_the_sample_is_not_aligned_with_the_rows():
+    """Runs taken every 16 rows of 1024 would all start at column 0: per-column scales (Wanda's) would bias the
+    bracket. The drawn offsets reach most columns, the same ones every time."""
+    cols = np.tile(np.arange(1024, dtype=np.float32), 1024)          # the score is the column
+    sample = LowestKCut([cols], ["c"]).parts[0].take_sample(16 * 1024)
+    assert len(np.unique(sample)) > 40                                  # 64 runs of 16: 1024 draws
+    np.testing.assert_array_equal(sample, LowestKCut([cols], ["c"]).parts[0].take_sample(16 * 1024))
+
+
 def test_a_missed_bracket_falls_back_to_the_exact_value():
     """Adversarial data: the sampled runs see only the largest value, the cut is still exact."""
     n = 4096
     s = np.linspace(0, 10, n)
-    s[np.arange(n) % 64 < 8] = 100.0                       # the sample reads runs of 8 every 64 elements
+    s[np.arange(n) % 64 < 8] = 100.0                       # the sample reads runs of 8 every 64 elements ...
     brackets = []
     classify = sel.classify
     with shrunk(chunk=256, sample=512), mock.patch.object(
-            sel, "classify", lambda parts, lo, hi, b: (brackets.append((lo, hi)), classify(parts, lo, hi, b))):
+            sel, "classify", lambda parts, lo, hi, b: (brackets.append((lo, hi)), classify(parts, lo, hi, b))), \
+            mock.patch.object(sel, "sample_offsets", lambda count, high, seed: np.zeros(count, np.intp)):   # ... at 0
         for k in (100, 2000, 4000):
             np.testing.assert_array_equal(lowest_k_mask(s, k), reference(s, k))
     assert (100.0, 100.0) in brackets and len(brackets) > 3        # missed, then classified at the exact value

@@ -66,6 +66,18 @@ def test_round_trip_and_literal_layouts(K):
     assert np.array_equal(o.to_canonical(k.reshape(2, 4, 8)), k.reshape(8, 8).T)
 
 
+def test_canonical_transpose_is_to_canonical_for_every_layer_type(K):
+    """One transpose and a reshape (what Keras 3 applies on the device when it reads the weights) give
+    :meth:`to_canonical`'s array for every layer of the zoo (einsum, depthwise, transposed conv included)."""
+    rng = np.random.default_rng(0)
+    for w in find_prunable_weights(zoo(K)):
+        k = rng.standard_normal(w.tf_shape).astype(np.float32)
+        perm, shape = w.canonical_transpose()
+        np.testing.assert_array_equal(k.transpose(perm).reshape(shape), w.to_canonical(k), err_msg=w.path)
+    head = {w.path: w for w in find_prunable_weights(zoo(K))}["head/kernel"]
+    assert head.canonical_transpose() == ((1, 0), (2, head.tf_shape[0]))
+
+
 def test_nested_subclassed_and_shared_layers_found_once(K):
     class Block(K.layers.Layer):
         def __init__(self, **kw):
