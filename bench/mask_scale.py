@@ -112,12 +112,29 @@ def run_case(size: str, scope: str, pattern: str, criterion: str, repeat: int) -
     out["seconds"], out["cpu_seconds"], out["rounds"] = best, cpu, rounds
     # ru_maxrss and the resident-memory baseline are read by two counters that can differ by a few pages
     out["peak_extra_bytes"] = max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)
+    out["live_peak_bytes"] = max(live_peak(lambda: eng.masks_at_sparsity(
+        weights, eng.config.target_sparsity, activations=acts or None)) for eng in engines.values())
     return out
+
+
+def live_peak(update) -> int:
+    """Peak bytes of the arrays alive during ``update()`` (NumPy reports its allocations to :mod:`tracemalloc`):
+    what the update holds, without what the allocator keeps of freed memory; one untimed run."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = update()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    del result
+    return int(peak)
 
 
 def _table(results: list[dict]) -> str:
     rows = ["| weights | scope | pattern | scores | 1 thread: s (ns/weight) | 2 threads: s (ns/weight) | "
-            "speed-up | CPU ns/weight, 1 / 2 threads | peak extra GB (x weights) |",
+            "speed-up | CPU ns/weight, 1 / 2 threads | peak extra GB (x weights): resident / live arrays |",
             "|---|---|---|---|---:|---:|---:|---:|---:|"]
     for r in results:
         s1, s2 = r["seconds"]["1"], r["seconds"]["2"]
@@ -126,7 +143,8 @@ def _table(results: list[dict]) -> str:
         rows.append(f"| {r['weights'] / 1e6:,.0f}M | {r['scope']} | {r['pattern']} {target} | {r['criterion']} | "
                     f"{s1:.2f} ({ns(s1):.2f}) | {s2:.2f} ({ns(s2):.2f}) | {s1 / s2:.2f}x | "
                     f"{ns(r['cpu_seconds']['1']):.2f} / {ns(r['cpu_seconds']['2']):.2f} | "
-                    f"{r['peak_extra_bytes'] / 1e9:.2f} ({r['peak_extra_bytes'] / r['weight_bytes']:.2f}) |")
+                    f"{r['peak_extra_bytes'] / 1e9:.2f} ({r['peak_extra_bytes'] / r['weight_bytes']:.2f}) / "
+                    f"{r['live_peak_bytes'] / 1e9:.2f} ({r['live_peak_bytes'] / r['weight_bytes']:.2f}) |")
     return "\n".join(rows)
 
 
@@ -154,7 +172,10 @@ def _targets(results: list[dict]) -> str:
     large = [r["peak_extra_bytes"] / r["weight_bytes"] for r in results if r["size"] != "10M"]
     if large and len(large) < len(results):
         lines[-1] += f", from 100M on {max(large):.2f}x"
-    lines[-1] += "."
+    live = max(results, key=lambda r: r["live_peak_bytes"] / r["weight_bytes"])
+    lines[-1] += (f". Largest peak of the arrays the update holds (tracemalloc): "
+                  f"{live['live_peak_bytes'] / live['weight_bytes']:.2f}x ({live['size']} {live['scope']} "
+                  f"{live['pattern']} {live['criterion']}).")
     return " ".join(lines)
 
 
@@ -195,14 +216,16 @@ def main(argv: list[str] | None = None) -> None:
             proc = subprocess.run([sys.executable, "-m", "bench.mask_scale", "--case", spec, "--repeat", str(repeat)],
                                   capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
             r = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(size, scope, pattern, criterion, r["seconds"], f"{r['peak_extra_bytes'] / 1e9:.2f} GB", flush=True)
+            print(size, scope, pattern, criterion, r["seconds"], f"{r['peak_extra_bytes'] / 1e9:.2f} GB",
+                  f"live {r['live_peak_bytes'] / 1e9:.2f} GB", flush=True)
             results.append(r)
     body = _table(results) + "\n\n" + _targets(results) + (
         f"\n\nSkipped for want of memory on this shared machine: {'; '.join(skipped)}." if skipped else "") + (
         f"\n\nBest of at least {repeat} run(s) per thread count (more for short cases: until 4 s or 15 rounds, 1 and "
-        "2 threads alternating), each case in a fresh process; peak extra: ru_maxrss minus "
+        "2 threads alternating), each case in a fresh process; peak extra, resident: ru_maxrss minus "
         "the resident memory after allocating the weights and a warm-up update (masks, scores, buffers, and what the "
-        "allocator keeps of freed ones). Load average at the end: "
+        "allocator keeps of freed ones, over both thread counts' runs); live arrays: the peak of the NumPy arrays "
+        "alive during one more update per thread count, under tracemalloc (the higher). Load average at the end: "
         f"{os.getloadavg()[0]:.1f} (other work on the machine slows both thread counts). Command: "
         f"`.venv/bin/python -m bench.bench_masks --scale {'--quick ' if args.quick else ''}--sizes {','.join(sizes)}"
         f"{'' if args.scopes == 'local,global' else ' --scopes ' + args.scopes}`.")
