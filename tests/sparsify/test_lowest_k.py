@@ -246,3 +246,16 @@ def test_mixed_dtypes_use_the_promoted_type():
         cut = LowestKCut([a, b], ["a", "b"])
         assert cut.counts(1) == [0, 1]
         assert [k.tolist() for k in cut.keeps()] == [[True, True], [False, True]]
+
+
+def test_sample_offsets_are_fixed_in_range_and_read_only():
+    """The offsets are kept for the next update: the same (count, high, seed) gives the same array, which no
+    caller can change; another seed gives other offsets."""
+    a = sel.sample_offsets(1000, 7, 1 << 20)
+    assert a is sel.sample_offsets(1000, 7, 1 << 20)
+    assert a.dtype == np.intp and a.shape == (1000,) and 0 <= a.min() and a.max() < 7
+    assert not a.flags.writeable
+    with pytest.raises(ValueError):
+        a[0] = 1
+    assert not np.array_equal(a, sel.sample_offsets(1000, 7, (1 << 20) + 1))
+    assert sel.sample_offsets(3, 0, 5).tolist() == [0, 0, 0]                      # high < 1: offset 0
