@@ -21,10 +21,15 @@ try:                                # without torch: an ImportError naming the e
 except ImportError as _e:
     raise missing_framework("sparsify_torch", "torch", "torch", _e) from None
 
-from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights
+from sparsify.triton_conflict import warn_if_triton_conflict as _warn_if_triton_conflict
+_warn_if_triton_conflict()          # TensorFlow loaded first: triton, loaded later, would crash the process
+
+from .layers import SUPPORTED_MODULES, PrunableWeight, prunable_weights, register_prunable, unregister_prunable
 from .parametrization import MaskParametrization
 from .entry import prune
 from .pruner import Pruner
+from .selection import transformer_block_weights
+from .summary import PruningSummary, WeightRow
 
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:          # loaded on first use (``__getattr__`` below); named here for readers and tools
@@ -33,7 +38,8 @@ if TYPE_CHECKING:          # loaded on first use (``__getattr__`` below); named 
     from .sparse_inference import SparseConv1x1, SparseLinear, sparse_inference_plan, to_sparse_inference
 
 __all__ = ["MaskParametrization", "Pruner", "prune", "prune_oneshot", "prunable_weights", "PrunableWeight",
-           "SUPPORTED_MODULES", "permute_for_nm", "PermutationReport",
+           "SUPPORTED_MODULES", "register_prunable", "unregister_prunable", "transformer_block_weights",
+           "PruningSummary", "WeightRow", "permute_for_nm", "PermutationReport",
            "to_sparse_inference", "sparse_inference_plan", "SparseLinear", "SparseConv1x1"]
 
 #: names loaded on first use (PEP 562: one-shot pruning, N:M permutation and sparse inference pull in

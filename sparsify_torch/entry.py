@@ -10,6 +10,7 @@ Example:
 """
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -24,9 +25,11 @@ from sparsify.protocol import PruningProtocol
 
 from .dtensor import is_dtensor
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
-from .parametrization import MaskParametrization
+from .parametrization import MaskParametrization, register_mask
 from .pruner import Pruner
+from .selection import TiedWeights, apply_selection
 from .statistics import check_activation_layers
+from .summary import build_summary
 
 if TYPE_CHECKING:
     from sparsify.distillation import DistillationConfig
@@ -34,6 +37,9 @@ if TYPE_CHECKING:
     from .fsdp import ShardedPruner
 
 __all__ = ["prune"]
+
+#: ``prune()`` logs what it prunes here (one line, ``INFO``): ``logging.getLogger("sparsify_torch")``.
+logger = logging.getLogger("sparsify_torch")
 
 
 def _has_mask_param(model: nn.Module) -> bool:
@@ -43,15 +49,21 @@ def _has_mask_param(model: nn.Module) -> bool:
 def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
           process_group: Any = None, log_dir: Any = None, optimizer: Any = None,
           distillation: DistillationConfig | Mapping[str, Any] | str | None = None, teacher: nn.Module | None = None,
-          logits_fn: Any = None) -> Pruner | ShardedPruner:
+          logits_fn: Any = None, select: str | None = None) -> Pruner | ShardedPruner:
     """Register mask parametrizations on the selected weights of ``model``.
 
     Weights of Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d, Embedding(Bag)
     and MultiheadAttention (``in_proj_weight.q/.k/.v`` — the three thirds of
     the fused projection, pruned as three weights — or ``q/k/v_proj_weight``,
-    and ``out_proj.weight``) are candidates; ``config.op_names`` /
-    ``excluded_op_names`` regexes pick among their names
-    (``"features.0.weight"``). Everything is checked before the model is
+    and ``out_proj.weight``), ``transformers``' ``Conv1D`` (GPT-2; its ``(in, out)``
+    weight is pruned as the ``nn.Linear`` holding its transpose) and layer types
+    registered with :func:`sparsify_torch.register_prunable` are candidates;
+    ``config.op_names`` / ``excluded_op_names`` regexes pick among their names
+    (``"features.0.weight"``), or ``select``. A parameter shared by several layers (tied
+    embeddings) is one weight with one mask, pruned under the first of its names that
+    ``op_names`` matches, the tie kept (:mod:`sparsify_torch.selection`). The count of
+    what is pruned is logged (logger ``"sparsify_torch"``, ``INFO``); :meth:`Pruner.summary`
+    lists every weight, pruned or not, and why. Everything is checked before the model is
     touched. With a magnitude criterion, an update point at the current step
     (step 0) is applied right away; gradient criteria wait for the first
     :meth:`Pruner.step` (the step-0 update is not lost).
@@ -80,16 +92,27 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             ``PruningCallback(log_dir=)``), through ``torch.utils.tensorboard``.
         optimizer: the ``torch.optim.Optimizer`` training the model; required with
             ``regrowth`` (grown weights start with zeroed optimizer state), and on FSDP2
-            weights for the dense weights under the masks.
+            weights for the dense weights under the masks. A wrapper holding it as ``.optimizer``
+            (accelerate's ``AcceleratedOptimizer``, the one a ``transformers`` ``TrainerCallback``
+            receives) is unwrapped (:func:`unwrap_optimizer`).
         distillation: a :class:`sparsify.DistillationConfig` (or its dict, or a YAML path): the
             dense model teaches the pruned one through ``pruner.distill_loss(inputs, logits)``
-            (:mod:`sparsify_torch.distillation`). Its teacher is a frozen deep copy of ``model``
-            taken here, before any mask (``teacher="dense_at_start"``), or ``teacher``.
+            (:mod:`sparsify_torch.distillation`). Its teacher is a frozen deep copy of ``model`` as it
+            is when pruning begins (``teacher="dense_at_start"``): taken by ``Pruner.step()`` when the
+            count reaches ``config.start_step``, before that update (here, before any mask, when it is
+            0), the term being 0 until then; or ``teacher``, from the first step.
         teacher: the teacher module with ``distillation={"teacher": "user", ...}``; frozen in place
             (``requires_grad=False``, ``eval()``). On FSDP2, shard it with ``fully_shard`` too.
         logits_fn: picks the logits from the teacher's output when it is not a tensor (default:
             ``.logits``, ``["logits"]`` or ``[0]``).
+        select: a one-word selection instead of ``op_names``: ``"transformer_blocks"`` prunes the
+            projection weights of the transformer blocks (Linear/Conv1D layers inside them), leaving
+            the embeddings and the LM head dense (:func:`sparsify_torch.transformer_block_weights`;
+            ``excluded_op_names`` still apply).
 
+    ``model.state_dict()`` keeps the plain model's keys, each pruned weight holding the values the
+    model computes with (``original * mask``), so a plain model loads it; the masks and the values
+    under them are in ``Pruner.state_dict()`` (:func:`sparsify_torch.parametrization.register_mask`).
     The stored weights stay dense under the masks (``parametrizations.weight.original``):
     the model computes with ``original * mask``, :meth:`Pruner.remove` and exports bake
     the product, and ``monotone=False`` lets a pruned weight come back by the value it
@@ -106,7 +129,9 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
         ValueError: bad config, no weight selected, a pattern that does not
-            fit a weight, weights already pruned/parametrized or shared.
+            fit a weight, weights already pruned/parametrized, a ``select`` that is not one of
+            ``("transformer_blocks",)`` (or given with ``op_names``), a tied weight with a criterion
+            that reads layer inputs.
 
     Example:
         >>> m = torch.nn.Linear(4, 4)
@@ -114,11 +139,14 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         >>> int((m.weight != 0).sum())
         8
     """
+    optimizer = unwrap_optimizer(optimizer)
     config, candidates = _checked_call(model, config, optimizer)
+    config = apply_selection(model, config, select)
     distill = _distillation(distillation, teacher)
-    by_name = {w.name: w for w in candidates}
+    ties = TiedWeights.of(candidates, config)                  # a tied weight once
+    by_name = {w.name: w for w in ties.offered}
     shapes = {n: w.shape for n, w in by_name.items()}
-    params = {w.name: w.module._parameters.get(w.tensor_name) for w in candidates}
+    params = {w.name: w.module._parameters.get(w.tensor_name) for w in ties.offered}
     sharded = torch.distributed.is_available() and torch.distributed.is_initialized() \
         and any(is_dtensor(p) for p in params.values())
     if sharded:
@@ -126,11 +154,13 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             raise ValueError("process_group is for DistributedDataParallel; FSDP2 (DTensor) weights are pruned "
                              "over their own device mesh: pass process_group=None")
         layers = [by_name[n] for n in select_layers(config, list(shapes), shapes)]
+        _check_shardable(layers, ties)
     else:
         protocol = PruningProtocol(config, shapes)
         layers = [by_name[n] for n in protocol.names]
         _check_plain(layers)
     _check_selected(layers, params, config)
+    _check_tied(layers, ties, config)
     if sharded:       # the sharded protocol is built there, once its rows are known
         from .fsdp_entry import prune_sharded     # FSDP2 only: torch.distributed.tensor is imported by now
 
@@ -141,21 +171,54 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             _drop(distiller)
             raise
         return _with_distiller(pruner, distiller)
-    distiller = None if distill is None else _distiller(model, distill, teacher, logits_fn)   # before any mask
+    distiller = None if distill is None else _distiller(model, distill, teacher, logits_fn,   # before any mask
+                                                        config.start_step)
+    summary = build_summary(model, config, candidates, protocol.names, protocol.skipped, ties.tied, ties.dropped,
+                            select)
+    aliases: dict[tuple[nn.Module, str], list[PrunableWeight]] = {}      # each tensor once (fused q/k/v too)
+    for w in layers:
+        aliases.setdefault((w.module, w.tensor_name), []).extend(ties.aliases.get(w.name, []))
     done: list[tuple[nn.Module, str]] = []
     try:
-        for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in layers):
+        for (module, tensor_name), others in aliases.items():
             p = module._parameters[tensor_name]
-            parametrize.register_parametrization(module, tensor_name, MaskParametrization(
-                torch.ones_like(p.detach()), straight_through=config.pruned_gradient == "straight_through",
-                pruned_decay=config.pruned_decay))
-            done.append((module, tensor_name))
-        return _with_distiller(Pruner(model, protocol, layers, process_group, log_dir, optimizer), distiller)
+            mask = MaskParametrization(torch.ones_like(p.detach()), pruned_decay=config.pruned_decay,
+                                       straight_through=config.pruned_gradient == "straight_through")
+            for m, t in dict.fromkeys([(module, tensor_name)] + [(a.module, a.tensor_name) for a in others]):
+                register_mask(m, t, mask)     # tied: the same mask on every layer reading it; plain state-dict names
+                done.append((m, t))
+        pruner = Pruner(model, protocol, layers, process_group, log_dir, optimizer,
+                        parametrized=done[:], summary=summary)
+        logger.info(summary.line())
+        return _with_distiller(pruner, distiller)
     except BaseException:
         for module, tensor_name in done:   # nothing half-applied
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)
         _drop(distiller)
         raise
+
+
+def unwrap_optimizer(optimizer: Any) -> Any:
+    """The ``torch.optim.Optimizer`` inside a wrapper that holds it as ``.optimizer`` (accelerate's
+    ``AcceleratedOptimizer``, Lightning's ``LightningOptimizer``, DeepSpeed's), looking through a few
+    levels; anything else is returned as it is (and refused by ``prune`` if not an optimizer, by its
+    own type name).
+
+    Example:
+        >>> opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+        >>> class Wrapper:
+        ...     def __init__(self, optimizer):
+        ...         self.optimizer = optimizer
+        >>> unwrap_optimizer(Wrapper(Wrapper(opt))) is opt
+        True
+    """
+    inner = optimizer
+    for _ in range(4):            # AcceleratedOptimizer subclasses Optimizer, but only its .optimizer holds the state
+        wrapped = getattr(inner, "optimizer", None)
+        if wrapped is None or wrapped is inner:
+            break
+        inner = wrapped
+    return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
 
 
 def _checked_call(model: Any, config: Any, optimizer: Any) -> tuple[PruningConfig, list[PrunableWeight]]:
@@ -178,7 +241,8 @@ def _checked_call(model: Any, config: Any, optimizer: Any) -> tuple[PruningConfi
     candidates = prunable_weights(model)
     if not candidates:
         kinds = ", ".join(t.__name__ for t in SUPPORTED_MODULES)
-        raise ValueError(f"model has no prunable weights; supported layers are {kinds}")
+        raise ValueError(f"model has no prunable weights; supported layers are {kinds} and transformers' Conv1D "
+                         "(sparsify_torch.register_prunable adds your own layer types)")
     hooked = hooked_weights(model)
     if hooked:
         warnings.warn(f"layers {sorted(hooked)} compute their weight with an old-style hook "
@@ -197,9 +261,31 @@ def _check_selected(layers: list[PrunableWeight], params: Mapping[str, Any], con
         check_activation_layers(layers, config.criterion)
 
 
+def _check_shardable(layers: list[PrunableWeight], ties: TiedWeights) -> None:
+    """FSDP2 prunes the rows of each shard: no weight stored transposed, no tied weight."""
+    for w in layers:
+        if w.transposed:
+            raise ValueError(f"weight {w.name!r} ({type(w.module).__name__}) is stored (in, out): its rows in the "
+                             "core's layout are not its rows on the shards, so it cannot be pruned sharded; exclude "
+                             "it with excluded_op_names")
+        if w.name in ties.aliases:
+            raise ValueError(f"weight {w.name!r} is tied to {[a.name for a in ties.aliases[w.name]]}; tied weights "
+                             "are not pruned sharded (FSDP2): exclude them with excluded_op_names")
+
+
+def _check_tied(layers: list[PrunableWeight], ties: TiedWeights, config: PruningConfig) -> None:
+    """A criterion that reads a layer's inputs cannot score a weight several layers read."""
+    if "activation" not in get_criterion(config.criterion).needs:
+        return
+    tied = {w.name: [a.name for a in ties.aliases[w.name]] for w in layers if w.name in ties.aliases}
+    if tied:
+        raise ValueError(f"criterion {config.criterion!r} reads the inputs of each pruned layer, but tied weights "
+                         f"are read by several layers: {tied}; exclude them with excluded_op_names")
+
+
 def _check_plain(layers: list[PrunableWeight]) -> None:
-    """The checks of plain (not FSDP2) weights before they are parametrized: not parametrized yet, not tied,
-    not on the meta device."""
+    """The checks of plain (not FSDP2) weights before they are parametrized: not parametrized yet, one
+    parameter per weight (tied ones are merged before), not on the meta device."""
     owner: dict[int, PrunableWeight] = {}     # parameter -> first weight reading it
     for w in layers:
         if parametrize.is_parametrized(w.module, w.tensor_name):
@@ -241,9 +327,11 @@ def _sharded_distiller(model: nn.Module, distill: DistillationConfig | None, tea
     return _distiller(model, distill, teacher, logits_fn)
 
 
-def _distiller(model: nn.Module, distill: DistillationConfig, teacher: nn.Module | None, logits_fn: Any) -> Distiller:
+def _distiller(model: nn.Module, distill: DistillationConfig, teacher: nn.Module | None, logits_fn: Any,
+               start_step: int = 0) -> Distiller:
+    """The distiller of ``prune``; a ``"dense_at_start"`` teacher is copied at ``start_step`` (the schedule's)."""
     from .distillation import Distiller     # loaded when a distillation is asked for
-    return Distiller(model, distill, teacher, logits_fn)
+    return Distiller(model, distill, teacher, logits_fn, start_step=start_step)
 
 
 def _drop(distiller: Distiller | None) -> None:

@@ -36,6 +36,8 @@ from torch import nn
 
 from sparsify import sparse_format
 
+from .layers import is_transformers_conv1d
+
 __all__ = ["SEMI_STRUCTURED_TILES", "save_compressed_state_dict", "load_compressed_state_dict",
            "compressed_document", "semi_structured_violation", "semi_structured_report"]
 
@@ -176,14 +178,18 @@ def semi_structured_report(model_or_state: nn.Module | Mapping[str, torch.Tensor
                            backend: str | None = None) -> dict[str, str | None]:
     """:func:`semi_structured_violation` of every 2-D weight (Linear layers of a model, or rank-2 tensors).
 
+    A ``transformers`` ``Conv1D`` (GPT-2) is checked as the Linear of its transposed weight
+    (``(out, in)``: groups of 4 along the input), the layout a semi-structured kernel multiplies.
+
     Example:
         >>> m = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
         >>> sorted(semi_structured_report(m, dtype=torch.float16))
         ['0.weight', '2.weight']
     """
     if isinstance(model_or_state, nn.Module):
-        weights = {f"{n}.weight" if n else "weight": m.weight for n, m in model_or_state.named_modules()
-                   if isinstance(m, nn.Linear)}
+        weights = {f"{n}.weight" if n else "weight": m.weight.T if is_transformers_conv1d(m) else m.weight
+                   for n, m in model_or_state.named_modules()
+                   if isinstance(m, nn.Linear) or is_transformers_conv1d(m)}
     else:
         weights = {n: t for n, t in _state_dict(model_or_state).items() if t.dim() == 2 and t.is_floating_point()}
     return {n: semi_structured_violation(w, dtype, backend) for n, w in weights.items()}

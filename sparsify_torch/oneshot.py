@@ -7,7 +7,8 @@ calibration ``batches`` first, in ``eval()`` mode and without gradients;
 criteria that need gradients are refused (no backward pass runs). The masks
 are baked in: the model comes back with plain parameters holding zeros.
 
-``method="sparsegpt"`` prunes every selected ``nn.Linear`` with SparseGPT
+``method="sparsegpt"`` prunes every selected ``nn.Linear`` (or ``transformers``' ``Conv1D``, or a
+registered 2-D layer: :func:`sparsify_torch.register_prunable`) with SparseGPT
 (:mod:`sparsify.sparsegpt`: the core's reconstruction from the inverse Hessian of
 the layer's inputs) instead of masking by a criterion: kept weights are updated to
 compensate for the pruned ones. Layers are pruned one at a time in the model's
@@ -46,7 +47,8 @@ from sparsify.sparsegpt import (ONESHOT_METHODS, HessianAccumulator, oneshot_met
                                 sparsegpt_target)
 
 from .entry import prune
-from .layers import prunable_weights
+from .layers import PrunableWeight, is_linear_like, prunable_weights
+from .selection import TiedWeights, apply_selection
 
 __all__ = ["prune_oneshot", "default_forward", "ONESHOT_METHODS"]
 
@@ -69,7 +71,7 @@ def prune_oneshot(model: nn.Module, config: PruningConfig | Mapping[str, Any] | 
                   batches: Iterable[Any] | None = None, *,
                   forward: Callable[[nn.Module, Any], Any] | None = None, method: str = "criterion",
                   dampening: Optional[float] = None, block_size: Optional[int] = None,
-                  sequential: Optional[bool] = None) -> nn.Module:
+                  sequential: Optional[bool] = None, select: Optional[str] = None) -> nn.Module:
     """Prune ``model`` in place to ``config.target_sparsity`` at once and return it (masks baked in).
 
     Args:
@@ -83,6 +85,9 @@ def prune_oneshot(model: nn.Module, config: PruningConfig | Mapping[str, Any] | 
         block_size: ``method="sparsegpt"`` only: columns per lazy-update block (default 128).
         sequential: ``method="sparsegpt"`` only: collect each layer's inputs after the earlier layers are
             pruned (default True) or all from the dense model in one pass (False).
+        select: a one-word selection instead of the config's ``op_names``: ``"transformer_blocks"`` (the
+            projection weights of the transformer blocks; embeddings and LM head left dense; see
+            :func:`sparsify_torch.transformer_block_weights`).
 
     Raises:
         ValueError: an unknown method or an option it does not take, a criterion that needs gradients,
@@ -91,7 +96,7 @@ def prune_oneshot(model: nn.Module, config: PruningConfig | Mapping[str, Any] | 
     options = oneshot_method_options(method, dampening, block_size, sequential)
     if forward is not None and not callable(forward):
         raise TypeError(f"forward must be callable as forward(model, batch), got {type(forward).__name__}")
-    cfg = PruningConfig.coerce(config).oneshot()
+    cfg = apply_selection(model, PruningConfig.coerce(config), select).oneshot()
     run = forward or default_forward
     if options is not None:
         return _sparsegpt_oneshot(model, cfg, batches, run, **options)
@@ -128,29 +133,38 @@ def _criterion_oneshot(model: nn.Module, cfg: PruningConfig, batches: Iterable[A
     return pruner.remove()
 
 
-def _sparsegpt_layers(model: nn.Module, cfg: PruningConfig) -> list[tuple[str, nn.Linear]]:
-    """The selected weights, in definition order, as ``(name, Linear)``; anything else is refused."""
-    weights = prunable_weights(model)
-    chosen = set(select_names([w.name for w in weights], cfg.op_names, cfg.excluded_op_names))
-    layers, refused = [], []
-    for w in weights:
+def _sparsegpt_layers(model: nn.Module, cfg: PruningConfig) -> list[tuple[str, PrunableWeight]]:
+    """The selected weights, in definition order, as ``(name, weight)``: plain weights of Linear-like
+    layers (``nn.Linear``, ``Conv1D``, registered 2-D layers) read by one layer; anything else is refused."""
+    ties = TiedWeights.of(prunable_weights(model), cfg)
+    chosen = set(select_names([w.name for w in ties.offered], cfg.op_names, cfg.excluded_op_names))
+    layers, refused, tied = [], [], []
+    for w in ties.offered:
         if w.name not in chosen:
             continue
-        ok = (isinstance(w.module, nn.Linear) and w.tensor_name == "weight"
-              and not parametrize.is_parametrized(w.module, "weight"))
-        (layers if ok else refused).append((w.name, w.module))
+        if w.name in ties.aliases:
+            tied.append(w.name)
+            continue
+        ok = (is_linear_like(w.module, w.tensor_name) and w.rows is None
+              and not parametrize.is_parametrized(w.module, w.tensor_name))
+        (layers if ok else refused).append((w.name, w))
+    if tied:
+        raise ValueError(f"method='sparsegpt' reconstructs a weight from its layer's inputs, but {tied} are tied "
+                         f"(read by several layers: {[a.name for n in tied for a in ties.aliases[n]]}); exclude them "
+                         "with excluded_op_names")
     if refused:
         raise ValueError(f"method='sparsegpt' prunes plain nn.Linear weights only; exclude "
-                         f"{[n for n, _ in refused]} with excluded_op_names (or remove their parametrizations)")
+                         f"{[n for n, _ in refused]} with excluded_op_names (or remove their parametrizations; "
+                         "Conv1D and registered 2-D layers are taken too)")
     if not layers:
         raise ValueError(f"op_names={cfg.op_names} excluded_op_names={cfg.excluded_op_names} select no weight")
     return layers
 
 
-def _collect_hessians(model: nn.Module, layers: list[tuple[str, nn.Linear]], batches: list[Any],
+def _collect_hessians(model: nn.Module, layers: list[tuple[str, PrunableWeight]], batches: list[Any],
                       run: Callable[[nn.Module, Any], Any]) -> list[HessianAccumulator]:
     """One pass over ``batches`` with a forward pre-hook on each of ``layers`` accumulating its inputs."""
-    accs = [HessianAccumulator(mod.in_features, name=name) for name, mod in layers]
+    accs = [HessianAccumulator(pw.shape[1], name=name) for name, pw in layers]
 
     def hook_for(acc: HessianAccumulator):
         def hook(_module: nn.Module, args: tuple) -> None:
@@ -158,7 +172,7 @@ def _collect_hessians(model: nn.Module, layers: list[tuple[str, nn.Linear]], bat
             acc.add(x.reshape(-1, x.shape[-1]).to(device="cpu", dtype=torch.float64).numpy())
         return hook
 
-    handles = [mod.register_forward_pre_hook(hook_for(acc)) for acc, (_, mod) in zip(accs, layers)]
+    handles = [pw.module.register_forward_pre_hook(hook_for(acc)) for acc, (_, pw) in zip(accs, layers)]
     try:
         _run_batches(model, batches, run)
     finally:
@@ -170,7 +184,8 @@ def _collect_hessians(model: nn.Module, layers: list[tuple[str, nn.Linear]], bat
 def _sparsegpt_oneshot(model: nn.Module, cfg: PruningConfig, batches: Iterable[Any] | None,
                        run: Callable[[nn.Module, Any], Any], *, dampening: float, block_size: int,
                        sequential: bool) -> nn.Module:
-    """Prune each selected Linear with SparseGPT, in definition order, weights written in place."""
+    """Prune each selected Linear-like weight with SparseGPT, in definition order, weights written in place
+    (a weight stored ``(in, out)``, Conv1D's, is reconstructed as its transpose)."""
     target = sparsegpt_target(cfg)
     layers = _sparsegpt_layers(model, cfg)
     if batches is None:
@@ -179,11 +194,13 @@ def _sparsegpt_oneshot(model: nn.Module, cfg: PruningConfig, batches: Iterable[A
     if not batches:
         raise ValueError("batches held no calibration batch")
     accs = None if sequential else _collect_hessians(model, layers, batches, run)
-    for i, (name, mod) in enumerate(layers):
-        acc = _collect_hessians(model, [(name, mod)], batches, run)[0] if sequential else accs[i]
-        w = mod.weight.detach()
-        new_w, _ = sparsegpt_prune(w.to(device="cpu", dtype=torch.float64).numpy(), acc.hessian(),
+    for i, (name, pw) in enumerate(layers):
+        acc = _collect_hessians(model, [(name, pw)], batches, run)[0] if sequential else accs[i]
+        param = pw.parameter()
+        w = param.detach().to(device="cpu", dtype=torch.float64)
+        new_w, _ = sparsegpt_prune((w.T if pw.transposed else w).contiguous().numpy(), acc.hessian(),
                                    block_size=block_size, dampening=dampening, name=name, **target)
+        new = torch.from_numpy(new_w)
         with torch.no_grad():
-            mod.weight.copy_(torch.from_numpy(new_w).to(dtype=w.dtype, device=w.device))
+            param.copy_((new.T if pw.transposed else new).to(dtype=param.dtype, device=param.device))
     return model

@@ -40,6 +40,7 @@ from .parametrization import MaskParametrization
 from .pruner_base import PrunerBase, dist_group_size
 from .frozen_pruned import FrozenPruned, PrunedParam
 from .statistics import ActivationNorms
+from .summary import PruningSummary, WeightRow, with_sparsity
 
 __all__ = ["Pruner"]
 
@@ -59,10 +60,16 @@ class Pruner(PrunerBase):
     """
 
     def __init__(self, model: nn.Module, protocol: PruningProtocol, layers: list[PrunableWeight],
-                 process_group: Any = None, log_dir: Any = None, optimizer: Any = None) -> None:
+                 process_group: Any = None, log_dir: Any = None, optimizer: Any = None, *,
+                 parametrized: list[tuple[nn.Module, str]] | None = None,
+                 summary: PruningSummary | None = None) -> None:
         # TensorBoard, like Keras
         super().__init__(protocol, layers, None if log_dir is None else _writer(log_dir))
         self.model = model
+        # every (layer, tensor) under a mask: the pruned weights' and those of the layers tied to them
+        self._parametrized = list(dict.fromkeys(parametrized if parametrized is not None else
+                                                [(w.module, w.tensor_name) for w in layers]))
+        self._summary = summary
         self.optimizer = optimizer
         self._group = process_group
         self._backward_seen: set[str] = set()
@@ -206,12 +213,17 @@ class Pruner(PrunerBase):
     def state_dict(self) -> dict[str, Any]:
         """Step counters, masks, config and criterion state; ``torch.load(weights_only=True)`` safe.
 
+        With the model's own ``state_dict()`` (plain names, masked values) it is everything a resume needs:
+        ``stored`` holds, per weight (torch layout, like ``FSDP2``'s ``ShardedPruner``), the values the
+        pruned entries keep under the mask (zero where kept), which ``monotone=False`` ranks and
+        ``pruned_gradient="straight_through"`` trains. Load the model's state first, then this one.
+
         Example:
             >>> from sparsify_torch import prune
             >>> p = prune(torch.nn.Linear(4, 2), {"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
             >>> sd = p.state_dict()
             >>> sorted(sd)
-            ['config', 'done_step', 'masks', 'names', 'released', 'scores', 'step', 'version']
+            ['config', 'done_step', 'masks', 'names', 'released', 'scores', 'step', 'stored', 'version']
             >>> sd["masks"]["weight"].sum().item()
             4
         """
@@ -220,7 +232,28 @@ class Pruner(PrunerBase):
         out = {**core, "step": self._step, "scores": {n: s.detach().cpu().clone() for n, s in self._scores.items()}}
         if self._activations is not None:     # inputs seen since the last update (criteria that read them)
             out.update(self._activations.checkpoint())
+        if not self.removed:                  # the values under the masks (model.state_dict() holds the product)
+            out["stored"] = {n: pw.part(self._original(n)).detach().masked_fill(pw.part(self._par(n).mask) != 0, 0)
+                             .to("cpu", copy=True) for n, pw in self._layers.items()}
         return out
+
+    def _check_loaded(self, state: Any) -> dict[str, torch.Tensor]:
+        """The saved values of the pruned entries (``state['stored']``; a state without them, saved by an
+        older version, leaves the stored weights as they are), checked once the masks fit (the core's
+        ``restore`` names a misfit mask first)."""
+        if any(tuple(state["masks"][n].shape) != self._layers[n].shape for n in self.names):
+            return {}
+        stored = state.get("stored") or {}
+        if not isinstance(stored, dict) or not set(stored) <= set(self.names):
+            got = sorted(stored) if isinstance(stored, dict) else type(stored).__name__
+            raise ValueError(f"state['stored'] must be a dict of tensors keyed by pruned weight name (of "
+                             f"{self.names}), got {got}")
+        for n, v in stored.items():
+            like = self._layers[n].part(self._original(n))
+            if not isinstance(v, torch.Tensor) or not v.is_floating_point() or v.shape != like.shape:
+                got = f"{v.dtype} tensor of shape {tuple(v.shape)}" if isinstance(v, torch.Tensor) else type(v).__name__
+                raise ValueError(f"state['stored'][{n!r}] must be a float tensor of shape {tuple(like.shape)}, got {got}")
+        return stored
 
     def _loaded_mask(self, name: str, mask: torch.Tensor) -> np.ndarray:
         return mask.detach().cpu().numpy()          # saved in the canonical layout, like the core's
@@ -228,6 +261,11 @@ class Pruner(PrunerBase):
     def _write_loaded(self, checked: Any) -> None:
         restored = self.protocol.masks                 # written as an update to themselves: only the buffers change
         mask_write.write_update(MaskUpdate(self.protocol.done_step, restored, restored), self._storages())
+        with torch.no_grad():
+            for n, values in checked.items():           # the pruned entries' values, under the restored masks
+                pw = self._layers[n]
+                dense = pw.part(self._original(n))
+                dense.copy_(torch.where(pw.part(self._par(n).mask) != 0, dense, values.to(dense)))
         self._loads = [self._par(n).loads for n in self.names]
 
     # ----- removal ------------------------------------------------------------------------
@@ -240,11 +278,33 @@ class Pruner(PrunerBase):
         self.check_alive("remove")
         self.warn_if_target_unreached("Pruner.remove()")
         self.release_resources()
-        for module, tensor_name in dict.fromkeys((w.module, w.tensor_name) for w in self._layers.values()):
+        for module, tensor_name in self._parametrized:     # a tied parameter: the same object again each time
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
         self.removed = True
         self._pending.clear()
         return self.model
+
+    def summary(self) -> PruningSummary:
+        """Every weight this pruner prunes (name, module type, shape, pattern, target, current sparsity)
+        and every other tensor of two or more dimensions of the model, with why it is left dense (not
+        matched by ``op_names``, excluded, unsupported type, tied to another weight, hooked...).
+        ``str()`` of it is a table; ``prune()`` logs its one-line count (:meth:`PruningSummary.line`).
+
+        Example:
+            >>> from sparsify_torch import prune
+            >>> m = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8))
+            >>> p = prune(m, {"target_sparsity": 0.5, "op_names": ["^1"], "start_step": 0, "end_step": 0})
+            >>> [(r.name, r.selected, r.reason) for r in p.summary()]
+            [('0.weight', False, "not matched by op_names ['^1']"), ('1.weight', True, None)]
+            >>> p.summary().line()
+            'pruning 1 weight (32 of 72 parameters); 1 tensor with 2+ dimensions left dense: see Pruner.summary()'
+        """
+        base = self._summary
+        if base is None:        # a Pruner built by hand: its weights only
+            base = PruningSummary(tuple(WeightRow(n, type(w.module).__name__, w.shape, True, self.config.pattern,
+                                                  self.config.target_sparsity) for n, w in self._layers.items()),
+                                  self.config, sum(p.numel() for p in self.model.parameters()))
+        return with_sparsity(base, self.sparsity())
 
     def __repr__(self) -> str:
         return (f"Pruner(step={self._step}, pattern={self.config.pattern!r}, scope={self.config.pruning_scope!r}, "

@@ -1,7 +1,8 @@
 """Run a pruned model's matrix products on sparse CSR/BSR weights (PyTorch, CPU or GPU).
 
 :func:`to_sparse_inference` returns a copy of a pruned model whose ``nn.Linear``
-layers (and 1x1 ``nn.Conv2d`` layers with stride 1, no padding, dilation 1,
+layers (and ``transformers``' ``Conv1D``, GPT-2's, as the Linear of its transposed
+weight; and 1x1 ``nn.Conv2d`` layers with stride 1, no padding, dilation 1,
 one group: a matrix product over the channels) hold their weight as a
 ``torch.sparse_csr`` or ``torch.sparse_bsr`` tensor and multiply with
 ``weight @ x``. It checks on ``example_inputs`` that the copy's outputs equal
@@ -32,6 +33,8 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
+
+from .layers import is_transformers_conv1d
 
 __all__ = ["LAYOUTS", "SparseLinear", "SparseConv1x1", "sparse_inference_plan", "to_sparse_inference", "sparse_layers"]
 
@@ -119,13 +122,24 @@ def _base_type(m: nn.Module) -> type:
     return type(m).__bases__[0] if parametrize.is_parametrized(m) else type(m)
 
 
+def _convertible(m: nn.Module) -> bool:
+    """An exact nn.Linear or nn.Conv2d (subclasses, such as attention's out_proj, are used otherwise), or a
+    ``transformers`` Conv1D."""
+    return _base_type(m) in (nn.Linear, nn.Conv2d) or is_transformers_conv1d(m)
+
+
+def _linear_weight(m: nn.Module) -> torch.Tensor:
+    """The ``(out, in)`` weight of a Linear (a Conv1D's, stored ``(in, out)``, transposed)."""
+    return m.weight.T if is_transformers_conv1d(m) else m.weight
+
+
 def _refusal(m: nn.Module, layout: str, blocksize: tuple[int, int] | None) -> str | None:
     """Why module ``m`` cannot take a sparse weight (None if it can)."""
-    if _base_type(m) not in (nn.Linear, nn.Conv2d):   # exact: subclasses (attention's out_proj) are used otherwise
-        return f"a {_base_type(m).__name__}; only nn.Linear and 1x1 nn.Conv2d layers are converted"
+    if not _convertible(m):
+        return f"a {_base_type(m).__name__}; only nn.Linear and 1x1 nn.Conv2d layers are converted (and Conv1D)"
     if _base_type(m) is nn.Conv2d and (why := _conv_refusal(m)):
         return why
-    w = m.weight
+    w = _linear_weight(m)
     if w.dtype not in _DTYPES:
         return f"weight dtype {w.dtype}; torch's sparse CSR/BSR products on a CPU take float32 or float64"
     if layout == "bsr":
@@ -159,7 +173,7 @@ def _check_args(layout: Any, blocksize: Any, min_sparsity: Any) -> tuple[int, in
 
 def sparse_inference_plan(model: nn.Module, layout: str = "csr", blocksize: int | tuple[int, int] | None = None,
                           min_sparsity: float = 0.0) -> dict[str, str | None]:
-    """What :func:`to_sparse_inference` does with each Linear and Conv2d: None (converted) or why not.
+    """What :func:`to_sparse_inference` does with each Linear, Conv1D and Conv2d: None (converted) or why not.
 
     Example:
         >>> m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 1), torch.nn.Linear(8, 6))
@@ -170,7 +184,7 @@ def sparse_inference_plan(model: nn.Module, layout: str = "csr", blocksize: int 
     bs = _check_args(layout, blocksize, min_sparsity)
     plan = {}
     for name, m in model.named_modules():
-        if _base_type(m) in (nn.Linear, nn.Conv2d):
+        if _convertible(m):
             why = _refusal(m, layout, bs)
             if why is None and min_sparsity > 0:
                 sparsity = float((m.weight == 0).float().mean())
@@ -245,7 +259,7 @@ def to_sparse_inference(model: nn.Module, example_inputs: Any, layout: str = "cs
                if plan.get(n) is not None or n not in plan}
     else:
         names = [n for n, why in plan.items() if why is None]
-        bad = {n: why for n, why in plan.items() if why and _base_type(model.get_submodule(n)) is nn.Linear
+        bad = {n: why for n, why in plan.items() if why and _base_type(model.get_submodule(n)) is not nn.Conv2d
                and "below min_sparsity" not in why}
     if bad:
         raise ValueError("to_sparse_inference cannot convert: " + "; ".join(f"{n!r}: {w}" for n, w in bad.items()))
@@ -260,8 +274,8 @@ def to_sparse_inference(model: nn.Module, example_inputs: Any, layout: str = "cs
             sparse = copy.deepcopy(model)
             for n in names:
                 m = model.get_submodule(n)
-                cls = SparseLinear if _base_type(m) is nn.Linear else SparseConv1x1
-                _replace(sparse, n, cls(m.weight, m.bias, layout, bs))
+                cls = SparseConv1x1 if _base_type(m) is nn.Conv2d else SparseLinear
+                _replace(sparse, n, cls(_linear_weight(m), m.bias, layout, bs))
             _compare(dense_out, sparse(*_as_tuple(example_inputs)), rtol, atol)
     finally:
         model.train(was_training)

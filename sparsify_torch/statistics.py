@@ -29,7 +29,7 @@ from torch import nn
 
 from sparsify.activation_stats import ActivationWindow
 
-from .layers import PrunableWeight
+from .layers import PrunableWeight, is_linear_like, registered_layout
 
 __all__ = ["ActivationNorms", "check_activation_layers", "norms_from_sums", "activation_window"]
 
@@ -49,14 +49,20 @@ def _module_type(module: nn.Module) -> type:
 
 def check_activation_layers(weights: list[PrunableWeight], criterion: str) -> None:
     """Raise ``ValueError`` naming the weights whose inputs cannot be read per channel (only Linear and
-    convolutions, not grouped transposed ones, feed their input channels straight to the weight's columns)."""
+    convolutions, not grouped transposed ones, feed their input channels straight to the weight's columns;
+    ``Conv1D`` and registered 2-D layers read their first input's last dimension, as Linear does)."""
     bad = [w.name for w in weights
-           if not (_module_type(w.module) is nn.Linear or isinstance(w.module, _CONV)) or w.rows is not None
-           or (w.conv_transpose_groups and w.conv_transpose_groups != 1)]
+           if not (_module_type(w.module) is nn.Linear or isinstance(w.module, _CONV) or _registered_linear(w))
+           or w.rows is not None or (w.conv_transpose_groups and w.conv_transpose_groups != 1)]
     if bad:
         raise ValueError(f"criterion {criterion!r} needs the input channels of each pruned weight; {bad} are not "
                          "Linear or convolution weights (Embedding, attention projections and grouped transposed "
                          "convolutions are not supported): exclude them with excluded_op_names")
+
+
+def _registered_linear(w: PrunableWeight) -> bool:
+    """A registered layer (``Conv1D``, a user's) taking its 2-D weight as a linear layer does."""
+    return registered_layout(w.module) is not None and is_linear_like(w.module, w.tensor_name)
 
 
 def activation_window(weights: list[PrunableWeight], criterion: str = "wanda") -> ActivationWindow:
@@ -112,7 +118,7 @@ class ActivationNorms:
         if not args or not isinstance(args[0], torch.Tensor):
             return
         x = args[0].detach()
-        if isinstance(module, nn.Linear):
+        if not isinstance(module, _CONV):          # Linear, Conv1D, registered 2-D layers: features last
             sq = x.reshape(-1, x.shape[-1]).float().pow(2).sum(0)
         else:
             spatial = len(module.kernel_size)

@@ -79,12 +79,15 @@ def test_pruning_twice_and_foreign_parametrizations():
 
 
 def test_tied_weights():
+    # one weight, one mask, pruned under its first name (issue 57; tests/sparsify_torch/test_torch_tied.py)
     model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10, bias=False))
     model[1].weight = model[0].weight
-    with pytest.raises(ValueError, match="weights '0.weight' and '1.weight' are the same \\(tied\\) parameter"):
-        prune(model, ONE_SHOT)
-    assert not parametrize.is_parametrized(model[0])
-    assert prune(model, {**ONE_SHOT, "excluded_op_names": ["^1"]}).names == ["0.weight"]
+    pruner = prune(model, ONE_SHOT)
+    assert pruner.names == ["0.weight"] and parametrize.is_parametrized(model[1])
+    pruner.remove()
+    assert model[1].weight is model[0].weight
+    with pytest.raises(ValueError, match="match no prunable weight"):     # excluding one name keeps it dense
+        prune(model, {**ONE_SHOT, "excluded_op_names": ["^1"]})
 
 
 def test_step_arguments_and_missing_gradients():
@@ -180,11 +183,16 @@ def test_old_style_spectral_norm_layer_is_pruned_through_weight_orig(tmp_path):
     model(x)
     assert torch.equal(model[2].weight != 0, expected.reshape(8, 8))
     assert pruner.sparsity() == {"2.weight": 0.5}
-    # a checkpoint of the pruned model loads into another pruned one; remove() bakes the zeros into weight_orig
-    torch.save(model.state_dict(), tmp_path / "m.pt")
+    # a checkpoint of the pruned model (plain names, issue 57) and of its pruner load into another pruned one;
+    # remove() bakes the zeros into weight_orig
+    assert set(model.state_dict()) == set(nn.Sequential(nn.Linear(8, 8), nn.ReLU(),
+                                                        nn.utils.spectral_norm(nn.Linear(8, 8))).state_dict())
+    torch.save({"model": model.state_dict(), "pruner": pruner.state_dict()}, tmp_path / "m.pt")
     other = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.utils.spectral_norm(nn.Linear(8, 8)))
     other_pruner = prune(other, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0, "op_names": ["2"]})
-    other.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
+    saved = torch.load(tmp_path / "m.pt", weights_only=True)
+    other.load_state_dict(saved["model"])
+    other_pruner.load_state_dict(saved["pruner"])
     other_pruner.remove()
     other(x)
     assert torch.equal(other[2].weight != 0, expected.reshape(8, 8))

@@ -242,10 +242,19 @@ def unregister_layer_kind(module_type: Type[nn.Module]) -> None:
     del _REGISTERED[module_type]
 
 
+#: Layer types known by ``(module, qualname)``, matched without importing their library: ``transformers``'
+#: ``Conv1D`` (GPT-2) is a linear layer whose weight is stored ``(in, out)``.
+_BY_NAME: Dict[tuple, CustomLayer] = {
+    ("transformers.pytorch_utils", "Conv1D"): CustomLayer(LayerKind.LINEAR, -1, {"weight": 0},
+                                                          {"weight": 1, "bias": 0}, "nx", "nf"),
+}
+
+
 def custom_layer(module: nn.Module) -> Optional[CustomLayer]:
-    """The registration that applies to ``module`` (its own type first, then its base classes), or None."""
+    """The registration that applies to ``module`` (its own type first, then its base classes; ``transformers``'
+    ``Conv1D`` is built in), or None."""
     for cls in type(module).__mro__:
-        spec = _REGISTERED.get(cls)
+        spec = _REGISTERED.get(cls) or _BY_NAME.get((cls.__module__, cls.__qualname__))
         if spec is not None:
             return spec
     return None
