@@ -1,4 +1,4 @@
-"""The mask parametrization: a weight read returns ``original * mask``.
+"""The mask parametrization: a weight read returns ``original * mask``; the model saves plain weights.
 
 The mask is a registered buffer (same dtype and device as the weight) that
 is only ever updated in place, so its identity never changes: optimizers,
@@ -18,16 +18,42 @@ Example:
     >>> p.set_mask(torch.ones(2, 2, dtype=torch.bool))
     >>> lin.weight.tolist()
     [[1.0, 1.0], [1.0, 1.0]]
+
+:func:`register_mask` (what :func:`sparsify_torch.prune` uses) also gives the module state-dict hooks,
+so a model being pruned saves like the plain model: ``model.state_dict()`` holds the weight under its
+own name (``"weight"``, not ``"parametrizations.weight.original"``) with the value the model computes
+with (``original * mask``), and no mask. A freshly built plain model loads it with
+``load_state_dict(strict=True)``. The masks and the values the pruned entries keep travel beside it,
+in :meth:`sparsify_torch.Pruner.state_dict`. The other way, a plain state dict (saved before pruning,
+or mid-pruning) loads into a model being pruned: each weight's values go to ``original``, the masks
+stay as they are (a state dict with the ``parametrizations.`` keys, saved by an older version, loads
+as before, masks included).
+
+    >>> lin = torch.nn.Linear(2, 2, bias=False)
+    >>> _ = torch.nn.init.ones_(lin.weight)
+    >>> p = register_mask(lin, "weight", MaskParametrization(torch.tensor([[1.0, 0.0], [0.0, 1.0]])))
+    >>> {k: v.tolist() for k, v in lin.state_dict().items()}
+    {'weight': [[1.0, 0.0], [0.0, 1.0]]}
+    >>> plain = torch.nn.Linear(2, 2, bias=False)
+    >>> plain.load_state_dict(lin.state_dict())
+    <All keys matched successfully>
+    >>> lin.load_state_dict({"weight": torch.full((2, 2), 3.0)})
+    <All keys matched successfully>
+    >>> lin.weight.tolist(), lin.parametrizations.weight.original.tolist()
+    ([[3.0, 0.0], [0.0, 3.0]], [[3.0, 3.0], [3.0, 3.0]])
 """
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any
+import weakref
+from typing import Any, MutableMapping
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
-__all__ = ["MaskParametrization"]
+__all__ = ["MaskParametrization", "register_mask"]
 
 
 def _count_load(module: "MaskParametrization", incompatible_keys: object) -> None:
@@ -139,3 +165,91 @@ class MaskParametrization(nn.Module):
     def extra_repr(self) -> str:
         kept = int(torch.count_nonzero(self.mask))
         return f"shape={tuple(self.mask.shape)}, kept={kept}/{self.mask.numel()}"
+
+
+# ----- plain state dicts ------------------------------------------------------------------------------
+#: modules whose state-dict hooks :func:`register_mask` installed (each once; a deep copy carries its own)
+_HOOKED: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+
+
+def register_mask(module: nn.Module, tensor_name: str, mask: MaskParametrization) -> MaskParametrization:
+    """Parametrize ``module.<tensor_name>`` with ``mask`` and make the module save it under its plain name.
+
+    ``torch.nn.utils.parametrize.register_parametrization`` plus two hooks on ``module`` (see the module
+    docstring): a state-dict post-hook writing ``<tensor_name>`` = ``original * mask`` in place of the
+    ``parametrizations.<tensor_name>.original`` and ``...0.mask`` entries (in the plain module's key
+    order), and a load pre-hook reading a plain ``<tensor_name>`` entry into ``original`` while the mask
+    stays. The hooks act only on tensors parametrized by a single :class:`MaskParametrization`, so they do
+    nothing once the parametrization is removed (``Pruner.remove()``). Returns ``mask``.
+
+    Example:
+        >>> conv = torch.nn.Conv1d(1, 2, 1)
+        >>> _ = register_mask(conv, "weight", MaskParametrization(torch.ones(2, 1, 1)))
+        >>> list(conv.state_dict())
+        ['weight', 'bias']
+    """
+    order = tuple(module._parameters)                   # the plain module's key order, before the weight moves
+    parametrize.register_parametrization(module, tensor_name, mask)
+    if module not in _HOOKED:
+        module.register_state_dict_post_hook(functools.partial(_save_plain, order))
+        module.register_load_state_dict_pre_hook(_load_plain)
+        _HOOKED.add(module)
+    return mask
+
+
+def _masked_tensors(module: nn.Module) -> dict[str, MaskParametrization]:
+    """``{tensor name: its MaskParametrization}`` of the tensors of ``module`` masked by one alone."""
+    lists = getattr(module, "parametrizations", None)
+    if not isinstance(lists, nn.ModuleDict):
+        return {}
+    return {t: plist[0] for t, plist in lists.items()
+            if len(plist) == 1 and isinstance(plist[0], MaskParametrization)}
+
+
+def _keys(prefix: str, tensor_name: str) -> tuple[str, str]:
+    return f"{prefix}parametrizations.{tensor_name}.original", f"{prefix}parametrizations.{tensor_name}.0.mask"
+
+
+@torch.no_grad()
+def _save_plain(order: tuple[str, ...], module: nn.Module, state_dict: MutableMapping[str, Any], prefix: str,
+                local_metadata: Any) -> None:
+    """State-dict post-hook: ``prefix + t`` = ``original * mask`` for each masked tensor ``t`` (the value
+    the forward pass computes, bit for bit), its ``parametrizations.`` entries dropped, in the plain
+    module's key order (kept after the masks are removed too)."""
+    plain: dict[str, torch.Tensor] = {}
+    for t in _masked_tensors(module):
+        original, mask = _keys(prefix, t)
+        if original in state_dict and mask in state_dict:
+            plain[t] = state_dict[original].detach() * state_dict[mask].detach()
+    if not plain and tuple(module._parameters) == order:
+        return                         # (after remove_parametrizations the weight comes last: reordered below)
+    tail = []                          # this module's entries: the end of the dict (children's included)
+    for key in reversed(state_dict):   # (no copy of the keys: a module's own tail only)
+        if not key.startswith(prefix):
+            break
+        tail.append(key)
+    tail.reverse()
+    drop = {k for t in plain for k in _keys(prefix, t)}
+    entries = {k: state_dict.pop(k) for k in tail}
+    for name in order:                 # parameters first, in the plain module's order
+        if name in plain:
+            state_dict[prefix + name] = plain.pop(name)
+        elif prefix + name in entries:
+            state_dict[prefix + name] = entries.pop(prefix + name)
+    for t, value in plain.items():     # (a tensor the module did not hold at registration)
+        state_dict[prefix + t] = value
+    for k, v in entries.items():       # then buffers and children, as they came
+        if k not in drop:
+            state_dict[k] = v
+
+
+def _load_plain(module: nn.Module, state_dict: MutableMapping[str, Any], prefix: str, local_metadata: Any,
+                strict: bool, missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
+    """Load pre-hook: a plain ``prefix + t`` entry of a masked tensor ``t`` is loaded into ``original`` and
+    the mask is kept (``load_state_dict`` hands hooks its own copy of the dict)."""
+    for t, par in _masked_tensors(module).items():
+        original, mask = _keys(prefix, t)
+        if prefix + t in state_dict and original not in state_dict:
+            state_dict[original] = state_dict.pop(prefix + t)
+            if mask not in state_dict:
+                state_dict[mask] = par.mask

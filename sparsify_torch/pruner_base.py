@@ -199,6 +199,8 @@ class PrunerBase:
         check_num_steps(num_steps)
         self._before_step()
         step, scores = self._step + num_steps, {**self._scores, **self._pending}
+        if self.distiller is not None:        # a dense_at_start teacher: the model before the update at start_step
+            self.distiller.reach(step)
         self._maybe_update(step, scores)          # raises before anything changes
         self._scores, self._step = scores, step
         self._pending.clear()

@@ -351,7 +351,9 @@ def test_parametrization_is_an_in_place_buffer():
     for _ in range(4):
         pruner.step()
     assert par.mask is buf and buf.data_ptr() == ptr and pruner.sparsity()["fc1.weight"] == 0.5
-    assert "parametrizations.weight.0.mask" in "".join(model.fc1.state_dict())
+    # the model saves the plain layer (issue 57): the masked weight under its own name, the mask in the pruner
+    assert list(model.fc1.state_dict()) == ["weight", "bias"]
+    assert torch.equal(model.fc1.state_dict()["weight"], model.fc1.weight)
 
 
 # ----- properties over many shapes -----------------------------------------------------------

@@ -53,16 +53,22 @@ def test_pruner_state_dict_roundtrip_weights_only():
 
 
 def test_model_state_dict_roundtrips_into_fresh_pruned_model():
+    """The model's state dict holds the plain names (issue 57); with the pruner's it restores a pruned model."""
     model, _, pruner, x = _trained()
     sd = _roundtrip(model.state_dict())
-    assert "fc1.parametrizations.weight.original" in sd and "fc1.parametrizations.weight.0.mask" in sd
+    assert list(sd) == list(mlp().state_dict())
     fresh = mlp(seed=7)
     fresh_pruner = prune(fresh, CFG)
     mask_buffer = fresh.fc1.parametrizations.weight[0].mask
     fresh.load_state_dict(sd)
+    fresh_pruner.load_state_dict(_roundtrip(pruner.state_dict()))
     assert fresh.fc1.parametrizations.weight[0].mask is mask_buffer      # loaded in place
     assert torch.equal(fresh(x), model(x))
     assert fresh_pruner.sparsity() == pruner.sparsity()
+    for n in pruner.names:
+        layer = n.split(".")[0]
+        assert torch.equal(getattr(fresh, layer).parametrizations.weight.original,
+                           getattr(model, layer).parametrizations.weight.original), n
 
 
 def test_deepcopy_of_pruned_model():
