@@ -42,7 +42,7 @@ import torch
 
 from ._results import publish
 from .lm.data import calibration_windows, load_corpus, validation_windows
-from .lm.gradual import DISTILL_ARMS, GRADUAL_ARMS, gradual_attach, gradual_config, setting_target
+from .lm.gradual import DISTILL_ARMS, GRADUAL_ARMS, gradual_attach, gradual_config, needs_teacher, setting_target
 from .lm.model import CharLM, LMConfig, bits_per_char
 from .lm.finetune import FINETUNE_ARMS, oneshot_finetune
 from .lm.oneshot import ARMS, SETTINGS, calibration_batches, permuted_base, prune_arm
@@ -147,10 +147,10 @@ def _peer(args, cfg: LMConfig, seed: int, weights: str, calib_path: str, data: d
 
 def _gradual(args, cfg: LMConfig, corpus, seed: int, val: tuple[np.ndarray, np.ndarray], data: dict) -> None:
     """One training run per gradual arm and target, each recorded (and saved) as it ends."""
-    teacher = _dense(cfg, corpus, args, seed, data) if set(args.gradual_arms) & set(DISTILL_ARMS) else None
+    teacher = _dense(cfg, corpus, args, seed, data) if any(map(needs_teacher, args.gradual_arms)) else None
     for target in args.gradual_targets:
         for arm in args.gradual_arms:
-            attach = gradual_attach(arm, target, args.steps, teacher if arm in DISTILL_ARMS else None)
+            attach = gradual_attach(arm, target, args.steps, teacher if needs_teacher(arm) else None)
             model, info = train_dense(cfg, corpus, seed, args.steps, args.batch_size, attach=attach)
             record_run(data, seed, f"gradual/{arm}", target, bits_per_char(model, *val), {"seconds": info["seconds"]})
             _save(args.out_json, data)

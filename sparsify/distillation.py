@@ -1,10 +1,11 @@
 """Distillation while pruning: the settings and the framework-neutral math.
 
-The dense model (a frozen copy taken when pruning begins, or a teacher the user passes) teaches the
-pruned one. :class:`DistillationConfig` is the sibling of :class:`~sparsify.PruningConfig` that says
-how: the temperature ``T``, the weight ``w(step)`` of the distillation term (constant or ramped over a
-window of steps, with the curves of :mod:`sparsify.schedules.decay`), which intermediate outputs to
-match and their weight, and where the teacher comes from. The training loss is
+The dense model (a frozen copy of the model as it is when pruning begins, at the pruning schedule's
+``start_step``, or a teacher the user passes) teaches the pruned one. :class:`DistillationConfig` is the
+sibling of :class:`~sparsify.PruningConfig` that says how: the temperature ``T``, the weight ``w(step)``
+of the distillation term (constant or ramped over a window of steps, with the curves of
+:mod:`sparsify.schedules.decay`), which intermediate outputs to match and their weight, and where the
+teacher comes from. The training loss is
 
     ``task_loss + w(step) * (logit_weight * KD + feature_weight * mean_f MSE(student_f, teacher_f))``
 
@@ -42,7 +43,8 @@ from .config_keys import checked_fields
 
 __all__ = ["DistillationConfig", "TEACHERS", "WEIGHT_SCHEDULES", "kd_loss", "feature_loss", "distillation_loss"]
 
-#: Where the teacher comes from: a frozen copy of the model when pruning begins, or one the user passes.
+#: Where the teacher comes from: a frozen copy of the model at the pruning ``start_step`` (the term is 0 before),
+#: or one the user passes.
 TEACHERS = ("dense_at_start", "user")
 #: How the weight of the distillation term moves from ``init_weight`` to ``weight`` over the window.
 WEIGHT_SCHEDULES = ("constant", "linear", "cos")
@@ -76,8 +78,9 @@ class DistillationConfig:
             student and teacher.
         feature_weight: the weight of the features' term (the mean of their MSEs), >= 0 (unused
             without ``features``).
-        teacher: ``"dense_at_start"`` (a frozen copy of the model taken when pruning begins) or
-            ``"user"`` (the caller passes the teacher).
+        teacher: ``"dense_at_start"`` (a frozen copy of the model as it is when pruning begins: at the
+            pruning schedule's ``start_step``, its first mask update, however early pruning was set up;
+            the term is 0 before) or ``"user"`` (the caller passes the teacher; it teaches from step 0).
 
     Example:
         >>> DistillationConfig.from_dict({"temperature": 2, "features": ["blocks.0"]}).features

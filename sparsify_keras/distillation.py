@@ -7,8 +7,12 @@ Wrap the student (the model being pruned), compile the wrapper as you would the 
 
 * The teacher is frozen (``trainable=False``: no trainable weight, no optimizer slot), run with
   ``training=False`` behind ``stop_gradient``. ``config.teacher="dense_at_start"``: a copy of the student
-  (``keras.models.clone_model`` + its weights) taken when the wrapper is made, before pruning begins;
-  ``"user"``: the model passed, frozen in place.
+  (``keras.models.clone_model`` + its weights) as it is when pruning begins: the :class:`PruningCallback`
+  sets :attr:`~DistillationModel.teacher_step` to its ``start_step`` at the start of ``fit`` (when the
+  optimizer has not reached it yet), and the train step that reaches that step assigns the student's weights
+  to the teacher's (inside the compiled step, before the callback's mask update at the next batch); the term
+  is exactly 0 before. With ``start_step=0`` (or no callback) the copy is the one taken when the wrapper is
+  made. ``"user"``: the model passed, frozen in place, teaching from step 0.
 * Only the student is pruned: the callback walks the student (its own weight paths, the masks of a run
   without distillation), and only the student is saved: ``strip_pruning(wrapper)`` returns the plain
   student, whose ``save`` holds none of the teacher.
@@ -38,6 +42,7 @@ import keras
 
 from sparsify.distillation import DistillationConfig
 
+from .backend import JaxStateValues, StatefulValues, sync_to_variables, to_numpy
 from .distill_terms import check_models, feature_layers, feature_term, kd_term, weight_value
 from .layers import PRUNING_ROOT_ATTR
 
@@ -81,8 +86,9 @@ def _features_model(model: Any, layers: list, keras_module: Any) -> Any:
 class DistillationMixin:
     """What :class:`DistillationModel` and tf-keras's share: the teacher, the features and the term.
 
-    Subclasses call :meth:`_setup` in ``__init__`` and provide :attr:`_ops` (``keras.ops``-like) and
-    :meth:`_step` (the optimizer's step as a tensor in the step being traced).
+    Subclasses call :meth:`_setup` in ``__init__`` and provide :attr:`_ops` (``keras.ops``-like),
+    :meth:`_step` (the optimizer's step as a tensor in the step being traced) and :meth:`_new_step_variable`;
+    their train step calls :meth:`_take_teacher_in_step` after the optimizer's update.
     """
 
     _ops: Any = None
@@ -96,13 +102,19 @@ class DistillationMixin:
         else:
             teacher.trainable = False                          # frozen in place
         t_layers = feature_layers(teacher, cfg.features, "teacher")
+        pairs = list(zip(student.weights, teacher.weights)) if cfg.teacher == "dense_at_start" else []
+        if pairs and len(student.weights) != len(teacher.weights):
+            raise ValueError(f"teacher='dense_at_start': the copy of model {student.name!r} has "
+                             f"{len(teacher.weights)} weights, the model {len(student.weights)}")
         self.config = cfg
         self.student = student
         self.teacher = teacher
+        #: the optimizer step from which the term counts; a dense_at_start teacher is the student at this step
+        self.teacher_step = self._new_step_variable()
         # shares the student's (teacher's) layers: not tracked again, so no weight is listed twice
         extra = {"_s_feats": _features_model(student, s_layers, keras_module) if s_layers else None,
                  "_t_feats": _features_model(teacher, t_layers, keras_module) if t_layers else None,
-                 "_last": None, PRUNING_ROOT_ATTR: student}
+                 "_last": None, PRUNING_ROOT_ATTR: student, "_teacher_pairs": pairs, "_copy_in_step": False}
         for name, value in extra.items():
             object.__setattr__(self, name, value)
         self.built = True
@@ -144,9 +156,43 @@ class DistillationMixin:
         total = kd_term(ops, y_pred, t_logits, cfg.temperature) * cfg.logit_weight
         if cfg.features:
             total = total + cfg.feature_weight * feature_term(ops, self._student_features(x, y_pred), t_feats)
+        if self._teacher_pairs:            # dense_at_start: exactly 0 before the step the teacher is taken at
+            now = self._step() if step is None and getattr(self, "optimizer", None) is not None else step
+            if now is not None:
+                total = ops.where(ops.greater_equal(ops.cast(now, "int32"), ops.cast(self.teacher_step, "int32")),
+                                  total, 0.0)
         if cfg.weight_schedule == "constant":
             return total * cfg.weight
         return total * weight_value(ops, cfg, self._step() if step is None else step)
+
+    def teach_from(self, start_step: int) -> None:
+        """Take the ``"dense_at_start"`` teacher at optimizer step ``start_step`` (the pruning schedule's
+        first update; :class:`PruningCallback` calls this at the start of ``fit``), the term being 0 before:
+        only when the optimizer has not reached ``start_step`` yet (else the teacher stays as it is). Nothing
+        for a ``"user"`` teacher."""
+        if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
+            raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}")
+        if not self._teacher_pairs:
+            return
+        sync_to_variables(self)
+        optimizer = getattr(self, "optimizer", None)
+        now = int(to_numpy(optimizer.iterations)) if optimizer is not None else 0
+        if start_step > now:
+            self.teacher_step.assign(start_step)
+            # the train step copies the student from now on (read when fit traces it: the callback's first
+            # attach makes fit build the train function again); without a deferred start it never copies
+            object.__setattr__(self, "_copy_in_step", True)
+
+    def _take_teacher_in_step(self, values: Any) -> None:
+        """In the train step, after the optimizer's update: when the step count reaches :attr:`teacher_step`,
+        the teacher's weights become the student's (``values``: a :class:`~sparsify_keras.backend.StepValues`)."""
+        if not self._teacher_pairs or not self._copy_in_step:
+            return
+        ops = self._ops
+        take = ops.equal(ops.cast(values.read(self.optimizer.iterations), "int32"),
+                         ops.cast(values.read(self.teacher_step), "int32"))
+        for s, t in self._teacher_pairs:
+            values.write(t, ops.where(take, values.read(s), values.read(t)))
 
     def _step(self) -> Any:
         optimizer = getattr(self, "optimizer", None)
@@ -163,12 +209,16 @@ class DistillationModel(DistillationMixin, keras.Model):
         student: the built Keras 3 model being pruned.
         config: a :class:`sparsify.DistillationConfig`, its dict or a YAML path.
         teacher: the teacher model for ``config.teacher="user"`` (frozen in place); ``None`` with
-            ``"dense_at_start"``: a frozen copy of the student now.
+            ``"dense_at_start"``: a frozen copy of the student, taken again (in the train step) at the
+            pruning ``start_step`` when a :class:`PruningCallback` starts there (:meth:`teach_from`).
 
     Attributes:
         student: the model being pruned (what ``call`` runs).
         teacher: the frozen teacher.
         config: the validated :class:`sparsify.DistillationConfig`.
+        teacher_step: an int32 variable (saved with the wrapper's weights): the optimizer step from which
+            the term counts (0 unless :meth:`teach_from` moved it); a ``"dense_at_start"`` teacher is the
+            student as it is when the optimizer reaches it.
 
     Raises:
         TypeError/ValueError: a student or teacher that is not a built Keras 3 model, a teacher whose output
@@ -185,6 +235,9 @@ class DistillationModel(DistillationMixin, keras.Model):
         object.__setattr__(self, "_step_in_trace", None)
         self._setup(student, config, teacher, keras)
 
+    def _new_step_variable(self) -> Any:
+        return keras.Variable(0, dtype="int32", trainable=False, name="teacher_step")
+
     def call(self, inputs: Any, training: Any = None) -> Any:
         return self._student_call(inputs, training=training)
 
@@ -197,19 +250,27 @@ class DistillationModel(DistillationMixin, keras.Model):
         return loss + keras.ops.cast(self.distillation_loss(x, y_pred), loss.dtype)
 
     def train_step(self, *args: Any) -> Any:
-        if keras.backend.backend() != "jax" or self.config.weight_schedule == "constant":
+        if keras.backend.backend() != "jax":
+            logs = super().train_step(*args)
+            self._take_teacher_in_step(StatefulValues())
+            return logs
+        if self.config.weight_schedule == "constant" and not self._teacher_pairs:
             return super().train_step(*args)
         # JAX's step is stateless: the optimizer's step is the value in the state passed in, not the variable
         state = args[0]
         found = [i for i, v in enumerate(self.optimizer.variables) if v is self.optimizer.iterations]
         if not found:
             raise ValueError(f"optimizer {type(self.optimizer).__name__}: its iterations is not one of its "
-                             "variables; the distillation weight schedule cannot follow it (use a constant weight)")
+                             "variables; the distillation weight schedule and the dense_at_start teacher cannot "
+                             "follow it (use a constant weight and teacher='user')")
         object.__setattr__(self, "_step_in_trace", state[2][found[0]])
         try:
-            return super().train_step(*args)
+            logs, new_state = super().train_step(*args)
         finally:
             object.__setattr__(self, "_step_in_trace", None)
+        values = JaxStateValues(self, new_state)
+        self._take_teacher_in_step(values)
+        return logs, values.state()
 
     def _step(self) -> Any:
         return self._step_in_trace if self._step_in_trace is not None else super()._step()

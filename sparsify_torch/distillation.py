@@ -3,10 +3,14 @@
 :func:`sparsify_torch.prune` with ``distillation=`` (a :class:`sparsify.DistillationConfig` or its dict)
 builds a :class:`Distiller`; a training loop adds ``pruner.distill_loss(inputs, logits)`` to its task loss.
 The teacher is frozen: ``requires_grad=False`` on every parameter, ``eval()`` mode, run under
-``torch.no_grad()``. With ``teacher="dense_at_start"`` it is a deep copy of the model taken by ``prune``
-before any mask is registered (the dense model pruning begins from); otherwise the caller's module. It is
-held by the pruner only: never a submodule of the pruned model, so never in its ``state_dict()`` nor saved
-with it, and the optimizer never sees it (build the optimizer from ``model.parameters()``).
+``torch.no_grad()``. With ``teacher="dense_at_start"`` it is a deep copy of the model as it is when pruning
+begins: at the pruning schedule's ``start_step`` (its first mask update), in ``pruner.step()`` before that
+update, however early ``prune`` was called (with ``start_step=0``: in ``prune``, before any mask). Until then
+the distillation term is exactly zero and no teacher exists, so the usual recipe (``prune`` before the loop,
+pruning from step ``start_step > 0``) distils from the model trained so far, not from its initialisation.
+Otherwise the teacher is the caller's module, used from the first step. It is held by the pruner only:
+never a submodule of the pruned model, so never in its ``state_dict()`` nor saved with it, and the
+optimizer never sees it (build the optimizer from ``model.parameters()``).
 
 Intermediate outputs (``features``) are read by forward hooks on the named modules of student and
 teacher (the student's from the forward pass that produced the logits, with their graph).
@@ -17,7 +21,7 @@ Example:
     >>> model = torch.nn.Linear(3, 2)
     >>> d = Distiller(model, DistillationConfig(temperature=1.0))
     >>> x = torch.ones(4, 3)
-    >>> float(d.loss(x, model(x), step=0))     # the student is still the teacher
+    >>> float(d.loss(x, model(x), step=0).detach())     # the student is still the teacher
     0.0
 """
 from __future__ import annotations
@@ -28,22 +32,74 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.utils import parametrize
 
 from sparsify.distillation import DistillationConfig
 
-__all__ = ["Distiller", "frozen_copy", "kd_loss"]
+from .parametrization import MaskParametrization
+
+__all__ = ["Distiller", "frozen_copy", "hook_ids", "kd_loss"]
 
 
-def frozen_copy(model: nn.Module) -> nn.Module:
-    """A deep copy of ``model`` with no gradient (``requires_grad=False``) in ``eval()`` mode.
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+          "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+_HOOK_FLAGS = ("_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs")
+
+
+def hook_ids(model: nn.Module) -> dict[str, frozenset[int]]:
+    """The ids of the module hooks (forward, backward, state dict) of each module of ``model``, by name:
+    the hooks a later :func:`frozen_copy` keeps (e.g. the user's, before ``prune`` adds its own).
+
+    Example:
+        >>> m = torch.nn.Linear(2, 2)
+        >>> hook_ids(m)
+        {'': frozenset()}
+    """
+    return {name: frozenset(k for d in _HOOKS for k in getattr(m, d)) for name, m in model.named_modules()}
+
+
+def frozen_copy(model: nn.Module, keep_hooks: Mapping[str, frozenset[int]] | None = None) -> nn.Module:
+    """A deep copy of ``model`` with no gradient (``requires_grad=False``) in ``eval()`` mode, without masks:
+    each weight under a :class:`~sparsify_torch.parametrization.MaskParametrization` becomes a plain
+    parameter holding the value the model computes with (``original * mask``).
+
+    ``keep_hooks`` (from :func:`hook_ids`): keep only these module hooks in the copy; the others (the
+    pruner's and the distiller's own, on the student) are neither copied nor run by the copy. ``None``: all.
 
     Example:
         >>> t = frozen_copy(torch.nn.Linear(2, 2))
         >>> t.training, any(p.requires_grad for p in t.parameters())
         (False, False)
     """
-    teacher = copy.deepcopy(model)
+    memo: dict[int, Any] = {}
+    if keep_hooks is not None:
+        kept_fns = {id(getattr(m, d)[k]) for name, m in model.named_modules() for d in _HOOKS
+                    for k in getattr(m, d) if k in keep_hooks.get(name, ())}
+        for name, m in model.named_modules():
+            for d in _HOOKS:
+                for k, fn in getattr(m, d).items():
+                    if k not in keep_hooks.get(name, ()) and id(fn) not in kept_fns:
+                        memo[id(fn)] = None            # not copied: the slot is dropped below
+    teacher = copy.deepcopy(model, memo)
+    if keep_hooks is not None:
+        for name, m in teacher.named_modules():
+            for d in _HOOKS + _HOOK_FLAGS:
+                hooks = getattr(m, d)
+                for k in [k for k in hooks if k not in keep_hooks.get(name, ())]:
+                    del hooks[k]
+    for module in list(teacher.modules()):
+        if parametrize.is_parametrized(module):
+            masked = [t for t, chain in module.parametrizations.items()
+                      if all(isinstance(p, MaskParametrization) for p in chain)]
+            if masked:      # a class of its own: removing a parametrization edits the class, which the copy shares
+                cls = type(module)
+                module.__class__ = type(cls.__name__, cls.__bases__, {
+                    k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")})
+            for tensor_name in masked:
+                parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
     teacher.requires_grad_(False)
+    for p in teacher.parameters():
+        p.grad = None
     return teacher.eval()
 
 
@@ -114,14 +170,25 @@ class Distiller:
     Args:
         student: the model being pruned (hooks are put on its ``features`` modules).
         config: the distillation settings.
-        teacher: the teacher module (``config.teacher="user"``); ``None``: a :func:`frozen_copy` of
-            ``student`` now (``"dense_at_start"``). A passed teacher is frozen in place.
+        teacher: the teacher module (``config.teacher="user"``), frozen in place and used from step 0;
+            ``None`` (``"dense_at_start"``): a :func:`frozen_copy` of ``student`` taken at step
+            ``start_step`` (now when it is 0), by :meth:`reach`.
         logits_fn: picks the logits from the teacher's output (default: the tensor, ``.logits``,
             ``["logits"]`` or ``[0]``).
+        start_step: the step at which pruning begins (the pruning schedule's first update): the
+            ``"dense_at_start"`` teacher is the student as it is then, and the term is 0 before.
+
+    Example:
+        >>> d = Distiller(torch.nn.Linear(3, 2), DistillationConfig(), start_step=5)
+        >>> d.teacher is None, float(d.loss(torch.ones(1, 3), torch.ones(1, 2), step=4))
+        (True, 0.0)
+        >>> d.reach(5)
+        >>> d.teacher.training
+        False
     """
 
     def __init__(self, student: nn.Module, config: DistillationConfig, teacher: nn.Module | None = None,
-                 logits_fn: Callable[[Any], torch.Tensor] | None = None) -> None:
+                 logits_fn: Callable[[Any], torch.Tensor] | None = None, *, start_step: int = 0) -> None:
         if teacher is None and config.teacher == "user":
             raise ValueError("distillation teacher='user' needs the teacher module: prune(..., teacher=module)")
         if teacher is not None and config.teacher != "user":
@@ -131,20 +198,44 @@ class Distiller:
             raise TypeError(f"teacher must be a torch.nn.Module, got {type(teacher).__name__}")
         if teacher is student:
             raise ValueError("teacher is the student itself; pass a separate (e.g. copy.deepcopy) module")
-        if teacher is None:
-            teacher = frozen_copy(student)
-        else:
+        if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
+            raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}")
+        if teacher is not None:
             teacher.requires_grad_(False)
             teacher.eval()
         self.config = config
-        self.teacher = teacher
+        self.start_step = 0 if teacher is not None else start_step
+        self.teacher: nn.Module | None = teacher
         self.logits_fn = logits_fn or _logits_of
+        self._student_module = student
+        self._user_hooks = hook_ids(student)       # the hooks a deferred copy keeps: none of sparsify's
+        modules = dict(student.named_modules())
+        missing = [n for n in config.features if n not in modules]
+        if missing:
+            raise ValueError(f"features {missing} are not modules of the student (named_modules() holds e.g. "
+                             f"{[n for n in modules if n][:8]})")
+        self._teacher: _Recorder | None = None
+        if self.teacher is None and self.start_step == 0:
+            self._take_teacher()
         self._student = _Recorder(student, config.features, "student")
-        try:
-            self._teacher = _Recorder(teacher, config.features, "teacher")
-        except BaseException:
-            self._student.remove()
-            raise
+        if self.teacher is not None and self._teacher is None:
+            try:
+                self._teacher = _Recorder(self.teacher, config.features, "teacher")
+            except BaseException:
+                self._student.remove()
+                raise
+
+    def _take_teacher(self) -> None:
+        """Copy the student now (frozen, unmasked, without sparsify's hooks) as the teacher."""
+        teacher = frozen_copy(self._student_module, self._user_hooks)
+        self._teacher = _Recorder(teacher, self.config.features, "teacher")
+        self.teacher = teacher
+
+    def reach(self, step: int) -> None:
+        """Take the ``"dense_at_start"`` teacher if ``step`` (the pruner's count) reached :attr:`start_step`
+        and it is not taken yet. The pruner calls it in ``step()`` before that step's mask update."""
+        if self.teacher is None and step >= self.start_step:
+            self._take_teacher()
 
     @torch.no_grad()
     def teacher_outputs(self, inputs: Any) -> torch.Tensor:
@@ -161,11 +252,15 @@ class Distiller:
 
     def loss(self, inputs: Any, student_logits: torch.Tensor, step: int) -> torch.Tensor:
         """``w(step) * (logit_weight * KD + feature_weight * mean MSE of the features)``, a scalar with the
-        student's graph; 0 (no teacher pass) while ``w(step)`` is 0."""
+        student's graph; exactly 0 (no teacher pass) before :attr:`start_step` and while ``w(step)`` is 0.
+        A ``"dense_at_start"`` teacher not taken yet at or after :attr:`start_step` (a pruner restored past
+        it) is taken now: the model as it is."""
         if not isinstance(student_logits, torch.Tensor):
             raise TypeError(f"student_logits must be a tensor (the model's logits), "
                             f"got {type(student_logits).__name__}")
-        w = self.config.weight_at(step)
+        w = self.config.weight_at(step) if step >= self.start_step else 0.0
+        if w != 0.0:
+            self.reach(step)
         if w == 0.0:
             self._student.outputs.clear()
             return student_logits.new_zeros(())
@@ -180,4 +275,5 @@ class Distiller:
     def remove(self) -> None:
         """Drop the hooks on student and teacher."""
         self._student.remove()
-        self._teacher.remove()
+        if self._teacher is not None:
+            self._teacher.remove()

@@ -166,10 +166,14 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
 
         distiller = _sharded_distiller(model, distill, teacher, logits_fn)
         try:
-            pruner = prune_sharded(model, config, layers, params, log_dir=log_dir, optimizer=optimizer)
+            pruner = prune_sharded(model, config, layers, params, log_dir=log_dir, optimizer=optimizer,
+                                   summarize=lambda unfit: build_summary(model, config, candidates,
+                                                                         [w.name for w in layers], unfit, ties.tied,
+                                                                         ties.dropped, select))
         except BaseException:
             _drop(distiller)
             raise
+        logger.info(pruner.summary().line())
         return _with_distiller(pruner, distiller)
     distiller = None if distill is None else _distiller(model, distill, teacher, logits_fn,   # before any mask
                                                         config.start_step)
@@ -179,6 +183,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     for w in layers:
         aliases.setdefault((w.module, w.tensor_name), []).extend(ties.aliases.get(w.name, []))
     done: list[tuple[nn.Module, str]] = []
+    plain_parameters = list(model.named_parameters())      # their order, before the weights move (optimizer_order)
     try:
         for (module, tensor_name), others in aliases.items():
             p = module._parameters[tensor_name]
@@ -188,7 +193,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
                 register_mask(m, t, mask)     # tied: the same mask on every layer reading it; plain state-dict names
                 done.append((m, t))
         pruner = Pruner(model, protocol, layers, process_group, log_dir, optimizer,
-                        parametrized=done[:], summary=summary)
+                        parametrized=done[:], summary=summary, plain_parameters=plain_parameters)
         logger.info(summary.line())
         return _with_distiller(pruner, distiller)
     except BaseException:

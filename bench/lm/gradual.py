@@ -12,10 +12,18 @@ is SR-STE: straight-through gradients plus ``pruned_decay`` on the pruned weight
 ``sr_ste_distill`` is SR-STE plus distillation (:mod:`sparsify_torch.distillation`) from the trained dense
 model of the seed (the ``dense`` arm's model: its 1800 steps are not counted in the arm's budget): the task
 loss plus ``weight`` times the KL of the teacher's and student's softmax at ``temperature`` (:data:`DISTILL_ARMS`).
+``sr_ste_default_teacher`` is SR-STE with ``distillation={}``, the defaults a user gets: the teacher
+``"dense_at_start"``, the model itself as it is at the pruning ``start_step`` (10% of the steps, ``prune()``
+called before the loop), ``T=2``, weight 1; no extra training is spent on its teacher.
+``sr_ste_init_teacher`` is the same with the teacher copied when ``prune()`` is called (the initialisation):
+what ``"dense_at_start"`` did before issue 58, kept to measure that change.
 
 Example:
-    >>> sorted(GRADUAL_ARMS)
-    ['default', 'erk_rigl', 'erk_wanda', 'rigl', 'sr_ste', 'sr_ste_at_start', 'sr_ste_distill', 'torch.ao']
+    >>> sorted(GRADUAL_ARMS)  # doctest: +NORMALIZE_WHITESPACE
+    ['default', 'erk_rigl', 'erk_wanda', 'rigl', 'sr_ste', 'sr_ste_at_start', 'sr_ste_default_teacher',
+     'sr_ste_distill', 'sr_ste_init_teacher', 'torch.ao']
+    >>> needs_teacher("sr_ste_distill"), needs_teacher("sr_ste_default_teacher")
+    (True, False)
     >>> window(1800)
     (180, 1260, 45)
     >>> setting_target("2:4"), setting_target("90")
@@ -27,6 +35,7 @@ Example:
 """
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -38,7 +47,8 @@ from sparsify import GradualSchedule, PruningConfig
 from .model import PRUNABLE, CharLM
 from .train import Attach
 
-__all__ = ["GRADUAL_ARMS", "DISTILL_ARMS", "window", "setting_target", "gradual_config", "gradual_attach"]
+__all__ = ["GRADUAL_ARMS", "DISTILL_ARMS", "needs_teacher", "window", "setting_target", "gradual_config",
+           "gradual_attach"]
 
 # the MNIST-1D accuracy benchmark's SR-STE arm (bench/accuracy/problems.py), tuned there
 _SR_STE = {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1, "monotone": False}
@@ -56,12 +66,25 @@ GRADUAL_ARMS: dict[str, dict[str, Any]] = {
     "torch.ao": {},
     # SR-STE, taught by the trained dense model of the seed (DISTILL_ARMS)
     "sr_ste_distill": _SR_STE,
+    # SR-STE, taught by the default teacher: the model itself at the pruning start_step
+    "sr_ste_default_teacher": _SR_STE,
+    # SR-STE, taught by the model as prune() found it (the initialisation; dense_at_start before issue 58)
+    "sr_ste_init_teacher": _SR_STE,
 }
 
-#: arm -> the DistillationConfig of its teacher term (the teacher: the trained dense model of the seed)
+#: arm -> the DistillationConfig of its teacher term (``"user"``: the trained dense model of the seed;
+#: ``"dense_at_start"``: the model at the pruning start step, the default)
 DISTILL_ARMS: dict[str, dict[str, Any]] = {
     "sr_ste_distill": {"temperature": 1.0, "weight": 1.0, "teacher": "user"},
+    "sr_ste_default_teacher": {},
+    "sr_ste_init_teacher": {"teacher": "user"},      # the teacher: a copy of the model at attach (init)
 }
+_INIT_TEACHER = ("sr_ste_init_teacher",)
+
+
+def needs_teacher(arm: str) -> bool:
+    """True for an arm taught by the trained dense model of the seed (passed to :func:`gradual_attach`)."""
+    return DISTILL_ARMS.get(arm, {}).get("teacher") == "user" and arm not in _INIT_TEACHER
 
 
 def window(steps: int) -> tuple[int, int, int]:
@@ -70,8 +93,11 @@ def window(steps: int) -> tuple[int, int, int]:
 
 
 def _ours(config: dict[str, Any], distillation: dict[str, Any] | None = None,
-          teacher: torch.nn.Module | None = None) -> Attach:
+          teacher: torch.nn.Module | None = None, teacher_at_init: bool = False) -> Attach:
     def attach(model: CharLM, opt: torch.optim.Optimizer) -> tuple:
+        nonlocal teacher
+        if teacher_at_init:
+            teacher = copy.deepcopy(model)
         if distillation is None:
             pruner = sparsify_torch.prune(model, config, optimizer=opt)
             return (lambda _step: pruner.step()), pruner.remove
@@ -127,11 +153,11 @@ def gradual_config(arm: str, setting: str, steps: int, op_names: str = PRUNABLE)
 
 def gradual_attach(arm: str, setting: str, steps: int, teacher: torch.nn.Module | None = None) -> Attach:
     """The :data:`bench.lm.train.Attach` of an arm at ``setting`` (a percent or ``"2:4"``) over ``steps`` steps;
-    ``teacher``: the trained dense model of the seed, for the arms of :data:`DISTILL_ARMS` (and only them)."""
-    if (arm in DISTILL_ARMS) != (teacher is not None):
-        raise ValueError(f"arm {arm!r}: a teacher is {'needed' if arm in DISTILL_ARMS else 'not used'}")
+    ``teacher``: the trained dense model of the seed, for the arms :func:`needs_teacher` names (and only them)."""
+    if needs_teacher(arm) != (teacher is not None):
+        raise ValueError(f"arm {arm!r}: a teacher is {'needed' if needs_teacher(arm) else 'not used'}")
     if arm in DISTILL_ARMS:
-        return _ours(gradual_config(arm, setting, steps), DISTILL_ARMS[arm], teacher)
+        return _ours(gradual_config(arm, setting, steps), DISTILL_ARMS[arm], teacher, arm in _INIT_TEACHER)
     if arm == "torch.ao":
         target, pattern = setting_target(setting)
         return _torch_ao(target, steps, pattern)

@@ -57,7 +57,7 @@ from sparsify import exact_prune_count  # noqa: E402
 
 from .data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
 from . import gradual  # noqa: E402
-from .gradual import DISTILL_ARMS, GRADUAL_ARMS  # noqa: E402
+from .gradual import DISTILL_ARMS, GRADUAL_ARMS, needs_teacher  # noqa: E402
 from .model import LMConfig, init_weights  # noqa: E402
 from .records import open_results, record_run, run_arguments, save_results  # noqa: E402
 from .train import TrainSettings, lr_at  # noqa: E402
@@ -68,7 +68,7 @@ __all__ = ["PRUNABLE_KERAS", "KERAS_ARMS", "KerasCharLM", "build_keras_model", "
 PRUNABLE_KERAS = r"^block_\d+/(q|k|v|o|fc1|fc2)/kernel$"
 """``op_names`` regex of the pruned weights (Keras paths): :data:`bench.lm.model.PRUNABLE`'s linears."""
 
-KERAS_ARMS = ("dense", *(a for a in GRADUAL_ARMS if a != "torch.ao"))
+KERAS_ARMS = ("dense", *(a for a in GRADUAL_ARMS if a not in ("torch.ao", "sr_ste_init_teacher")))
 """``--arms``: a dense run, and the gradual arms our callback runs (torch.ao's sparsifier is torch only)."""
 
 BACKENDS = ("jax", "torch", "tensorflow")
@@ -308,7 +308,7 @@ def _run_arm(cfg: LMConfig, corpus: Corpus, seed: int, arm: str, setting: str, a
         return model, info, None
     config = gradual_config(arm, setting, args.steps)
     teacher = None
-    if arm in DISTILL_ARMS:
+    if needs_teacher(arm):
         teacher = dense_teacher(cfg, corpus, seed, args.steps, args.batch_size, args.cache)[0]
     model, info = train_keras(cfg, corpus, seed, args.steps, args.batch_size, config,
                               distillation=DISTILL_ARMS.get(arm), teacher=teacher)

@@ -6,9 +6,10 @@ The same wrapper as :class:`sparsify_keras.DistillationModel` (the same argument
 (``train_step``; ``evaluate`` reports the task loss), ``w`` computed in the step from
 ``optimizer.iterations`` with TensorFlow's ops (:data:`TF_DISTILL_OPS`). Fit it with
 :class:`sparsify_tf.keras.PruningCallback`: only the student is pruned, and ``strip_pruning(wrapper)``
-gives the plain student back. tf-keras logs its compiled loss as ``loss`` (the task loss: its loss tracker
-is the compiled loss's), so the term is logged next to it as ``distillation_loss``; Keras 3's ``loss`` is the
-sum.
+gives the plain student back. A ``"dense_at_start"`` teacher is the student at the callback's
+``start_step`` (assigned in the train step that reaches it; the term is 0 before), as in Keras 3. tf-keras
+logs its compiled loss as ``loss`` (the task loss: its loss tracker is the compiled loss's), so the term is
+logged next to it as ``distillation_loss``; Keras 3's ``loss`` is the sum.
 
 Example:
     >>> import numpy as np, tf_keras
@@ -40,9 +41,13 @@ __all__ = ["DistillationModel", "TF_DISTILL_OPS"]
 #: ``keras.ops``'s names the distillation term uses (:mod:`sparsify_keras.distill_terms`), as TensorFlow ops.
 TF_DISTILL_OPS = SimpleNamespace(
     cast=tf.cast, stop_gradient=tf.stop_gradient, exp=tf.exp, square=tf.square, cos=tf.cos, less=tf.less,
-    greater_equal=tf.greater_equal, where=tf.where, clip=tf.clip_by_value, mean=tf.reduce_mean,
+    equal=tf.equal, greater_equal=tf.greater_equal, where=tf.where, clip=tf.clip_by_value, mean=tf.reduce_mean,
     log_softmax=lambda x, axis=-1: tf.nn.log_softmax(x, axis=axis),
     sum=lambda x, axis=None: tf.reduce_sum(x, axis=axis))
+
+
+#: tf.Variables read and assigned in place (:class:`sparsify_keras.backend.StepValues`'s two calls).
+_TF_VALUES = SimpleNamespace(read=lambda v: v.read_value(), write=lambda v, x: v.assign(x))
 
 
 class DistillationModel(DistillationMixin, tf_keras.Model):
@@ -52,7 +57,8 @@ class DistillationModel(DistillationMixin, tf_keras.Model):
         student: the built ``tf_keras`` model being pruned.
         config: a :class:`sparsify.DistillationConfig`, its dict or a YAML path.
         teacher: the teacher for ``config.teacher="user"`` (frozen in place); ``None`` with
-            ``"dense_at_start"``: a frozen copy of the student now (``tf_keras.models.clone_model``).
+            ``"dense_at_start"``: a frozen copy of the student (``tf_keras.models.clone_model``), taken again in
+            the train step at the pruning ``start_step`` (``teach_from``, :attr:`teacher_step`).
 
     Raises:
         TypeError/ValueError: as :class:`sparsify_keras.DistillationModel`, before anything changes.
@@ -68,15 +74,20 @@ class DistillationModel(DistillationMixin, tf_keras.Model):
         self.distillation_tracker = tf_keras.metrics.Mean(name="distillation_loss")
         self._setup(student, config, teacher, tf_keras)
 
+    def _new_step_variable(self) -> Any:
+        return tf.Variable(0, dtype=tf.int32, trainable=False, name="teacher_step")
+
     def call(self, inputs: Any, training: Any = None) -> Any:
         return self._student_call(inputs, training=training)
 
     def train_step(self, data: Any) -> Any:
         object.__setattr__(self, "_in_train_step", True)       # while the step is traced
         try:
-            return super().train_step(data)
+            logs = super().train_step(data)
         finally:
             object.__setattr__(self, "_in_train_step", False)
+        self._take_teacher_in_step(_TF_VALUES)
+        return logs
 
     def compute_loss(self, x: Any = None, y: Any = None, y_pred: Any = None, sample_weight: Any = None) -> Any:
         loss = super().compute_loss(x, y, y_pred, sample_weight)

@@ -268,3 +268,25 @@ def test_merge_brings_runs_of_parallel_files_into_the_results_file(tmp_path, cap
     assert got["commands"] == ["a", "b"]
     with pytest.raises(SystemExit, match="holds runs of another model or training"):
         lm_records.main(["--merge", str(other), "--into", str(into)])
+
+
+def test_default_teacher_arms_take_their_teacher_at_start_step_or_at_prune():
+    """``sr_ste_default_teacher``: ``distillation={}``, the teacher the model at the pruning start_step (issue 58);
+    ``sr_ste_init_teacher``: the model when prune() is called, as the default did before. Neither needs the
+    trained dense model."""
+    assert not lm_gradual.needs_teacher("sr_ste_default_teacher") and lm_gradual.needs_teacher("sr_ste_distill")
+    with pytest.raises(ValueError, match="arm 'sr_ste_default_teacher': a teacher is not used"):
+        lm_gradual.gradual_attach("sr_ste_default_teacher", "90", 40, torch.nn.Linear(1, 1))
+    cfg = lm_model.LMConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, context=8)
+    x = torch.randint(0, 20, (2, 8))
+    for arm in ("sr_ste_default_teacher", "sr_ste_init_teacher"):
+        model = lm_model.build_model(cfg, 0)
+        initial = {k: v.clone() for k, v in model.state_dict().items()}
+        opt = torch.optim.AdamW(model.parameters())
+        _, _, term = lm_gradual.gradual_attach(arm, "90", 40)(model, opt)
+        distiller = term.__self__.distiller
+        if arm == "sr_ste_default_teacher":
+            assert (distiller.start_step, distiller.teacher) == (lm_gradual.window(40)[0], None)
+            assert float(term(x, model(x)).detach()) == 0.0
+        else:
+            assert all(torch.equal(v, initial[k]) for k, v in distiller.teacher.state_dict().items())

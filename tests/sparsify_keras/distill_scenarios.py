@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 
 import numpy as np
 
@@ -134,6 +135,34 @@ def _prune_run(distill: bool, features: list):
 def prune_fit():
     """Pruning a distilled student (features and not) vs the same student without distillation."""
     return {"plain": _prune_run(False, []), "distill": _prune_run(True, []), "features": _prune_run(True, ["h"])}
+
+
+@scenario
+def teacher_at_start():
+    """dense_at_start with pruning from step 5, the wrapper and callback set up at step 0: the teacher after a
+    first fit of 5 steps is the student then (before the mask update at step 5), and the term is 0 before."""
+    student = mlp(1)
+    initial = [w.copy() for w in student.get_weights()]
+    model = DistillationModel(student, {"temperature": 2.0})
+    model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = PruningCallback({"target_sparsity": 0.5, "start_step": 5, "end_step": 7, "pruning_frequency": 1})
+    with warnings.catch_warnings():         # this first fit ends before end_step, as meant
+        warnings.simplefilter("ignore")
+        model.fit(np.tile(X, (5, 1)), np.tile(Y, 5), batch_size=8, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[cb])
+    at_five = [w.copy() for w in student.get_weights()[:4]]        # kernels and biases (then the pruning state)
+    teacher_five = [w.copy() for w in model.teacher.get_weights()]
+    model.fit(np.tile(X, (3, 1)), np.tile(Y, 3), batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    logits = model(X)
+    return {
+        "teacher_step": int(_np(model.teacher_step)),
+        "iterations": int(_np(model.optimizer.iterations)),
+        "teacher_is_student_at_5": all(np.array_equal(a, b) for a, b in zip(teacher_five, at_five)),
+        "teacher_kept_after": all(np.array_equal(a, b) for a, b in zip(model.teacher.get_weights(), at_five)),
+        "teacher_moved_from_init": not all(np.array_equal(a, b) for a, b in zip(teacher_five, initial)),
+        "h_zeros": float((student.get_layer("h").get_weights()[0] == 0).mean()),
+        "terms": [float(_np(model.distillation_loss(X, logits, step=s))) for s in (0, 4, 5, 8)],
+    }
 
 
 def _error(fn):

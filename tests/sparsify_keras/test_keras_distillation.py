@@ -61,6 +61,16 @@ def test_weight_schedule_applied_at_the_right_steps_in_fit(res):
     assert r["evaluate"] == pytest.approx(task, abs=1e-6)      # evaluate: the task loss only
 
 
+def test_dense_at_start_teacher_is_the_student_at_the_pruning_start_step(res):
+    """Callback and wrapper set up at step 0 with start_step=5: the teacher equals the student after 5 steps
+    exactly (not its initialisation), it stays so, and the term is exactly 0 before step 5."""
+    r = res["teacher_at_start"]
+    assert (r["teacher_step"], r["iterations"]) == (5, 8)
+    assert r["teacher_is_student_at_5"] and r["teacher_kept_after"] and r["teacher_moved_from_init"]
+    assert r["h_zeros"] == 0.5
+    assert r["terms"][:2] == [0.0, 0.0] and r["terms"][2] > 0 and r["terms"][3] == r["terms"][2]
+
+
 def test_pruning_sees_the_student_only_and_teacher_stays_frozen(res):
     plain, runs = res["prune_fit"]["plain"], res["prune_fit"]
     for name in ("distill", "features"):

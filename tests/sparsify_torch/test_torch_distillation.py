@@ -98,8 +98,7 @@ def test_pruned_model_saves_and_loads_without_the_teacher():
     model = net()
     pruner = prune(model, {**GRADUAL, "start_step": 0, "end_step": 0}, distillation={"features": ["1"]})
     assert not any("teacher" in k for k in model.state_dict())
-    assert set(model.state_dict()) == {f"{i}.{k}" for i in (0, 2) for k in (
-        "bias", "parametrizations.weight.original", "parametrizations.weight.0.mask")}
+    assert set(model.state_dict()) == {f"{i}.{k}" for i in (0, 2) for k in ("bias", "weight")}  # plain (issue 57)
     assert all(not isinstance(v, nn.Module) for v in pruner.state_dict().values())
     pruner.remove()
     buf = io.BytesIO()
@@ -190,3 +189,63 @@ def test_distillation_pulls_a_pruned_student_to_its_teacher():
     end = float(pruner.distill_loss(x, model(x)).detach())
     assert end < 0.5 * start
     assert np.isclose(pruner.total_sparsity(), 0.75, atol=0.01)
+
+
+def test_dense_at_start_is_the_model_at_start_step_when_prune_comes_first():
+    """The usual recipe: prune() before the loop, pruning from step 5: the teacher is the model after 5
+    optimizer steps (not its initialisation), and the term is exactly 0 before."""
+    model = mlp()
+    calls = []
+    user_hook = model.fc1.register_forward_hook(lambda *_: calls.append(1))     # the user's: the copy keeps it
+    data = digits()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    pruner = prune(model, {"target_sparsity": 0.75, "start_step": 5, "end_step": 7, "pruning_frequency": 1,
+                           "criterion": "wanda"}, optimizer=opt, distillation={"features": ["fc2"]})
+    assert pruner.distiller.teacher is None
+    at_start, terms = None, []
+    for step in range(8):
+        x, y = batch(*data, step)
+        out = model(x)
+        kd = pruner.distill_loss(x, out)
+        terms.append(kd)
+        loss = nn.functional.cross_entropy(out, y) + kd
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step == 4:       # the model after 5 optimizer steps, before pruner.step() counts the 5th
+            at_start = {f"{m}.{t}": getattr(model.get_submodule(m), t).detach().clone()
+                        for m in ("fc1", "fc2", "head") for t in ("weight", "bias")}
+            assert pruner.distiller.teacher is None and float((model.fc1.weight == 0).float().mean()) == 0.0
+        pruner.step()
+    assert [float(t) for t in terms[:5]] == [0.0] * 5 and not any(t.requires_grad for t in terms[:5])
+    # from step 5 the teacher runs; the update at step 5 prunes 0% (the schedule starts there), so 0 exactly
+    assert float(terms[5].detach()) == 0.0 and terms[5].requires_grad
+    assert all(float(t.detach()) > 0 and t.requires_grad for t in terms[6:])
+    teacher = pruner.distiller.teacher
+    assert set(teacher.state_dict()) == set(at_start)
+    assert all(torch.equal(teacher.state_dict()[k], v) for k, v in at_start.items())
+    assert float((model.fc1.weight == 0).float().mean()) > 0        # the update at step 5 came after the copy
+    assert not any(hasattr(m, "parametrizations") for m in teacher.modules())
+    assert all(not p.requires_grad and p.grad is None for p in teacher.parameters()) and not teacher.training
+    # the copy runs the user's hook, not the pruner's (wanda's input statistics) nor the student's recorder
+    assert list(teacher.fc1._forward_hooks) == [user_hook.id]
+    assert all(not m._forward_pre_hooks for m in teacher.modules())
+    before = len(calls)
+    pruner.distiller.teacher_outputs(torch.ones(1, 64))
+    assert len(calls) == before + 1
+
+
+def test_dense_at_start_restored_past_start_step_is_taken_at_the_first_term():
+    model = net()
+    config = {**GRADUAL, "start_step": 2, "end_step": 2}
+    pruner = prune(model, config, distillation={})
+    for _ in range(3):
+        pruner.step()
+    state = pruner.state_dict()
+    fresh = net()
+    resumed = prune(fresh, config, distillation={})
+    resumed.load_state_dict(state)
+    assert resumed.distiller.teacher is None
+    x = torch.randn(3, 4)
+    assert float(resumed.distill_loss(x, fresh(x)).detach()) == 0.0      # the teacher: the model as restored
+    assert torch.equal(resumed.distiller.teacher[0].weight, fresh[0].weight)

@@ -88,3 +88,52 @@ def test_snapshot_teacher_is_frozen_while_the_pruned_student_trains(tmp_path):
         with tf.Graph().as_default():
             a = [tf1.get_variable(n, [2], use_resource=True) for n in ("a", "b")]
             sparsify_tf.teacher_snapshot_op(a, a[:1])
+
+
+def test_dense_at_start_teacher_is_the_student_at_the_pruning_start_step():
+    """The graph built at step 0 with start_step=5: the teacher's variables become the student's in the step
+    reaching 5 (before that step's mask update), and the term is exactly 0 before."""
+    from sparsify_tf.graph.distillation import teacher_train_op
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 64])
+        y = tf1.placeholder(tf.int64, [None])
+        _, logits, student_vars = mlp(x, "student")
+        _, t_logits, teacher_vars = mlp(x, "teacher", trainable=False)
+        pruning = sparsify_tf.prune_graph(PruningConfig(target_sparsity=0.75, start_step=5, end_step=7,
+                                                        pruning_frequency=1, op_names=["student/"]))
+        kd = sparsify_tf.distillation_loss(logits, t_logits, {"temperature": 2.0}, pruning.global_step,
+                                           teacher_step=pruning.config.start_step)
+        task = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        opt = tf1.train.AdamOptimizer(1e-2)
+        train = teacher_train_op(opt.minimize(task + kd, global_step=pruning.global_step), student_vars,
+                                 teacher_vars, pruning)
+        with tf1.Session(graph=g, config=session_config()) as sess:
+            sess.run(tf1.global_variables_initializer())
+            initial = sess.run(teacher_vars)
+            terms = []
+            for i in range(8):
+                bx, by = batch(i)
+                terms.append(float(sess.run(kd, {x: bx})))
+                sess.run(train, {x: bx, y: by})
+                if i == 4:           # global_step 5: the student now (the update at 5 prunes 0%: dense)
+                    at_five = sess.run(student_vars)
+                    teacher_five = sess.run(teacher_vars)
+            after = sess.run(teacher_vars)
+            sparsity = sess.run(pruning.layer_sparsity)["student/fc1/kernel"]
+    assert terms[:5] == [0.0] * 5 and all(t > 0 for t in terms[6:])
+    assert all(np.array_equal(a, b) for a, b in zip(teacher_five, at_five))
+    assert not all(np.array_equal(a, b) for a, b in zip(teacher_five, initial))
+    assert all(np.array_equal(a, b) for a, b in zip(after, at_five))
+    assert sparsity == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="the pruning start_step is 0, which no training step reaches"):
+        with tf.Graph().as_default():
+            w = tf1.get_variable("w", [4, 4], use_resource=True)
+            t = tf1.get_variable("t", [4, 4], trainable=False, use_resource=True)
+            tf.matmul(tf.ones([1, 4]), w)
+            p0 = sparsify_tf.prune_graph(PruningConfig(target_sparsity=0.5, start_step=0, end_step=0))
+            teacher_train_op(tf.no_op(), [w], [t], p0)
+    with pytest.raises(ValueError, match="teacher_step must be None or an integer >= 0, got -1"):
+        with tf.Graph().as_default():
+            sparsify_tf.distillation_loss(tf.zeros([1, 2]), tf.zeros([1, 2]), {}, 0, teacher_step=-1)
