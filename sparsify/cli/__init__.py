@@ -13,7 +13,8 @@ needs them. The core (every other module of ``sparsify``) never imports it.
 * :mod:`.atomic`: atomic files and run directories committed with a manifest;
 * :mod:`.interrupts`: Ctrl-C only at safe points (a flag the run checks; twice aborts at once);
 * :mod:`.compressed_npz`: compressed weights in a NumPy ``.npz`` (export and report without a framework);
-* :mod:`.frameworks`: quiet imports of TensorFlow and torch.
+* :mod:`.frameworks`: quiet imports of TensorFlow and torch;
+* :mod:`.messages`: error text on one plain line (whole, no escape codes, bounded).
 
 ``sparsify`` (the console script) and ``python -m sparsify`` call :func:`main`.
 

@@ -19,6 +19,11 @@ Everything the command writes goes through this module:
   whether a directory holds one complete run. A file or directory the new run
   would replace is only replaced if the previous run's manifest lists it with
   the same content: what sparsify did not write is never deleted.
+* :func:`register_derived`: an artifact made later from a run's output and
+  written beside it (``sparsify export runs/keras/model.keras`` ->
+  ``model.tflite``) is added to the run's manifest under ``"derived"``: the
+  next run into that directory removes it with the rest of the old run, and
+  :func:`verify_run` refuses one whose source has changed since.
 
 Example:
     >>> import tempfile, os
@@ -46,7 +51,7 @@ from typing import IO, Any, Iterable, Iterator
 from . import interrupts
 
 __all__ = ["MANIFEST", "OutputError", "atomic_file", "atomic_path", "write_bytes", "write_text",
-           "check_destination", "signals_deferred", "RunDirectory", "verify_run", "file_digest"]
+           "check_destination", "signals_deferred", "RunDirectory", "verify_run", "register_derived", "file_digest"]
 
 #: Name of the manifest a committed run directory holds (written last).
 MANIFEST = "sparsify-run.json"
@@ -258,15 +263,30 @@ def _read_manifest(out: Path) -> dict[str, Any] | None:
     return data
 
 
+def _source_digest(files: dict[str, Any], top: str) -> str:
+    """One SHA-256 over the manifest entries of the top-level output ``top`` (a file or a directory)."""
+    listed = {rel: meta for rel, meta in files.items() if rel.split("/", 1)[0] == top}
+    return hashlib.sha256(json.dumps(listed, sort_keys=True).encode()).hexdigest()
+
+
+def _derived(man: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    derived = man.get("derived")
+    return {k: v for k, v in derived.items() if isinstance(v, dict)} if isinstance(derived, dict) else {}
+
+
 def verify_run(out: str | os.PathLike) -> dict[str, Any]:
     """Check that ``out`` holds one complete run: its manifest, every file it lists with that content.
+
+    An artifact made from one of the run's outputs (:func:`register_derived`) must come from the output as
+    it is now; one that an export writes beside an output by default (``model.keras`` ->
+    ``model.tflite``, ``model.sparse.npz``, ``model.sparse.pt``) but the manifest does not list is stale.
 
     Returns:
         The manifest.
 
     Raises:
-        ValueError: no manifest (no run committed, or one interrupted), or a
-            listed file missing or changed, naming it.
+        ValueError: no manifest (no run committed, or one interrupted), a
+            listed file missing or changed, or a stale artifact, naming it.
     """
     root = Path(out)
     man = _read_manifest(root)
@@ -278,7 +298,69 @@ def verify_run(out: str | os.PathLike) -> dict[str, Any]:
             raise ValueError(f"{os.fspath(out)!r}: {rel} is listed in {MANIFEST} but missing")
         if f.stat().st_size != meta.get("size") or file_digest(f) != meta.get("sha256"):
             raise ValueError(f"{os.fspath(out)!r}: {rel} differs from what {MANIFEST} lists")
+    derived = _derived(man)
+    for rel, meta in derived.items():
+        f = root / rel
+        if not f.exists():
+            continue                                    # removed since: nothing stale is left
+        if not f.is_file() or f.stat().st_size != meta.get("size") or file_digest(f) != meta.get("sha256") \
+                or meta.get("source_sha256") != _source_digest(man["files"], str(meta.get("source"))):
+            raise ValueError(f"{os.fspath(out)!r}: {rel} was made from {meta.get('source')} of another run, or "
+                             "changed since: it is stale; export it again")
+    from .export import derived_names                   # the export's default names beside a source
+    tops = sorted({rel.split("/", 1)[0] for rel in man["files"]})
+    for top in tops:
+        for name in derived_names(top):
+            if name not in derived and name not in tops and (root / name).exists():
+                raise ValueError(f"{os.fspath(out)!r}: {name} (an export of {top}) is not from this run: it is "
+                                 f"stale; export {top} again or remove it")
     return man
+
+
+def register_derived(source: str | os.PathLike, artifact: str | os.PathLike) -> bool:
+    """Record ``artifact``, made from ``source``, in the manifest of the run directory holding both.
+
+    Only an artifact written directly into the directory of a committed run whose manifest lists
+    ``source`` (a top-level output: ``model.keras``, ``saved_model``) with its current content is recorded;
+    anything else is left alone. A later run into the directory removes a recorded artifact that is
+    unchanged, as it replaces the run's own outputs, and :func:`verify_run` checks it.
+
+    Returns:
+        Whether it was recorded.
+
+    Example:
+        >>> import tempfile, os
+        >>> d = os.path.join(tempfile.mkdtemp(), "run")
+        >>> with RunDirectory(d, planned=["m.bin"]) as run:
+        ...     write_bytes(run.stage / "m.bin", b"weights")
+        ...     _ = run.commit({"command": "doc"})
+        >>> write_bytes(os.path.join(d, "m.small"), b"w")
+        >>> register_derived(os.path.join(d, "m.bin"), os.path.join(d, "m.small"))
+        True
+        >>> sorted(verify_run(d)["derived"])
+        ['m.small']
+    """
+    src, art = Path(os.path.abspath(source)), Path(os.path.abspath(artifact))
+    root = art.parent
+    if src.parent != root or not art.is_file():
+        return False
+    man = _read_manifest(root)
+    if man is None:
+        return False
+    top = src.name
+    listed = {rel: meta for rel, meta in man["files"].items() if rel.split("/", 1)[0] == top}
+    try:
+        if not listed or _tree_entries(root, top) != listed:
+            return False
+        meta = {"size": art.stat().st_size, "sha256": file_digest(art)}
+    except OSError:
+        return False
+    derived = _derived(man)
+    derived[art.name] = {**meta, "source": top, "source_sha256": _source_digest(man["files"], top)}
+    man["derived"] = derived
+    with atomic_file(root / MANIFEST, "w", encoding="utf-8") as fh:
+        json.dump(man, fh, indent=2)
+    return True
 
 
 class RunDirectory:
@@ -323,12 +405,16 @@ class RunDirectory:
         self._created = False
 
     def _owned_tops(self) -> set[str]:
-        """Top-level names the previous run wrote and that still hold exactly what it wrote."""
+        """Top-level names the previous run wrote (or an export made from it, :func:`register_derived`) and
+        that still hold exactly what was written."""
         if self.previous is None:
             return set()
         by_top: dict[str, dict[str, Any]] = {}
         for rel, meta in self.previous["files"].items():
             by_top.setdefault(rel.split("/", 1)[0], {})[rel] = meta
+        for rel, meta in _derived(self.previous).items():
+            if "/" not in rel and rel not in by_top:
+                by_top[rel] = {rel: {"size": meta.get("size"), "sha256": meta.get("sha256")}}
         owned = set()
         for top, listed in by_top.items():
             p = self.out / top

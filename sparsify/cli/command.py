@@ -2,11 +2,12 @@
 
 Examples (shell)::
 
-    sparsify demo                              # TF graph mode, 90% unstructured
+    sparsify demo                              # the installed framework, 90% unstructured
     sparsify demo --framework torch --pattern 2:4 --steps 200 --out runs/torch
     sparsify report model.pt --pattern 2:4     # sparsity per tensor + 2:4 conformity
     sparsify report ckpt_dir --json --output report.json
     sparsify export runs/torch/model.pt        # compressed state_dict (or TFLite), dense vs sparse bytes
+    sparsify init                              # a starter config to edit: prune.yaml
     sparsify schedule --config prune.yaml --plot schedule.png
 
 Bad input (a missing or unreadable file, an unknown format, a bad config key)
@@ -40,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import sys
 from typing import Any, Sequence
 
@@ -50,14 +52,17 @@ from sparsify import __version__
 from sparsify.config import SCHEDULE_TYPES, PruningConfig
 from sparsify.patterns import pattern_examples, pattern_summaries
 from sparsify.sparse_format import ENCODINGS
-from sparsify.yaml_io import YAMLLimitError, load_yaml_mapping, shorten, yaml_loader
+from sparsify.yaml_io import YAMLLimitError, load_yaml_mapping, yaml_loader
 
 from .atomic import check_destination, write_text
 from .demo import DEFAULT_STEPS as DEFAULT_DEMO_STEPS
 from .demo import FRAMEWORKS, MAX_SEED, default_config, format_result, run_demo
+from .demo.keras_backend import BACKEND_ORDER as KERAS_BACKENDS
 from .export import TARGETS, export_model, format_export
 from . import interrupts
+from .messages import plain_message
 from .plots import check_plot_path, plot_path, plot_schedule, schedule_points
+from .starter_config import add_init_parser
 from .report import FORMATS, build_report, format_report
 from .report.readers import DEFAULT_MAX_BYTES
 
@@ -198,7 +203,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     res = export_model(args.path, out=args.out, to=args.to, encoding=args.encoding, fmt=args.format,
                        max_bytes=args.max_bytes, overwrite=args.overwrite,
-                       semi_structured=True if args.semi_structured else None)
+                       semi_structured=True if args.semi_structured else None, with_optimizer=args.with_optimizer)
     print(json.dumps(res.to_dict(), indent=2) if args.json else format_export(res))
     return 0
 
@@ -218,7 +223,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     cfg = PruningConfig.from_dict(data)
     result = run_demo(args.framework, cfg, steps=steps, out=args.out, progress=not args.no_progress,
                       seed=args.seed, prune_classifier=args.prune_classifier, fit_schedule=args.fit_schedule,
-                      distillation={} if args.distill else None)
+                      distillation={} if args.distill else None, backend=args.backend)
     print(format_result(result))
     return 0
 
@@ -263,13 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
     set_help = "override one config key, e.g. end_step=1000 or pruning_frequency=50 (repeatable)"
     p = _Parser(prog=PROG, description="Exact, fast sparsity while training for TensorFlow graphs, Keras and PyTorch.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{demo,report,export,schedule}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{demo,report,export,schedule,init}", parser_class=_Parser)
 
     _add_demo(sub, set_help)
     max_help = f"refuse files declaring more tensor bytes than this (default {DEFAULT_MAX_BYTES}, 1 GiB)"
     _add_report(sub, max_help)
     _add_export(sub, max_help)
     _add_schedule(sub, set_help)
+    add_init_parser(sub)
     return p
 
 
@@ -281,9 +287,13 @@ def _add_demo(sub: Any, set_help: str) -> None:
                                    "accuracy. The 'exact' column says whether a layer holds exactly the number "
                                    "of zeros the core prescribes for the target (round(target * units), at least "
                                    "one unit kept).")
-    d.add_argument("--framework", choices=tuple(FRAMEWORKS), default="tf-graph",
-                   help="backend (default: tf-graph, TensorFlow compat.v1 graph mode; keras: Keras 3 on the "
-                        "installed backend, KERAS_BACKEND respected; tf-keras: Keras 2)")
+    d.add_argument("--framework", choices=tuple(FRAMEWORKS), default=None,
+                   help="tf-graph: TensorFlow compat.v1 graph mode; keras: Keras 3 (see --backend); tf-keras: "
+                        "Keras 2; torch: PyTorch (default: the installed one, in this order: tf-graph, torch, "
+                        "keras on JAX; keras when --backend is given)")
+    d.add_argument("--backend", choices=KERAS_BACKENDS, default=None,
+                   help="Keras 3's backend for --framework keras (default: KERAS_BACKEND, else the keras.json "
+                        "backend if it is installed, else the installed one: tensorflow, jax, torch)")
     d.add_argument("--pattern", default=None, help=_pattern_help("sparsity pattern (default 1x1)"))
     d.add_argument("--sparsity", type=float, default=None,
                    help="target sparsity in [0, 1) (default 0.9, or the pattern's maximum if lower: N/M for N:M)")
@@ -346,6 +356,9 @@ def _add_export(sub: Any, max_help: str) -> None:
     e.add_argument("--semi-structured", action="store_true",
                    help="torch: check every 2-D weight against torch.sparse.to_sparse_semi_structured "
                         "(default: when the weights look 2:4)")
+    e.add_argument("--with-optimizer", action="store_true",
+                   help="torch, npz: also write the optimizer state PATH holds (a .keras model's Adam moments, a "
+                        "checkpoint's slots); default: the model's weights only")
     e.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     e.add_argument("--format", default=None, choices=tuple(FORMATS), help="PATH's format (default: detected)")
     e.add_argument("--max-bytes", type=_max_bytes, default=DEFAULT_MAX_BYTES, metavar="N", help=max_help)
@@ -373,17 +386,49 @@ def _add_schedule(sub: Any, set_help: str) -> None:
 
 
 def _one_line(e: BaseException) -> str:
-    """One line, at most 1000 characters: a message never prints an unbounded value."""
+    """One plain line (no escape codes), at most :data:`~.messages.MAX_MESSAGE` characters: whole, yet a
+    message never prints an unbounded value."""
     text = str(e)
     if isinstance(e, OSError) and e.strerror:       # "[Errno 2] ..." says nothing to a user: the message, the file
         text = e.strerror + "".join(f": {f!r}" for f in (e.filename, e.filename2) if f is not None)
-    return shorten(" ".join(text.split()) or type(e).__name__, 1000)
+    return plain_message(text) or type(e).__name__
+
+
+def _closed_pipe(fd: int) -> bool:
+    """Is ``fd`` a pipe whose reader has gone (poll reports an error on its write end)?"""
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):      # no poll() (Windows), a closed descriptor
+        return False
+
+
+def _reader_gone() -> int:
+    """The reader of stdout (or stderr) closed its end: stop quietly with status 0, as ``cat`` or ``grep`` do.
+
+    The closed stream is pointed at the null device, so the interpreter's final flush finds nowhere to
+    fail and prints nothing ("Exception ignored ... BrokenPipeError").
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                fd = stream.fileno()
+            except (AttributeError, OSError, ValueError):   # a replaced stream (a test's capture)
+                continue
+            if stream is sys.stdout or _closed_pipe(fd):
+                os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (0 ok, 1 error, 2 usage error).
 
-    Errors go to stderr as one line; the status is what comes back.
+    Errors go to stderr as one line; the status is what comes back. A reader that closes the pipe
+    early (``sparsify report x.pt | head -1``) ends the command quietly with status 0.
 
     Example:
         >>> main(["report", "no/such/file.pt"])
@@ -405,7 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with interrupts.handled():          # Ctrl-C sets a flag the run checks at safe points; twice aborts
             status = int(args.func(args))
             interrupts.check()
+            sys.stdout.flush()              # a reader that went away shows here, not at the interpreter's exit
             return status
+    except BrokenPipeError:                 # `sparsify report x.pt | head -1`: the reader has all it wanted
+        return _reader_gone()
     except KeyboardInterrupt:
         sys.stderr.write(f"{interrupts.MESSAGE}\n")
         return interrupts.EXIT_STATUS

@@ -22,6 +22,7 @@ import importlib.util
 import os
 from types import ModuleType
 
+from sparsify.extras import install_command
 from sparsify.native_stderr import native_stderr_silenced
 
 __all__ = ["import_tensorflow", "import_torch", "native_stderr_silenced", "installed"]
@@ -51,7 +52,7 @@ def import_tensorflow(quiet_python_logs: bool = True) -> ModuleType:
         else:
             import tensorflow as tf
     except ImportError as e:
-        raise ImportError(f"tensorflow is not installed ({e}); pip install 'sparsify-train[tf]'") from None
+        raise ImportError(f"tensorflow is not installed ({e}); {install_command('tf')}") from None
     if quiet_python_logs:
         tf.get_logger().setLevel("ERROR")
     return tf
@@ -62,7 +63,7 @@ def import_torch() -> ModuleType:
     try:
         import torch
     except ImportError as e:
-        raise ImportError(f"torch is not installed ({e}); pip install 'sparsify-train[torch]'") from None
+        raise ImportError(f"torch is not installed ({e}); {install_command('torch')}") from None
     return torch
 
 

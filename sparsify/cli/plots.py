@@ -1,6 +1,6 @@
 """Plots of what pruning did: schedule curve, per-layer sparsity, mask heat-map.
 
-Matplotlib is an optional extra (``pip install 'sparsify-train[plot]'``) imported
+Matplotlib is an optional extra (``pip install "sparsify-train[plot]"``) imported
 only when a function here is called. The functions use matplotlib's
 object-oriented API (no global ``pyplot`` state): each takes an optional
 ``ax`` to draw into and an optional ``path`` to save an image to (atomically:
@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from sparsify.config import PruningConfig
+from sparsify.extras import install_command
 from sparsify.layout import to_2d
 
 __all__ = ["plot_schedule", "plot_layer_sparsity", "plot_mask", "schedule_points", "plot_path", "check_plot_path",
@@ -46,7 +47,7 @@ def figure_class() -> type:
         try:
             from matplotlib.figure import Figure
         except ImportError:
-            raise ImportError("plots need matplotlib: pip install 'sparsify-train[plot]'") from None
+            raise ImportError(f"plots need matplotlib: {install_command('plot')}") from None
         import io
 
         class SparsifyFigure(Figure):
@@ -102,7 +103,7 @@ def check_plot_path(path: str | os.PathLike) -> str:
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
-        raise ImportError("plots need matplotlib: pip install 'sparsify-train[plot]'") from None
+        raise ImportError(f"plots need matplotlib: {install_command('plot')}") from None
     p = os.fspath(path)
     if os.path.isdir(p):
         raise ValueError(f"path {p!r} is a directory; pass a file name (e.g. {os.path.join(p, 'plot.png')!r})")

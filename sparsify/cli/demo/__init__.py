@@ -27,26 +27,29 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from sparsify.config import PruningConfig
 from sparsify.distillation import DistillationConfig
 from sparsify.engine import PruningEngine
+from sparsify.extras import install_command
 from sparsify.layout import to_2d
 from sparsify.patterns import get_pattern
 from sparsify.target_check import TargetNotReachedWarning
 
 from .. import interrupts
 from ..atomic import MANIFEST, OutputError, RunDirectory
+from ..frameworks import installed
 from ..plots import plot_layer_sparsity, plot_mask, plot_schedule
 from . import keras_backend, tf_graph, torch_backend
 from .common import LAYERS, SIZES, BackendRun, DemoProgress, writing
 from .data import load_digits_split
 
 __all__ = ["FRAMEWORKS", "DEFAULT_STEPS", "CLASSIFIER", "MAX_SEED", "default_config",
-           "fit_schedule_into", "removes_rows", "demo_outputs", "run_demo", "format_result", "DemoResult", "LayerResult"]
+           "fit_schedule_into", "removes_rows", "demo_outputs", "default_framework", "run_demo", "format_result",
+           "DemoResult", "LayerResult"]
 
 #: ``--framework`` name -> backend (a module or object with ``IMPORT_FRAMEWORK``, ``OUTPUTS`` and ``train``,
 #: which imports the framework when called).
@@ -236,14 +239,38 @@ def _plan(cfg: PruningConfig, prune_classifier: bool) -> tuple[PruningConfig, st
     return cfg, note
 
 
-def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | None = None, steps: int | None = None,
-             out: str | os.PathLike | None = None, progress: bool = True, seed: int = 0,
+def default_framework(is_installed: Callable[[str], bool] = installed) -> str:
+    """The framework a bare ``sparsify demo`` runs: the first installed of TensorFlow (``"tf-graph"``),
+    PyTorch (``"torch"``) and Keras 3 on JAX (``"keras"``).
+
+    Raises:
+        ImportError: none is installed (names the extras that bring one).
+
+    Example:
+        >>> default_framework(lambda module: module in ("torch", "keras", "jax"))
+        'torch'
+        >>> default_framework(lambda module: module in ("keras", "jax"))
+        'keras'
+    """
+    if is_installed("tensorflow"):
+        return "tf-graph"
+    if is_installed("torch"):
+        return "torch"
+    if is_installed("keras") and is_installed("jax"):
+        return "keras"
+    raise ImportError("sparsify demo needs TensorFlow, PyTorch or Keras 3 with JAX, and none is installed: "
+                      f"{install_command('torch')} (or the extra tf or jax)")
+
+
+def run_demo(framework: str | None = None, config: PruningConfig | dict | str | None = None,
+             steps: int | None = None, out: str | os.PathLike | None = None, progress: bool = True, seed: int = 0,
              prune_classifier: bool = False, fit_schedule: bool = False,
-             distillation: DistillationConfig | dict | str | None = None) -> DemoResult:
+             distillation: DistillationConfig | dict | str | None = None, backend: str | None = None) -> DemoResult:
     """Train dense, then prune, on the digits; optionally write model, config and plots to ``out``.
 
     Args:
-        framework: ``"tf-graph"``, ``"keras"`` (Keras 3, any backend), ``"tf-keras"`` or ``"torch"``.
+        framework: ``"tf-graph"``, ``"keras"`` (Keras 3, any backend), ``"tf-keras"`` or ``"torch"``;
+            None: the installed one (:func:`default_framework`; ``"keras"`` when ``backend`` is given).
         config: pruning config (default :func:`default_config` for ``steps``).
         steps: training steps per phase (dense, then pruning); default 300.
         out: directory for ``config.yaml``, ``summary.json``, the pruned model and
@@ -251,7 +278,8 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
             (:class:`~sparsify.cli.atomic.RunDirectory`, manifest
             ``sparsify-run.json`` last): an interrupted run leaves the previous
             run in ``out`` as it was, and nothing sparsify did not write is replaced.
-        progress: show a progress bar (on stderr).
+        progress: show the progress on stderr (a bar on a terminal, plain lines in a log:
+            :class:`~sparsify.cli.demo.common.DemoProgress`).
         seed: seed of the data split, batches and initialisation, in [0, 2**32 - 1].
         prune_classifier: also prune the classifier's output rows with a
             pattern that removes whole rows (by default they stay dense: each
@@ -262,14 +290,24 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
         distillation: a :class:`~sparsify.DistillationConfig` (or its dict): the dense model, frozen
             when pruning begins, teaches the pruned one (``"torch"``, ``"keras"`` and ``"tf-keras"``;
             in a TF graph add :func:`sparsify_tf.distillation_loss` to your own loss).
+        backend: ``"keras"`` only: the Keras 3 backend (``"tensorflow"``, ``"jax"`` or ``"torch"``); None:
+            ``KERAS_BACKEND``, else an installed ``keras.json`` backend, else the installed one
+            (:func:`~sparsify.cli.demo.keras_backend.pick_keras_backend`).
 
     Raises:
         ValueError: unknown framework, bad config, steps or seed, a pattern that
             fits none of the layers, an ``out`` holding files sparsify did not write.
         ImportError: the framework is not installed (names the extra to install).
     """
+    if framework is None:
+        framework = "keras" if backend is not None else default_framework()
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {tuple(FRAMEWORKS)}, got {framework!r}")
+    if backend is not None and framework != "keras":
+        raise ValueError(f"backend applies to the 'keras' framework only (Keras 3), got backend={backend!r} with "
+                         f"framework {framework!r}")
+    if backend is not None and backend not in keras_backend.BACKEND_ORDER:
+        raise ValueError(f"backend must be one of {keras_backend.BACKEND_ORDER}, got {backend!r}")
     if steps is not None:
         _check_int("steps", steps, 1)
     _check_int("seed", seed, 0, MAX_SEED)
@@ -285,19 +323,21 @@ def run_demo(framework: str = "tf-graph", config: PruningConfig | dict | str | N
     if out is not None:
         run_dir = RunDirectory(out, planned=demo_outputs(framework, plots))   # refuses before any training
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    backend = FRAMEWORKS[framework]
-    backend.IMPORT_FRAMEWORK()          # before the staging directory: an interrupt during a slow import is one
+    if framework == "keras":
+        keras_backend.choose_keras_backend(backend)     # sets KERAS_BACKEND before Keras is imported
+    demo_backend = FRAMEWORKS[framework]
+    demo_backend.IMPORT_FRAMEWORK()     # before the staging directory: an interrupt during a slow import is one
     interrupts.check()                  # of a run that has not started
     data = load_digits_split(int(seed))
     t0 = time.perf_counter()
     if run_dir is None:
         with DemoProgress(2 * steps, progress) as bar, _skips_in_table():
-            run: BackendRun = backend.train(cfg, data, steps, int(seed), bar, None, **distill)
+            run: BackendRun = demo_backend.train(cfg, data, steps, int(seed), bar, None, **distill)
         return _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
     try:
         with run_dir:                   # staging directory, removed on any error or interrupt
             with DemoProgress(2 * steps, progress) as bar, _skips_in_table():
-                run = backend.train(cfg, data, steps, int(seed), bar, run_dir.stage, **distill)
+                run = demo_backend.train(cfg, data, steps, int(seed), bar, run_dir.stage, **distill)
             res = _result(framework, cfg, steps, run, time.perf_counter() - t0, excluded_note, fit_note)
             with writing(run_dir.stage):
                 _write_outputs(run_dir, res, run, plots)
@@ -373,7 +413,7 @@ def _write_outputs(run_dir: RunDirectory, res: DemoResult, run: BackendRun, plot
             plot_mask(w != 0, name=name, path=stage / f"mask_{name}.png")
             staged.append(stage / f"mask_{name}.png")
     else:
-        res.notes.append("plots skipped: matplotlib is not installed (pip install 'sparsify-train[plot]')")
+        res.notes.append(f"plots skipped: matplotlib is not installed ({install_command('plot')})")
     staged.append(stage / "summary.json")
     # the manifest is written last, when the run is committed
     res.files = [str(run_dir.final_path(p)) for p in staged] + [str(run_dir.out / MANIFEST)]

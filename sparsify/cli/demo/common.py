@@ -23,14 +23,16 @@ import numpy as np
 from ..atomic import OutputError
 from .save_errors import WatchedFile, os_error_in
 
-__all__ = ["LAYERS", "SIZES", "BATCH_SIZE", "LEARNING_RATE", "BackendRun", "DemoProgress", "format_duration",
-           "writing"]
+__all__ = ["LAYERS", "SIZES", "BATCH_SIZE", "LEARNING_RATE", "LOG_SECONDS", "BackendRun", "DemoProgress",
+           "format_duration", "writing"]
 
 #: Layer names of the demo MLP and its widths (input, hidden..., classes).
 LAYERS: tuple[str, ...] = ("fc1", "fc2", "out")
 SIZES: tuple[int, ...] = (64, 128, 64, 10)
 BATCH_SIZE = 64
 LEARNING_RATE = 0.01
+#: Longest time between two progress lines in a log (when stderr is not a terminal).
+LOG_SECONDS = 30.0
 
 
 @dataclass
@@ -103,40 +105,62 @@ def format_duration(seconds: float) -> str:
 
 
 class DemoProgress:
-    """A tqdm bar over both phases whose rate and ETA leave out each phase's first step.
+    """The demo's progress over both phases: a tqdm bar on a terminal, plain lines in a log.
+
+    On a terminal (``file.isatty()``) a bar is redrawn in place. Anywhere else (a redirected log, a pipe)
+    each report is one newline-terminated line, never a carriage return: one every tenth of the run and at
+    least every :data:`LOG_SECONDS` seconds, and one at the end, which shows the step and sparsity reached.
 
     The first step of a phase pays for graph tracing / building (seconds in
     TensorFlow); counting it would show "2.5 s/step, ETA 25:03" for a 3 s run.
-    The bar shows the average time per step over the steps after the first one
-    of the current phase, and the ETA of the steps left at that rate.
+    The rate is the average time per step over the steps after the first one
+    of the current phase, and the ETA that of the steps left at that rate.
 
     Example:
         >>> import io
-        >>> t = iter([0.0, 2.0, 2.01, 2.02, 2.03]).__next__
-        >>> p = DemoProgress(4, enabled=False, clock=t)
+        >>> t = iter([0.0, 2.0, 2.01, 2.02, 2.03, 2.04]).__next__
+        >>> log = io.StringIO()
+        >>> p = DemoProgress(4, file=log, clock=t)
         >>> p.phase("dense"); p.step(); p.step(); p.step()
         >>> p.rate_text()
         '10.0 ms/step, ETA 0:00'
+        >>> p.step(0.5); p.close()
+        >>> print(log.getvalue().splitlines()[-1])
+        dense: 100% 4/4 [0:02, 10.0 ms/step, ETA 0:00, sparsity 50.0%]
     """
 
     def __init__(self, total: int, enabled: bool = True, file: TextIO | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
-        from tqdm.auto import tqdm
-
+                 clock: Callable[[], float] = time.perf_counter, terminal: bool | None = None) -> None:
         self.total = total
         self._clock = clock
-        self._bar = tqdm(total=total, disable=not enabled, unit="step", dynamic_ncols=True, leave=False,
-                         mininterval=0.5, file=file if file is not None else sys.stderr,
-                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+        self._file = file if file is not None else sys.stderr
+        if terminal is None:
+            isatty = getattr(self._file, "isatty", None)
+            terminal = bool(isatty()) if callable(isatty) else False
+        self.enabled = enabled
+        self.terminal = terminal
+        self._bar: Any = None
+        if enabled and terminal:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, unit="step", dynamic_ncols=True, leave=False, mininterval=0.5,
+                             file=self._file,
+                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
         self.n = 0
+        self._name = ""
         self._phase_start: float | None = None     # time of the end of the phase's first step
         self._phase_steps = 0                      # steps of the phase after its first
         self._last = clock()
+        self._started = self._last
+        self._logged_n = 0                         # the step of the last plain line
+        self._logged_at = self._last
         self._sparsity: float | None = None
 
     def phase(self, name: str, sparsity: float | None = None) -> None:
         """Start a phase (shown as the bar's description); the next step is its first."""
-        self._bar.set_description_str(name, refresh=False)
+        self._name = name
+        if self._bar is not None:
+            self._bar.set_description_str(name, refresh=False)
         self._phase_start, self._phase_steps = None, 0
         self._sparsity = sparsity
         self._last = self._clock()
@@ -152,11 +176,26 @@ class DemoProgress:
         if sparsity is not None:
             self._sparsity = sparsity
         self.n += 1
+        if self._bar is not None:
+            self._bar.set_postfix_str(self._postfix(), refresh=False)
+            self._bar.update(1)
+        elif self.enabled and (self.n * 10 // max(self.total, 1) > self._logged_n * 10 // max(self.total, 1)
+                               or now - self._logged_at >= LOG_SECONDS or self.n == self.total):
+            self._log_line(now)
+
+    def _postfix(self) -> str:
         post = self.rate_text()
         if self._sparsity is not None:
             post = f"{post}, sparsity {100 * self._sparsity:.1f}%" if post else f"sparsity {100 * self._sparsity:.1f}%"
-        self._bar.set_postfix_str(post, refresh=False)
-        self._bar.update(1)
+        return post
+
+    def _log_line(self, now: float) -> None:
+        post = self._postfix()
+        pct = 100 * self.n / max(self.total, 1)
+        self._file.write(f"{self._name}: {pct:3.0f}% {self.n}/{self.total} "
+                         f"[{format_duration(now - self._started)}{', ' + post if post else ''}]\n")
+        self._file.flush()
+        self._logged_n, self._logged_at = self.n, now
 
     def rate_text(self) -> str:
         """``"X ms/step, ETA m:ss"`` from the timed steps of this phase ('' before any)."""
@@ -167,8 +206,12 @@ class DemoProgress:
         return f"{rate}, ETA {format_duration(per * (self.total - self.n))}"
 
     def close(self) -> None:
-        """Remove the bar."""
-        self._bar.close()
+        """Remove the bar; in a log, the last line says where the run stopped (if not said yet)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        elif self.enabled and self.n > self._logged_n:
+            self._log_line(self._last)
 
     def __enter__(self) -> "DemoProgress":
         return self

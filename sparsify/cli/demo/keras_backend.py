@@ -1,12 +1,16 @@
 """Demo backends for Keras: Keras 3 on whatever backend is installed (:data:`KERAS`), and tf-keras (:data:`TF_KERAS`).
 
-``--framework keras`` trains with Keras 3 and ``sparsify_keras.PruningCallback`` on the backend Keras
-uses: ``KERAS_BACKEND`` when set, else the one in ``keras.json``, else TensorFlow when it is installed,
-else JAX, else PyTorch. On JAX or PyTorch nothing imports TensorFlow. ``--framework tf-keras`` trains a
+``--framework keras`` trains with Keras 3 and ``sparsify_keras.PruningCallback`` on the backend
+``--backend`` or ``KERAS_BACKEND`` names, else the one in ``keras.json`` when it is installed (Keras's
+first import writes that file with ``"tensorflow"`` whatever is installed), else TensorFlow when it is
+installed, else JAX, else PyTorch (:func:`pick_keras_backend`). On JAX or PyTorch the demo imports no
+TensorFlow (Keras's input pipeline may, where TensorFlow is installed). ``--framework tf-keras`` trains a
 tf-keras (Keras 2) model with ``sparsify_tf.keras.PruningCallback`` (needs the ``tf`` extra).
 
-The dense phase is a plain ``fit``; the pruning phase recompiles with a fresh optimizer (its
-``iterations`` restart at 0, which the callback's schedule follows) and fits again with the callback.
+Both phases feed ``fit`` a generator of batches (:func:`batch_stream`), made as training asks for them,
+so memory does not grow with the number of steps. The dense phase is a plain ``fit``; the pruning phase
+recompiles with a fresh optimizer (its ``iterations`` restart at 0, which the callback's schedule
+follows) and fits again with the callback.
 ``strip_pruning`` then leaves a plain model, saved as ``model.keras``. A Ctrl-C
 (:mod:`sparsify.cli.interrupts`) sets ``model.stop_training`` at the end of the batch, so ``fit`` ends
 there and the run stops right after it, never inside the framework.
@@ -23,7 +27,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -37,7 +41,8 @@ from ..frameworks import import_tensorflow, installed
 from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
 from .data import Digits, batch_indices
 
-__all__ = ["KerasDemo", "KERAS", "TF_KERAS", "BACKEND_ORDER", "choose_keras_backend"]
+__all__ = ["KerasDemo", "KERAS", "TF_KERAS", "BACKEND_ORDER", "pick_keras_backend", "choose_keras_backend",
+           "batch_stream"]
 
 #: Keras 3 backends in the order the demo picks one when nothing names it (TensorFlow: Keras's own default).
 BACKEND_ORDER = ("tensorflow", "jax", "torch")
@@ -54,21 +59,50 @@ def _keras_json_backend() -> str | None:
     return backend if isinstance(backend, str) else None
 
 
-def choose_keras_backend() -> str | None:
-    """Set ``KERAS_BACKEND`` when neither it nor ``keras.json`` names a backend: the first of
-    :data:`BACKEND_ORDER` that is installed (TensorFlow, Keras's default, is left unset). Returns that
-    backend, or None when it is left to Keras.
+def pick_keras_backend(explicit: str | None, env: str | None, json_backend: str | None,
+                       is_installed: Callable[[str], bool] = installed) -> str:
+    """The Keras 3 backend the demo runs on, by the rule docs/cli.md states.
 
-    Keras itself would default to TensorFlow and fail in a venv holding only JAX or PyTorch.
+    ``explicit`` (``--backend``) first, then ``env`` (``KERAS_BACKEND``), both taken as given (a backend that
+    is not installed fails with the extra to install); then the ``keras.json`` backend ``json_backend`` if it
+    is installed (Keras's first import writes that file with ``"tensorflow"``, whatever is installed); then
+    the first of :data:`BACKEND_ORDER` that is installed; with none installed, TensorFlow (the error then
+    names its extra).
+
+    Example:
+        >>> only_jax = lambda module: module == "jax"
+        >>> pick_keras_backend(None, None, "tensorflow", only_jax)      # the keras.json Keras wrote itself
+        'jax'
+        >>> pick_keras_backend(None, "torch", "jax", only_jax), pick_keras_backend("jax", "torch", None, only_jax)
+        ('torch', 'jax')
     """
-    if os.environ.get("KERAS_BACKEND") or _keras_json_backend() or "keras" in sys.modules:
-        return None
-    for backend in BACKEND_ORDER:
-        if installed(backend):
-            if backend != "tensorflow":         # Keras's own default needs no setting
-                os.environ["KERAS_BACKEND"] = backend
-            return backend
-    return None
+    for named in (explicit, env):
+        if named:
+            return named
+    if json_backend in BACKEND_ORDER and is_installed(json_backend):
+        return json_backend
+    return next((b for b in BACKEND_ORDER if is_installed(b)), "tensorflow")
+
+
+def choose_keras_backend(explicit: str | None = None) -> str:
+    """Pick the demo's Keras 3 backend (:func:`pick_keras_backend`) and set ``KERAS_BACKEND`` to it.
+
+    When Keras is already imported, its backend is fixed: that one is returned, and an ``explicit``
+    backend that differs is a ``ValueError``.
+    """
+    if explicit is not None and explicit not in BACKEND_ORDER:
+        raise ValueError(f"backend must be one of {BACKEND_ORDER}, got {explicit!r}")
+    if "keras" in sys.modules:
+        keras = sys.modules["keras"]
+        current = keras.backend.backend() if keras is not None and hasattr(keras, "backend") else None
+        if current is not None:
+            if explicit is not None and explicit != current:
+                raise ValueError(f"backend {explicit!r}: Keras is already imported in this process on the "
+                                 f"{current!r} backend, which is fixed at its first import; run a new process")
+            return current
+    backend = pick_keras_backend(explicit, os.environ.get("KERAS_BACKEND"), _keras_json_backend())
+    os.environ["KERAS_BACKEND"] = backend
+    return backend
 
 
 class KerasDemo:
@@ -95,8 +129,7 @@ class KerasDemo:
                 return importlib.import_module("tf_keras")
             except ImportError as e:
                 raise ImportError(f"tf-keras is not installed ({e}); {install_command('tf')}") from None
-        choose_keras_backend()
-        backend = os.environ.get("KERAS_BACKEND") or _keras_json_backend() or "tensorflow"
+        backend = choose_keras_backend()
         if backend == "tensorflow" and installed("tensorflow"):
             import_tensorflow()                     # quietly: its start-up noise silenced
         try:
@@ -143,11 +176,11 @@ class KerasDemo:
 
         def fit(phase_seed: int, callbacks: list[Any], trained: Any = None) -> None:
             trained = model if trained is None else trained
-            idx = np.concatenate(list(batch_indices(len(data.x_train), BATCH_SIZE, steps, phase_seed)))
             trained.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE),
                             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-            trained.fit(data.x_train[idx], data.y_train[idx], batch_size=BATCH_SIZE, epochs=1, verbose=0,
-                      shuffle=False, callbacks=callbacks)      # one batch per step, in batch_indices' order
+            # one batch per step, in batch_indices' order, made when fit asks for it: memory flat in --steps
+            trained.fit(batch_stream(data, steps, phase_seed), steps_per_epoch=steps, epochs=1, verbose=0,
+                        shuffle=False, callbacks=callbacks)
             interrupts.check()
 
         def accuracy() -> float:
@@ -180,6 +213,20 @@ class KerasDemo:
         notes = [f"{backend}; model.keras: a plain Keras model (strip_pruning removed the pruning state)"] \
             if files else [f"{backend}"]
         return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files, notes)
+
+
+def batch_stream(data: Digits, steps: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The ``(x, y)`` training batches of one phase, one at a time (a generator: memory flat in ``steps``).
+
+    Example:
+        >>> from sparsify.cli.demo.data import load_digits_split
+        >>> stream = batch_stream(load_digits_split(), steps=100_000, seed=0)
+        >>> x, y = next(stream)
+        >>> x.shape, y.shape
+        ((64, 64), (64,))
+    """
+    for idx in batch_indices(len(data.x_train), BATCH_SIZE, steps, seed):
+        yield data.x_train[idx], data.y_train[idx]
 
 
 #: ``--framework keras``: Keras 3 on whatever backend is installed.

@@ -43,15 +43,16 @@ from sparsify import sparse_format
 from sparsify.extras import install_command
 
 from .. import interrupts
-from ..atomic import OutputError, atomic_path, check_destination
+from ..atomic import MANIFEST, OutputError, atomic_path, check_destination, register_derived
 from ..frameworks import import_torch, installed
 from ..report.readers import DEFAULT_MAX_BYTES, detect_format, format_bytes, read_tensors
+from ..report.statistics import is_optimizer_state
 from ..compressed_npz import document_npz_bytes, load_compressed_npz
 from .result import ExportResult, gzip_size
 from .tflite import export_tflite
 
-__all__ = ["TARGETS", "NEEDS", "ExportResult", "export_model", "default_output", "default_target", "format_export",
-           "gzip_size"]
+__all__ = ["TARGETS", "NEEDS", "ExportResult", "export_model", "default_output", "default_target", "derived_names",
+           "format_export", "gzip_size"]
 
 #: What ``--to`` accepts.
 TARGETS = ("tflite", "torch", "npz")
@@ -75,6 +76,17 @@ def default_output(path: str | os.PathLike, target: str) -> str:
     if os.path.isdir(p) or ext in (".index",) or not ext:
         stem = p
     return stem + _SUFFIX[target]
+
+
+def derived_names(name: str) -> list[str]:
+    """The names an export of the top-level output ``name`` of a run directory gets by default, one per target.
+
+    Example:
+        >>> derived_names("model.keras")
+        ['model.tflite', 'model.sparse.pt', 'model.sparse.npz']
+    """
+    stem, ext = os.path.splitext(name)
+    return [(stem if ext else name) + _SUFFIX[t] for t in TARGETS]
 
 
 def _looks_2_4(t: Any) -> bool:
@@ -120,7 +132,8 @@ def _torch_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, 
 
 def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, to: str | None = None,
                  encoding: str = "bitmask", fmt: str | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES,
-                 overwrite: bool = False, semi_structured: bool | None = None) -> ExportResult:
+                 overwrite: bool = False, semi_structured: bool | None = None,
+                 with_optimizer: bool = False) -> ExportResult:
     """Write the compressed artifact of ``path`` and measure dense vs sparse sizes.
 
     Args:
@@ -135,6 +148,13 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
         overwrite: replace an existing ``out``.
         semi_structured: for ``"torch"``: check the 2-D weights against
             ``torch.sparse.to_sparse_semi_structured`` (None: when they look 2:4).
+        with_optimizer: for ``"torch"`` and ``"npz"``: also write the optimizer state the file holds (a
+            ``.keras`` model's Adam moments and step counter, a checkpoint's slots); by default only the
+            model's weights are written (:func:`~sparsify.cli.report.is_optimizer_state` tells them apart).
+
+    An artifact written beside a run's output in the run's directory (``sparsify demo --out``) is recorded
+    in its manifest (:func:`~sparsify.cli.atomic.register_derived`): the next run into the directory
+    removes it with the old run's files.
 
     Raises:
         ValueError: bad arguments, an unreadable source, a TFLite export of a
@@ -144,11 +164,16 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
     """
     if to is not None and to not in TARGETS:
         raise ValueError(f"to must be one of {TARGETS} or None, got {to!r}")
+    if not isinstance(with_optimizer, bool):
+        raise TypeError(f"with_optimizer must be a bool, got {with_optimizer!r}")
     if encoding not in sparse_format.ENCODINGS:
         raise ValueError(f"encoding must be one of {sparse_format.ENCODINGS}, got {encoding!r}")
     src = os.fspath(path)
     fmt = fmt or detect_format(src)
     target, notes = (to, []) if to is not None else default_target(fmt)
+    if with_optimizer and target == "tflite":
+        raise ValueError("with_optimizer (--with-optimizer) applies to --to torch and --to npz: a TFLite model "
+                         "holds no optimizer")
     if target == "tflite" and fmt not in _MODEL_FORMATS:
         raise ValueError(f"--to tflite needs a model (a .keras file or a SavedModel directory), but {src!r} is a "
                          f"{fmt} file holding weights only; use --to torch or --to npz")
@@ -163,13 +188,25 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
         raise ValueError(f"out {dest!r} already exists; pass --overwrite to replace it")
     check_destination(dest)                         # before the source is read
     if target == "tflite":
-        return export_tflite(src, fmt, dest, max_bytes)
-    fmt, tensors = read_tensors(src, fmt, max_bytes)
-    if target == "npz":
-        res = _npz_export(src, fmt, tensors, dest, encoding)
+        res = export_tflite(src, fmt, dest, max_bytes)
     else:
-        res = _torch_export(src, fmt, tensors, dest, encoding, semi_structured)
+        fmt, tensors = read_tensors(src, fmt, max_bytes)
+        left_out = [] if with_optimizer else [n for n in tensors if is_optimizer_state(n)]
+        if left_out and len(left_out) == len(tensors):
+            raise ValueError(f"{src!r} ({fmt}) holds only optimizer state ({len(left_out)} tensors); pass "
+                             "--with-optimizer to export it")
+        tensors = {n: a for n, a in tensors.items() if n not in set(left_out)}
+        if target == "npz":
+            res = _npz_export(src, fmt, tensors, dest, encoding)
+        else:
+            res = _torch_export(src, fmt, tensors, dest, encoding, semi_structured)
+        if left_out:
+            notes = [f"left out {len(left_out)} optimizer tensors ({left_out[0]}, ...): the model's weights only "
+                     "(--with-optimizer writes them too)", *notes]
     res.notes += notes
+    if register_derived(src, dest):
+        res.notes.append(f"recorded in {os.path.join(os.path.dirname(dest) or '.', MANIFEST)}: a new run into "
+                         "that directory removes it with the old run's files")
     return res
 
 

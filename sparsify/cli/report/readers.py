@@ -10,7 +10,8 @@ Reads, without executing any code stored in the file:
 * SavedModel directories (the variables checkpoint inside ``variables/``, or
   for a frozen inference graph the float constants of ``saved_model.pb``) and
   frozen GraphDef ``.pb`` files (protobuf parsing only),
-* Keras ``.keras`` archives (``model.weights.h5`` read with h5py from the zip)
+* Keras ``.keras`` archives (``model.weights.h5`` read with h5py from the zip, its weights named after
+  the layers of ``config.json``: ``fc1/kernel``, :mod:`~sparsify.cli.report.keras_names`)
   and HDF5 weight files (``.h5`` / ``.weights.h5``),
 * NumPy ``.npz`` archives (``allow_pickle=False``).
 
@@ -38,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import zipfile
@@ -46,10 +48,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from sparsify import sparse_format
+from sparsify.extras import install_command
 
 from .. import compressed_npz
 from ..frameworks import import_tensorflow, import_torch
+from ..messages import plain_message
 from .checkpoint_dir import STATE_FILE, checkpoint_prefixes, data_shard_prefixes, directory_checkpoint_prefix
+from .keras_names import keras_weight_names
 from .limits import DEFAULT_MAX_BYTES, check_declared, check_regular, format_bytes, zip_declared
 from .npz_stream import check_declared_npz
 
@@ -140,11 +145,11 @@ def _read_torch(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
         torch = import_torch()
     except ImportError:
         raise ValueError(f"{p!r} is a torch file but torch is not installed "
-                         "(pip install 'sparsify-train[torch]')") from None
+                         f"({install_command('torch')})") from None
     try:
         obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many types for bad files
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        msg = plain_message(str(e))              # whole: torch says what failed and what to do after line one
         msg = msg if len(msg) > 20 else f"{type(e).__name__}{': ' + msg if msg else ''}"
         raise ValueError(f"{p!r} cannot be read as a torch state_dict (weights_only=True): {msg}") from None
     if sparse_format.is_compressed_document(obj):          # written by `sparsify export`
@@ -183,11 +188,11 @@ def _tf_reader(prefix: str, what: str):
         tf = import_tensorflow()
     except ImportError:
         raise ValueError(f"{prefix!r} is a {what} but tensorflow is not installed "
-                         "(pip install 'sparsify-train[tf]')") from None
+                         f"({install_command('tf')})") from None
     try:
         return tf, tf.train.load_checkpoint(prefix)
     except Exception as e:  # noqa: BLE001 - tf.errors.* for bad files
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = plain_message(str(e)) or type(e).__name__
         raise ValueError(f"{prefix!r} cannot be read as a {what}: {msg}") from None
 
 
@@ -243,7 +248,7 @@ def _parse_graphs(p: str, saved_model: bool, max_bytes: int | None) -> tuple[Any
         tf = import_tensorflow()
     except ImportError:
         raise ValueError(f"{p!r} is a {what} but tensorflow is not installed "
-                         "(pip install 'sparsify-train[tf]')") from None
+                         f"({install_command('tf')})") from None
     raw = _load_pb(p, what, max_bytes)
     try:
         if saved_model:
@@ -321,14 +326,34 @@ def _read_h5(source: Any, p: str, max_bytes: int | None) -> dict[str, np.ndarray
     return out
 
 
+#: Largest ``config.json`` of a ``.keras`` archive read for its layer names (a larger one: the file's own names).
+MAX_KERAS_CONFIG_BYTES = 16 << 20
+
+
+def _keras_config(zf: zipfile.ZipFile) -> Any:
+    """The archive's ``config.json`` as plain JSON, or None (missing, too large, not JSON)."""
+    try:
+        info = zf.getinfo("config.json")
+        if info.file_size > MAX_KERAS_CONFIG_BYTES:
+            return None
+        return json.loads(zf.read(info).decode("utf-8"))
+    except (KeyError, OSError, ValueError, RecursionError, zipfile.BadZipFile):
+        return None
+
+
 def _read_keras(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
+    """The weights of a ``.keras`` archive under its layers' names (``fc1/kernel``; :mod:`.keras_names`)."""
     check_declared(p, zip_declared(p, lambda n: n == "model.weights.h5"), max_bytes, "weights")
     try:
         with zipfile.ZipFile(p) as zf:
             data = zf.read("model.weights.h5")
+            config = _keras_config(zf)
     except (zipfile.BadZipFile, KeyError, OSError) as e:
         raise ValueError(f"{p!r} cannot be read as a .keras archive: {e}") from None
-    return _read_h5(io.BytesIO(data), p, max_bytes)
+    tensors = _read_h5(io.BytesIO(data), p, max_bytes)
+    if config is None:
+        return tensors
+    return {name: tensors[path] for path, name in keras_weight_names(config, tensors).items()}
 
 
 def _read_npz(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:

@@ -39,15 +39,19 @@ __all__ = [
 
 _OPTIMIZER_RX = re.compile(
     r"(^|/)optimizer(/|$)|OPTIMIZER_SLOT|(^|/)(beta[12]_power|global_step|save_counter|iteration)s?(/|$)"
-    r"|/(Adam|Adam_1|Momentum|RMSProp|RMSProp_1|Adagrad|ExponentialMovingAverage)$")
+    r"|/(Adam|Adam_1|Momentum|RMSProp|RMSProp_1|Adagrad|ExponentialMovingAverage)$"
+    r"|^metrics/[^/]+/vars/\d+$")          # a .keras archive's compiled metrics (tf-keras saves their counters)
 
 
 def is_optimizer_state(name: str) -> bool:
-    """Is the tensor called ``name`` optimizer state (a slot, a step counter) rather than a model weight?
+    """Is the tensor called ``name`` training state (an optimizer slot, a step counter, a compiled metric's
+    counter in a ``.keras`` archive) rather than a model weight?
 
     Example:
         >>> [is_optimizer_state(n) for n in ("dense/kernel/Adam", "global_step", "dense/kernel")]
         [True, True, False]
+        >>> is_optimizer_state("metrics/mean/vars/0"), is_optimizer_state("metrics/kernel")
+        (True, False)
     """
     return _OPTIMIZER_RX.search(name) is not None
 

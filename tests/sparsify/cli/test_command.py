@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from sparsify.cli.command import build_config, build_parser, main
+from sparsify.cli.messages import MAX_MESSAGE
 from sparsify.cli.demo import FRAMEWORKS
 from sparsify.cli.report import FORMATS
 from sparsify.config import SCHEDULE_TYPES
@@ -195,7 +196,10 @@ def test_parser_choices_come_from_the_demo_and_the_report():
     parser = build_parser()
     assert [parser.parse_args(["report", "m", "--format", f]).format for f in FORMATS] == list(FORMATS)
     assert [parser.parse_args(["demo", "--framework", f]).framework for f in FRAMEWORKS] == list(FRAMEWORKS)
-    assert parser.parse_args(["demo"]).framework == "tf-graph"
+    # no --framework: the demo runs the installed one (sparsify.cli.demo.default_framework)
+    assert parser.parse_args(["demo"]).framework is None
+    assert [parser.parse_args(["demo", "--backend", b]).backend for b in ("tensorflow", "jax", "torch")] == \
+        ["tensorflow", "jax", "torch"]
 
 
 @pytest.mark.slow
@@ -217,7 +221,7 @@ def test_command_and_help_load_no_framework():
 @pytest.mark.slow
 def test_python_dash_m_sparsify_help():
     res = subprocess.run([sys.executable, "-m", "sparsify", "--help"], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and res.stdout.startswith("usage: sparsify [-h] [--version] {demo,report,export,schedule}")
+    assert res.returncode == 0 and res.stdout.startswith("usage: sparsify [-h] [--version] {demo,report,export,schedule,init}")
 
 
 # ----- issue 15: bounded work, honest messages, atomic outputs ---------------------------------------
@@ -279,7 +283,8 @@ def test_yaml_bombs_and_bad_files_through_the_command(tmp_path, capsys):
 def test_long_values_are_never_printed_whole(capsys):
     rc = main(["schedule", "--set", "pattern=" + "x" * 100000])
     err = capsys.readouterr().err
-    assert rc == 1 and len(err) < 1200 and "characters)" in err
+    # a message is quoted whole up to MAX_MESSAGE characters (a framework's error can be ~1,000 long)
+    assert rc == 1 and MAX_MESSAGE < len(err) < MAX_MESSAGE + 100 and err.endswith("... (100235 characters)\n")
 
 
 def test_bad_destinations_are_refused_before_anything_is_printed(tmp_path, capsys, torch_file):

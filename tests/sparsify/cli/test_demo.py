@@ -83,6 +83,9 @@ def test_demo_each_framework(framework, tmp_path):
     assert rep.returncode == 0, rep.stderr
     assert json.loads(rep.stdout)["weights_total"] == {"tensors": 3, "size": 17024, "zeros": 15322,
                                                       "sparsity": 15322 / 17024}
+    if framework in ("keras", "tf-keras"):      # the layers' names, as the demo's table has them
+        assert [t["name"] for t in json.loads(rep.stdout)["tensors"]] == [
+            "fc1/kernel", "fc1/bias", "fc2/kernel", "fc2/bias", "out/kernel", "out/bias"]
     if framework == "tf-graph":     # the exported inference SavedModel (masks baked into constants)
         rep = run_cli("report", str(out / "saved_model"), "--json")
         assert rep.returncode == 0, rep.stderr
@@ -234,6 +237,24 @@ def test_out_never_replaces_what_sparsify_did_not_write(tmp_path, capsys):
     second = verify_run(out)
     assert second["pattern"] == "2:4" and first["pattern"] == "1x1" and set(second["files"]) == set(first["files"])
     assert (out / "notes.txt").read_text() == "mine too" and (out / MANIFEST).exists()
+
+
+@pytest.mark.slow
+def test_a_second_run_removes_what_was_exported_from_the_first(tmp_path, capsys):
+    """`sparsify export D/model.pt` then `sparsify demo --out D` again: the old run's compressed state_dict and .npz
+    go with the old model (no stale artifact beside the new one), and D verifies."""
+    out = tmp_path / "D"
+    args = ("demo", "--framework", "torch", "--steps", "6", "--out", str(out), "--no-progress")
+    rc, _, err = _run_in_process(capsys, *args)
+    assert rc == 0, err
+    for target in ("torch", "npz"):
+        rc, stdout, err = _run_in_process(capsys, "export", str(out / "model.pt"), "--to", target)
+        assert rc == 0 and f"recorded in {out / MANIFEST}" in stdout, err
+    assert set(verify_run(out)["derived"]) == {"model.sparse.pt", "model.sparse.npz"}
+    rc, _, err = _run_in_process(capsys, *args, "--seed", "1")
+    assert rc == 0, err
+    assert not (out / "model.sparse.pt").exists() and not (out / "model.sparse.npz").exists()
+    assert verify_run(out)["seed"] == 1
 
 
 def test_progress_rate_leaves_out_the_first_step_of_each_phase():

@@ -10,8 +10,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,39 +18,7 @@ from sparsify.cli import main
 from sparsify.cli.compressed_npz import load_compressed_npz
 from sparsify.cli.demo.data import load_digits, load_digits_split
 from sparsify.cli.export import default_target, export_model
-
-# Runs `sparsify ARGS` with the modules named in argv[1] absent: every finder on sys.meta_path is told to find
-# none of them (find_spec returns None, as for a module that is not installed), then lists any that got loaded.
-_ABSENT = """
-import sys
-ABSENT = set(sys.argv[1].split(","))
-class Hidden:
-    def __init__(self, finder):
-        self.finder = finder
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in ABSENT:
-            return None
-        find = getattr(self.finder, "find_spec", None)
-        return find(fullname, path, target) if find is not None else None
-    def __getattr__(self, name):
-        return getattr(self.finder, name)
-sys.meta_path[:] = [Hidden(f) for f in sys.meta_path]
-from sparsify.cli import main
-rc = main(sys.argv[2:])
-print("loaded:", sorted(m for m in sys.modules if m.split(".")[0] in ABSENT), file=sys.stderr)
-sys.exit(rc)
-"""
-
-
-def run_without(absent: tuple[str, ...], *args: str, cwd=None, **env: str) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env)
-    for k in ("SPARSIFY_DEBUG", "KERAS_BACKEND"):
-        if k not in env:
-            full_env.pop(k, None)
-    res = subprocess.run([sys.executable, "-c", _ABSENT, ",".join(absent), *args], capture_output=True, text=True,
-                         timeout=600, env=full_env, cwd=cwd)
-    assert "loaded: []" in res.stderr, res.stderr
-    return res
+from without_modules import run_without
 
 
 def table_row(stdout: str, layer: str) -> list[str]:

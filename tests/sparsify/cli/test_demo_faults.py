@@ -289,6 +289,6 @@ def test_a_missing_framework_is_refused_before_the_staging_directory_exists(tmp_
         raise AssertionError("the staging directory was made before the framework was imported")
 
     monkeypatch.setattr(atomic.RunDirectory, "__enter__", staging)
-    with pytest.raises(ImportError, match=r"torch is not installed .*pip install 'sparsify-train\[torch\]'"):
+    with pytest.raises(ImportError, match=r'torch is not installed .*pip install "sparsify-train\[torch\]"'):
         run_demo("torch", second_config(), steps=20, out=out, progress=False)
     assert not out.exists() or list(out.iterdir()) == []

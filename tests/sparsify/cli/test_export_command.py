@@ -155,3 +155,43 @@ def test_an_unwritable_destination_is_refused_before_the_source_is_read(tmp_path
     err = _one_line_error(capsys, "export", str(tmp_path / "w.npz"), "--out", str(tmp_path / "no" / "w.pt"))
     assert err == (f"sparsify export: error: cannot write {str(tmp_path / 'no' / 'w.pt')!r}: "
                    f"directory {str(tmp_path / 'no')!r} does not exist")
+
+
+# ----- a .keras file's optimizer state (issue 58 item 6) -----------------------------------------------------
+def test_keras_export_writes_the_weights_only_unless_asked(tmp_path, capsys):
+    """`model.save` of a trained Keras model holds the optimizer's variables too (Adam: 2 counters, 2 moments a
+    weight); the export leaves them out by default and says so; --with-optimizer writes them."""
+    from keras_archives import mlp_weights, write_keras_archive
+
+    from sparsify.cli.compressed_npz import load_compressed_npz
+
+    weights = mlp_weights()
+    src = write_keras_archive(tmp_path / "m.keras", weights)
+    res = export_model(src, to="npz")
+    back = load_compressed_npz(res.out)
+    assert list(back) == list(weights) and all(np.array_equal(back[n], w) for n, w in weights.items())
+    assert res.notes[0] == ("left out 14 optimizer tensors (optimizer/vars/0, ...): the model's weights only "
+                            "(--with-optimizer writes them too)")
+    assert main(["export", str(src), "--to", "npz", "--out", str(tmp_path / "all.npz"), "--with-optimizer"]) == 0
+    assert "left out" not in capsys.readouterr().out
+    back = load_compressed_npz(tmp_path / "all.npz")
+    assert len(back) == 20 and list(back)[6:] == [f"optimizer/vars/{i}" for i in range(14)]
+    assert back["optimizer/vars/0"] == 30 and np.all(back["optimizer/vars/2"] == 0.5)
+
+
+def test_with_optimizer_bad_uses(tmp_path, capsys):
+    from keras_archives import write_keras_archive
+
+    src = write_keras_archive(tmp_path / "m.keras", {"fc/kernel": np.ones((4, 2), np.float32),
+                                                     "fc/bias": np.ones(2, np.float32)})
+    assert _one_line_error(capsys, "export", str(src), "--to", "tflite", "--with-optimizer") == (
+        "sparsify export: error: with_optimizer (--with-optimizer) applies to --to torch and --to npz: a TFLite "
+        "model holds no optimizer")
+    with pytest.raises(TypeError, match=r"^with_optimizer must be a bool, got 'yes'$"):
+        export_model(src, to="npz", with_optimizer="yes")
+    only = tmp_path / "slots.npz"
+    np.savez(only, **{"dense/kernel/Adam": np.ones((2, 2)), "global_step": np.int64(3)})
+    assert _one_line_error(capsys, "export", str(only), "--to", "npz") == (
+        f"sparsify export: error: {str(only)!r} (npz) holds only optimizer state (2 tensors); pass --with-optimizer "
+        "to export it")
+    assert not (tmp_path / "slots.sparse.npz").exists() and not (tmp_path / "m.tflite").exists()

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,11 +35,22 @@ def test_import_torch():
 def test_missing_framework_names_the_extra(monkeypatch):
     # a None entry in sys.modules makes `import name` raise ImportError, as if it were not installed
     monkeypatch.setitem(sys.modules, "torch", None)
-    with pytest.raises(ImportError, match=r"torch is not installed .*pip install 'sparsify-train\[torch\]'"):
+    with pytest.raises(ImportError, match=r'torch is not installed .*; pip install "sparsify-train\[torch\]"$'):
         import_torch()
     monkeypatch.setitem(sys.modules, "tensorflow", None)
-    with pytest.raises(ImportError, match=r"tensorflow is not installed .*pip install 'sparsify-train\[tf\]'"):
+    with pytest.raises(ImportError, match=r'tensorflow is not installed .*; pip install "sparsify-train\[tf\]"$'):
         import_tensorflow()
+
+
+def test_every_install_hint_has_one_quoting_style():
+    """Our messages quote a requirement the way install_command does: pip install "sparsify-train[extra]"."""
+    root = Path(__file__).resolve().parents[3]
+    sources = [p for pkg in ("sparsify", "sparsify_tf", "sparsify_keras", "sparsify_torch")
+               for p in sorted((root / pkg).rglob("*.py"))]
+    assert len(sources) > 50
+    single = [f"{p.relative_to(root)}:{i}" for p in sources for i, line in enumerate(p.read_text().splitlines(), 1)
+              if re.search(r"pip install '|'sparsify-train\[", line)]
+    assert single == []
 
 
 def test_import_tensorflow_quiets_its_python_logger():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sparsify import PruningEngine, canonical_to_tf
+from sparsify.cli import main
 from sparsify.cli.report import build_report, format_report, pattern_conformity
 from sparsify.cli.report.readers import FORMATS, detect_format, read_tensors
 
@@ -69,6 +70,30 @@ def test_torch_file_code_is_never_executed(tmp_path):
     with pytest.raises(ValueError, match="weights_only=True"):
         build_report(path)
     assert not marker.exists()
+
+
+class Unlisted:
+    """A class torch's weights-only unpickler does not allow."""
+
+
+def test_a_torch_load_failure_is_quoted_whole_without_escape_codes(tmp_path, capsys):
+    import torch
+
+    path = tmp_path / "m.pt"
+    torch.save({"w": torch.zeros(2, 2), "x": Unlisted()}, path)
+    try:
+        torch.load(path, weights_only=True)
+    except Exception as e:  # noqa: BLE001
+        raw = str(e)
+    assert "\x1b[1m" in raw and "\n" in raw          # what torch says: bold on a terminal, several lines
+    assert main(["report", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and err.count("\n") == 1
+    assert err.startswith(f"sparsify report: error: {str(path)!r} cannot be read as a torch state_dict "
+                          "(weights_only=True): Weights only load failed. ")
+    assert "do those steps only if you trust the source of the checkpoint." in err
+    assert f"Unsupported global: GLOBAL {Unlisted.__module__}.Unlisted was not an allowed global" in err
+    assert err.endswith(" ".join(raw.split()[-3:]) + "\n")          # the last words torch wrote: nothing cut
 
 
 def test_tf_checkpoint_converts_layouts(tmp_path):
@@ -141,6 +166,7 @@ def test_keras_archive_and_h5(tmp_path):
     rep = build_report(path, pattern="2:4").to_dict()
     weights = [t for t in rep["tensors"] if len(t["shape"]) == 2]
     assert len(weights) == 1 and weights[0]["shape"] == [8, 4]
+    assert [t["name"] for t in rep["tensors"]] == ["fc/kernel", "fc/bias"]       # the layer's name, as Keras has it
     assert weights[0]["sparsity"] == 0.5 and weights[0]["pattern"]["conforms"] is True
     model.save_weights(tmp_path / "m.weights.h5")
     assert detect_format(tmp_path / "m.weights.h5") == "hdf5"
