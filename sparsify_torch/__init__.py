@@ -29,7 +29,7 @@ from .parametrization import MaskParametrization
 from .entry import prune
 from .pruner import Pruner
 from .selection import transformer_block_weights
-from .summary import PruningSummary, WeightRow
+from .summary import PruningSummary
 
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:          # loaded on first use (``__getattr__`` below); named here for readers and tools
@@ -39,7 +39,7 @@ if TYPE_CHECKING:          # loaded on first use (``__getattr__`` below); named 
 
 __all__ = ["MaskParametrization", "Pruner", "prune", "prune_oneshot", "prunable_weights", "PrunableWeight",
            "SUPPORTED_MODULES", "register_prunable", "unregister_prunable", "transformer_block_weights",
-           "PruningSummary", "WeightRow", "permute_for_nm", "PermutationReport",
+           "PruningSummary", "permute_for_nm", "PermutationReport",
            "to_sparse_inference", "sparse_inference_plan", "SparseLinear", "SparseConv1x1"]
 
 #: names loaded on first use (PEP 562: one-shot pruning, N:M permutation and sparse inference pull in

@@ -69,6 +69,7 @@ from .fsdp_activations import GroupActivationNorms
 from .layers import PrunableWeight
 from .mask_write import ShardStorage
 from .pruner_base import PrunerBase
+from .summary import PruningSummary, selected_summary
 from .tensorboard import SparsityWriter
 from .torch_collective import TorchCollective
 
@@ -101,11 +102,12 @@ class ShardedPruner(PrunerBase):
 
     def __init__(self, model: nn.Module, protocol: ShardedPruningProtocol, layers: list[PrunableWeight],
                  params: Mapping[str, DTensor], collective: TorchCollective, log_dir: Any = None,
-                 optimizer: torch.optim.Optimizer | None = None) -> None:
+                 optimizer: torch.optim.Optimizer | None = None, *, summary: PruningSummary | None = None) -> None:
         # TensorBoard on rank 0 only: the figures are over all ranks (counts summed at each update)
         super().__init__(protocol, layers,
                          SparsityWriter(log_dir) if log_dir is not None and collective.rank == 0 else None)
         self.model = model
+        self._summary = summary
         self.collective = collective
         self.optimizer = optimizer
         self._params = dict(params)
@@ -317,6 +319,15 @@ class ShardedPruner(PrunerBase):
         self.removed = True
         self._stored.clear()
         return self.model
+
+    def summary(self) -> PruningSummary:
+        """What this pruner prunes and leaves dense and why, as :meth:`sparsify_torch.Pruner.summary` gives it
+        for a plain model (shapes and parameter counts of the full weights, sparsity over all ranks; not
+        collective: every rank gets the same summary). ``prune()`` logs its one-line count."""
+        base = self._summary
+        if base is None:        # built by hand: its weights only
+            base = selected_summary(self.model, self.config, self._layers.values())
+        return base.with_sparsity(self.sparsity())
 
     def __repr__(self) -> str:
         return (f"ShardedPruner(step={self._step}, pattern={self.config.pattern!r}, "

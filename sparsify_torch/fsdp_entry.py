@@ -8,7 +8,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
@@ -19,6 +19,7 @@ from sparsify.distributed import RowShard, ShardedPruningProtocol
 
 from .fsdp import ShardedPruner, is_sharded
 from .layers import PrunableWeight
+from .summary import PruningSummary
 from .torch_collective import TorchCollective
 
 __all__ = ["prune_sharded"]
@@ -42,11 +43,14 @@ def _row_shard(name: str, param: DTensor) -> RowShard:
 
 def prune_sharded(model: nn.Module, config: PruningConfig, layers: list[PrunableWeight], params: Mapping[str, Any], *,
                   sample_size: int | None = None, log_dir: Any = None,
-                  optimizer: torch.optim.Optimizer | None = None) -> ShardedPruner:
+                  optimizer: torch.optim.Optimizer | None = None,
+                  summarize: Callable[[Mapping[str, str]], PruningSummary] | None = None) -> ShardedPruner:
     """The FSDP2 path of :func:`sparsify_torch.prune` (called by it when weights are DTensors).
 
     ``layers`` are the weights ``config`` selects, checked by ``prune`` as on the plain path; ``params[name]``
     is the parameter of each. What only sharded weights need is checked here, before anything changes.
+    ``summarize(unfit)`` gives the pruner's :meth:`~sparsify_torch.fsdp.ShardedPruner.summary` from the weights
+    the pattern does not fit (``protocol.skipped``).
     """
     if optimizer is None:
         dense = [f"{k}={getattr(config, k)!r}" for k, plain in
@@ -75,4 +79,4 @@ def prune_sharded(model: nn.Module, config: PruningConfig, layers: list[Prunable
     protocol = ShardedPruningProtocol(config, {w.name: w.shape for w in layers}, shards, collective,
                                       sample_size=sample_size)
     return ShardedPruner(model, protocol, layers, {w.name: params[w.name] for w in layers}, collective, log_dir,
-                         optimizer)
+                         optimizer, summary=None if summarize is None else summarize(protocol.skipped))

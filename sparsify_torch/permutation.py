@@ -82,6 +82,34 @@ def _positions_by_label(slot: MemberSlot, n_labels: int) -> Optional[np.ndarray]
     return slot.positions[order].reshape(n_labels, counts[0])
 
 
+def _linear_layout(module: nn.Module) -> Optional[Tuple[str, int, int]]:
+    """``(tensor name, out dim, in dim)`` of a linear layer registered with the channel tracer (``transformers``'
+    ``Conv1D``, stored ``(in, out)``: ``("weight", 1, 0)``; a ``register_layer_kind`` linear layer with one 2-D
+    tensor holding both its channels), else None."""
+    from .channels.tracing.kinds import LayerKind, custom_layer
+
+    spec = custom_layer(module)
+    if spec is None or spec.kind != LayerKind.LINEAR:
+        return None
+    for name, in_dim in spec.in_dims.items():
+        tensor = getattr(module, name, None)
+        out_dim = spec.out_dims.get(name)
+        if isinstance(tensor, torch.Tensor) and tensor.dim() == 2 and out_dim is not None \
+                and {in_dim % 2, out_dim % 2} == {0, 1}:
+            return name, out_dim % 2, in_dim % 2
+    return None
+
+
+def _consumer_weight(module: nn.Module) -> Optional[Tuple[str, np.ndarray]]:
+    """``(tensor name, weight in the core's (out, in, ...) layout)`` of a layer that reads the channels, or None."""
+    layout = _linear_layout(module)
+    if layout is not None:
+        name, out_dim, _ = layout
+        weight = getattr(module, name).detach().cpu().numpy().astype(np.float64)
+        return name, (weight.T if out_dim == 1 else weight)
+    return "weight", module.weight.detach().cpu().numpy().astype(np.float64)
+
+
 def _tensors(model: nn.Module, slot: MemberSlot) -> Optional[List[Tuple[torch.Tensor, int]]]:
     """``(tensor, dim)`` pairs holding the slot's channels, or None when the slot is not supported."""
     if slot.role == "param":
@@ -90,6 +118,16 @@ def _tensors(model: nn.Module, slot: MemberSlot) -> Optional[List[Tuple[torch.Te
             obj = dict(model.named_buffers()).get(slot.name)
         return None if obj is None else [(obj, slot.dim % obj.ndim)]
     module = model.get_submodule(slot.name)
+    layout = _linear_layout(module) if slot.role in ("out", "in") else None
+    if layout is not None:       # Conv1D (weight (in, out)), a registered linear layer: its own dims
+        from .channels.tracing.kinds import custom_layer
+
+        dims = custom_layer(module).in_dims if slot.role == "in" else custom_layer(module).out_dims
+        out = [(getattr(module, n, None), d) for n, d in dims.items()]
+        out = [(t, d) for t, d in out if t is not None]          # an absent bias
+        if any(not isinstance(t, torch.Tensor) or not -t.dim() <= d < t.dim() for t, d in out):
+            return None
+        return [(t, d % t.dim()) for t, d in out]
     if slot.role in ("out", "in"):
         if not ((isinstance(module, nn.modules.conv._ConvNd) and module.groups == 1 and not module.transposed)
                 or isinstance(module, nn.Linear)):
@@ -111,10 +149,10 @@ def _consumer_matrix(model: nn.Module, group: ChannelGroup, by_label: Dict[int, 
     for i, slot in enumerate(group.slots):
         if slot.role != "in" or by_label[i].shape[1] != 1 or slot.positions.size != slot.size:
             continue
-        weight = model.get_submodule(slot.name).weight.detach().cpu().numpy().astype(np.float64)
+        tensor_name, weight = _consumer_weight(model.get_submodule(slot.name))
         if weight.shape[1] % pattern.M or pattern.fits((weight.shape[0], weight[0].size)) is not None:
             continue
-        out[slot.name + ".weight"] = weight[:, by_label[i][:, 0]]
+        out[f"{slot.name}.{tensor_name}"] = weight[:, by_label[i][:, 0]]
     return out
 
 
@@ -178,7 +216,11 @@ def permute_for_nm(model: nn.Module, example_inputs, pattern="2:4", *, entry_poi
     """Permute channels of ``model`` in place so that ``pattern`` keeps more weight magnitude.
 
     Args:
-        model: the model (plain weights: remove pruning parametrizations first).
+        model: the model (plain weights: remove pruning parametrizations first). Channels pass through
+            ``nn.Linear``, convolutions (``groups=1``), normalisations, depthwise convolutions, ``transformers``'
+            ``Conv1D`` (GPT-2; its ``(in, out)`` weight is permuted along its input dimension, as the
+            ``nn.Linear`` holding its transpose is) and linear layers registered with
+            :func:`sparsify_torch.channels.tracing.register_layer_kind`.
         example_inputs: a tensor or a tuple of positional inputs of ``entry_point``.
         pattern: an N:M pattern name (``"2:4"`` prunes 2 of every 4).
         entry_point: the traced method (``"forward"`` or ``"sub.method"``); outputs are checked on ``model(...)``.

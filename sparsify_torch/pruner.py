@@ -40,7 +40,8 @@ from .parametrization import MaskParametrization
 from .pruner_base import PrunerBase, dist_group_size
 from .frozen_pruned import FrozenPruned, PrunedParam
 from .statistics import ActivationNorms
-from .summary import PruningSummary, WeightRow, with_sparsity
+from .summary import PruningSummary, selected_summary
+from .optimizer_order import check_order, check_state, plain_name
 
 __all__ = ["Pruner"]
 
@@ -62,7 +63,8 @@ class Pruner(PrunerBase):
     def __init__(self, model: nn.Module, protocol: PruningProtocol, layers: list[PrunableWeight],
                  process_group: Any = None, log_dir: Any = None, optimizer: Any = None, *,
                  parametrized: list[tuple[nn.Module, str]] | None = None,
-                 summary: PruningSummary | None = None) -> None:
+                 summary: PruningSummary | None = None,
+                 plain_parameters: list[tuple[str, nn.Parameter]] | None = None) -> None:
         # TensorBoard, like Keras
         super().__init__(protocol, layers, None if log_dir is None else _writer(log_dir))
         self.model = model
@@ -70,6 +72,9 @@ class Pruner(PrunerBase):
         self._parametrized = list(dict.fromkeys(parametrized if parametrized is not None else
                                                 [(w.module, w.tensor_name) for w in layers]))
         self._summary = summary
+        # the plain model's (name, parameter) order, taken by prune() before the weights moved (optimizer_order)
+        self._plain_named = list(plain_parameters) if plain_parameters is not None else [
+            (plain_name(n), q) for n, q in model.named_parameters()]
         self.optimizer = optimizer
         self._group = process_group
         self._backward_seen: set[str] = set()
@@ -78,6 +83,8 @@ class Pruner(PrunerBase):
         if "activation" in protocol.engine.needs:
             self._activations = self._activation_reader(layers)
             self.hooks.append(self._activations)
+        if optimizer is not None:      # a state dict numbered in another order is refused before it loads
+            self.hooks.append(optimizer.register_load_state_dict_pre_hook(self._check_loaded_optimizer_state))
         if self.config.pruned_gradient == "none":      # pruned values and their optimizer state stay put
             self.hooks.append(FrozenPruned(self._pruned_params, optimizer))
         if protocol.engine.scored_every_step:
@@ -284,27 +291,82 @@ class Pruner(PrunerBase):
         self._pending.clear()
         return self.model
 
+    # ----- optimizers ---------------------------------------------------------------------------
+    def plain_parameters(self) -> list[nn.Parameter]:
+        """The model's parameters in the plain (unpruned) model's order: each pruned weight's stored tensor
+        (``parametrizations.<name>.original``, the same parameter object) where the plain weight was.
+
+        After ``prune()``, ``model.parameters()`` lists a pruned layer's bias before its weight, so an optimizer
+        built on it numbers its state differently from one built before ``prune()`` or on the plain model
+        (:mod:`sparsify_torch.optimizer_order`). Build an optimizer after ``prune()`` on this list instead:
+        its state dicts are then interchangeable with those of an optimizer built before ``prune()``.
+
+        Example:
+            >>> from sparsify_torch import prune
+            >>> m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+            >>> plain = list(m.parameters())
+            >>> p = prune(m, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+            >>> same = lambda a, b: [id(x) for x in a] == [id(x) for x in b]
+            >>> same(m.parameters(), plain), same(p.plain_parameters(), plain)
+            (False, True)
+            >>> opt = torch.optim.Adam(p.plain_parameters(), lr=1e-3)    # numbered like one built before prune()
+        """
+        listed = {id(q) for _, q in self._plain_named}
+        return [q for _, q in self._plain_named] + [q for q in self.model.parameters() if id(q) not in listed]
+
+    def check_optimizer(self, optimizer: Any) -> None:
+        """Raise if ``optimizer`` does not list this model's parameters in the plain model's order (built on
+        ``model.parameters()`` after ``prune()``), or holds a state tensor whose shape is not its parameter's
+        (a state dict loaded from an optimizer that numbered the parameters otherwise). Call it after building
+        an optimizer after ``prune()`` or loading its state; see :meth:`plain_parameters`.
+
+        Raises:
+            ValueError: naming the param group and the parameters out of order, or the misplaced state.
+
+        Example:
+            >>> from sparsify_torch import prune
+            >>> m = torch.nn.Linear(4, 4)
+            >>> p = prune(m, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+            >>> p.check_optimizer(torch.optim.SGD(p.plain_parameters(), lr=0.1))
+            >>> p.check_optimizer(torch.optim.SGD(m.parameters(), lr=0.1))  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: optimizer: param group 0 lists the parameters in the order model.parameters() has after prune() (['bias', 'weight']), not the plain model's (['weight', 'bias']): ...
+        """
+        from .entry import unwrap_optimizer       # (entry imports this module)
+
+        inner = unwrap_optimizer(optimizer)
+        if not isinstance(inner, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        check_order(inner, self._plain_named, list(self.model.parameters()))
+        check_state(inner, self._plain_named)
+
+    def _check_loaded_optimizer_state(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> None:
+        """``load_state_dict`` pre-hook of the optimizer given to ``prune()``: refuse misplaced state."""
+        if not self.removed:
+            check_state(optimizer, self._plain_named, state_dict)
+
     def summary(self) -> PruningSummary:
         """Every weight this pruner prunes (name, module type, shape, pattern, target, current sparsity)
         and every other tensor of two or more dimensions of the model, with why it is left dense (not
         matched by ``op_names``, excluded, unsupported type, tied to another weight, hooked...).
-        ``str()`` of it is a table; ``prune()`` logs its one-line count (:meth:`PruningSummary.line`).
+        ``str()`` of it is a table; ``prune()`` logs its one-line count (:meth:`PruningSummary.line`). It is the
+        :class:`sparsify.selection_summary.SelectionSummary` Keras and TF graph summaries are (rows:
+        :class:`~sparsify.selection_summary.SummaryRow`).
 
         Example:
             >>> from sparsify_torch import prune
             >>> m = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8))
             >>> p = prune(m, {"target_sparsity": 0.5, "op_names": ["^1"], "start_step": 0, "end_step": 0})
             >>> [(r.name, r.selected, r.reason) for r in p.summary()]
-            [('0.weight', False, "not matched by op_names ['^1']"), ('1.weight', True, None)]
+            [('0.weight', False, "not matched by op_names ['^1']"), ('1.weight', True, '')]
             >>> p.summary().line()
             'pruning 1 weight (32 of 72 parameters); 1 tensor with 2+ dimensions left dense: see Pruner.summary()'
         """
         base = self._summary
         if base is None:        # a Pruner built by hand: its weights only
-            base = PruningSummary(tuple(WeightRow(n, type(w.module).__name__, w.shape, True, self.config.pattern,
-                                                  self.config.target_sparsity) for n, w in self._layers.items()),
-                                  self.config, sum(p.numel() for p in self.model.parameters()))
-        return with_sparsity(base, self.sparsity())
+            base = selected_summary(self.model, self.config, self._layers.values())
+        return base.with_sparsity(self.sparsity())
 
     def __repr__(self) -> str:
         return (f"Pruner(step={self._step}, pattern={self.config.pattern!r}, scope={self.config.pruning_scope!r}, "

@@ -6,7 +6,9 @@ dimensions of the model that is not pruned, with the reason: not matched by
 ``op_names``, excluded by ``excluded_op_names``, the pattern does not fit, tied
 to another weight (pruned with it, one mask), computed by an old-style hook, or
 a layer type sparsify_torch does not prune (register it with
-:func:`sparsify_torch.register_prunable`).
+:func:`sparsify_torch.register_prunable`). The summary is the core's
+:class:`sparsify.selection_summary.SelectionSummary` (its :class:`PruningSummary` subclass), the rows
+:class:`~sparsify.selection_summary.SummaryRow` objects, as Keras' and TF graphs' summaries are.
 
 Example:
     >>> import torch, sparsify_torch
@@ -29,87 +31,79 @@ Example:
     left dense: 2
       1.table   Mix     (4, 4)  unsupported type Mix: sparsify_torch.register_prunable adds layer types
       2.weight  Linear  (2, 4)  excluded by excluded_op_names ('^2')
+    >>> print(s.table())      # the table of every adapter's summary
+    name      type    shape   pattern  target  sparsity  status
+    0.weight  Linear  (4, 4)  1x1      0.5     0.5       selected
+    1.table   Mix     (4, 4)  -        -       -         skipped: unsupported type Mix: sparsify_torch.register_prunable adds layer types
+    2.weight  Linear  (2, 4)  -        -       -         skipped: excluded by excluded_op_names ('^2')
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Iterator, Mapping
+from typing import Iterable, Mapping
 
 from torch import nn
 
 from sparsify import PruningConfig
+from sparsify.selection_summary import SelectionSummary, SummaryRow
 
 from .layers import PrunableWeight, hooked_weights
 
-__all__ = ["WeightRow", "PruningSummary", "build_summary"]
+__all__ = ["PruningSummary", "build_summary", "selected_summary", "row_target"]
+
+#: the end of the reason of a tied weight pruned with the weight it is tied to
+_PRUNED_WITH = "(one weight, pruned with it)"
 
 
-@dataclass(frozen=True)
-class WeightRow:
-    """One tensor of the model in a :class:`PruningSummary`.
+def row_target(config: PruningConfig) -> float | None:
+    """The target of each selected row: the config's with ``pruning_scope`` ``"local"`` or ``"row"`` (every
+    weight ends there), else None (the scope sets each weight's sparsity), as the core's
+    :func:`sparsify.selection_summary.summarize` does.
 
-    Attributes:
-        name: the weight's name (what ``op_names`` matches; a parameter's name for tensors that are not
-            prunable weights).
-        module_type: the class name of the layer holding it.
-        shape: the shape the core sees (``(out, in, ...)``; the tensor's own shape when not prunable).
-        selected: pruned by this pruner.
-        pattern: the pattern it is pruned with (None when not selected).
-        target: the target sparsity (of the layer with ``pruning_scope="local"``, else of all pruned
-            weights together); None when not selected.
-        reason: why it is not pruned (None when selected).
-        sparsity: its sparsity when the summary was taken (None when not selected).
+    Example:
+        >>> row_target(PruningConfig(target_sparsity=0.5)), row_target(PruningConfig(pruning_scope="global"))
+        (0.5, None)
     """
-
-    name: str
-    module_type: str
-    shape: tuple[int, ...]
-    selected: bool
-    pattern: str | None = None
-    target: float | None = None
-    reason: str | None = None
-    sparsity: float | None = None
+    return float(config.target_sparsity) if config.pruning_scope in ("local", "row") else None
 
 
-@dataclass(frozen=True)
-class PruningSummary:
-    """The rows of :meth:`sparsify_torch.Pruner.summary`, model order, with a readable ``str()``.
+class PruningSummary(SelectionSummary):
+    """The rows of :meth:`sparsify_torch.Pruner.summary`: a :class:`sparsify.selection_summary.SelectionSummary`
+    (the shape Keras and TF graph summaries have; rows are :class:`~sparsify.selection_summary.SummaryRow`,
+    selected ones with their current ``sparsity``) with the config, the model's parameter count, the one-line
+    count ``prune()`` logs (:meth:`line`) and a ``str()`` grouped into pruned and left-dense weights.
 
     Attributes:
-        rows: every pruned weight and every unpruned tensor of two or more dimensions.
         config: the pruner's config.
         total_parameters: parameters of the model (each shared tensor once).
+
+    Example:
+        >>> s = PruningSummary([SummaryRow("fc.weight", "Linear", (4, 8), "2:4", 0.5)], PruningConfig(), 40)
+        >>> s.pruned_parameters, s.line()
+        (32, 'pruning 1 weight (32 of 40 parameters): see Pruner.summary()')
     """
 
-    rows: tuple[WeightRow, ...]
-    config: PruningConfig
-    total_parameters: int
-
-    @property
-    def selected(self) -> list[WeightRow]:
-        """The pruned weights."""
-        return [r for r in self.rows if r.selected]
-
-    @property
-    def skipped(self) -> list[WeightRow]:
-        """The tensors left dense (or pruned through a tie: ``reason`` starts with ``"tied to"``)."""
-        return [r for r in self.rows if not r.selected]
+    def __init__(self, rows: Iterable[SummaryRow], config: PruningConfig, total_parameters: int):
+        super().__init__(rows)
+        if not isinstance(config, PruningConfig):
+            raise TypeError(f"PruningSummary: config must be a PruningConfig, got {type(config).__name__}")
+        self.config = config
+        self.total_parameters = int(total_parameters)
 
     @property
     def pruned_parameters(self) -> int:
         """Entries of the pruned weights (a tied weight once)."""
-        return sum(_numel(r.shape) for r in self.selected)
+        return sum(r.size for r in self.selected)
 
-    def __iter__(self) -> Iterator[WeightRow]:
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
+    def with_sparsity(self, sparsity: Mapping[str, float | None]) -> PruningSummary:
+        """This summary with each selected row's ``sparsity`` from ``sparsity`` (by name; None where absent)."""
+        return PruningSummary((SummaryRow(r.name, r.layer_type, r.shape, r.pattern, r.target,
+                                          sparsity=sparsity.get(r.name)) if r.selected else r for r in self.rows),
+                              self.config, self.total_parameters)
 
     def line(self) -> str:
         """The one-line count ``prune()`` logs."""
-        tied = sum(1 for r in self.skipped if r.reason.endswith("(one weight, pruned with it)"))
+        tied = sum(1 for r in self.skipped if r.reason.endswith(_PRUNED_WITH))
         dense = len(self.skipped) - tied
         n = len(self.selected)
         out = (f"pruning {n} weight{'s' * (n != 1)} ({_count(self.pruned_parameters)} of "
@@ -126,19 +120,16 @@ class PruningSummary:
         head = (f"pruned: {len(sel)} weight{'s' * (len(sel) != 1)}, {self.pruned_parameters} of "
                 f"{self.total_parameters} parameters (pattern {c.pattern}, scope {c.pruning_scope}, "
                 f"target {c.target_sparsity})")
-        lines = [head] + _table([[r.name, r.module_type, str(r.shape), str(r.pattern), f"target {r.target}"]
+        lines = [head] + _table([[r.name, r.layer_type, str(r.shape), str(r.pattern)]
+                                 + ([] if r.target is None else [f"target {r.target:g}"])
                                  + ([] if r.sparsity is None else [f"sparsity {round(r.sparsity, 4)}"]) for r in sel])
         if skip:
-            lines += [f"left dense: {len(skip)}"] + _table([[r.name, r.module_type, str(r.shape), r.reason]
-                                                           for r in skip])
+            lines += [f"left dense: {len(skip)}"] + _table([[r.name, r.layer_type, str(r.shape) if r.shape else "?",
+                                                            r.reason] for r in skip])
         return "\n".join(lines)
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    def __repr__(self) -> str:
+        return f"PruningSummary({self.line()})"
 
 
 def _count(n: int) -> str:
@@ -152,6 +143,15 @@ def _table(rows: list[list[str]]) -> list[str]:
     widths = [max((len(r[i]) for r in rows if i < len(r)), default=0) for i in range(max(map(len, rows), default=0))]
     return ["  " + "  ".join(cell.ljust(widths[i]) if i < len(r) - 1 else cell for i, cell in enumerate(r))
             for r in rows]
+
+
+def _type_name(module: nn.Module) -> str:
+    """The class name of ``module``'s own type: ``"Linear"`` for a layer FSDP2's ``fully_shard`` gave a
+    ``FSDPLinear`` class (whose module is ``torch.distributed.fsdp``'s)."""
+    for cls in type(module).__mro__:
+        if not cls.__module__.startswith("torch.distributed.fsdp"):
+            return cls.__name__
+    return type(module).__name__
 
 
 def _why_unselected(name: str, config: PruningConfig, select: str | None) -> str:
@@ -179,7 +179,8 @@ def build_summary(model: nn.Module, config: PruningConfig, candidates: list[Prun
         select: the one-word selection that chose ``config.op_names``, if any.
     """
     chosen = set(names)
-    rows: list[WeightRow] = []
+    target = row_target(config)
+    rows: list[SummaryRow] = []
     seen: dict[int, str] = {}                     # parameter -> first name listed
     covered: set[tuple[int, str]] = set()         # (module, tensor) pairs the candidates cover
     by_module: dict[int, list[PrunableWeight]] = {}
@@ -192,9 +193,9 @@ def build_summary(model: nn.Module, config: PruningConfig, candidates: list[Prun
             p = w.parameter()
             if p is not None and w.rows is None:
                 seen.setdefault(id(p), w.name)
-            kind = type(module).__name__
+            kind = _type_name(module)
             if w.name in chosen and w.name not in skipped:
-                rows.append(WeightRow(w.name, kind, w.shape, True, config.pattern, config.target_sparsity))
+                rows.append(SummaryRow(w.name, kind, w.shape, config.pattern, target))
                 continue
             if len(w.shape) < 2:
                 continue
@@ -202,41 +203,49 @@ def build_summary(model: nn.Module, config: PruningConfig, candidates: list[Prun
                 why = f"the pattern does not fit: {skipped[w.name]}"
             elif w.name in tied:
                 pruned = tied[w.name] in chosen and tied[w.name] not in skipped
-                why = f"tied to {tied[w.name]!r}" + (" (one weight, pruned with it)" if pruned else ", not pruned")
+                why = f"tied to {tied[w.name]!r}" + (f" {_PRUNED_WITH}" if pruned else ", not pruned")
             elif w.name in dropped:
                 why = dropped[w.name]
             else:
                 why = _why_unselected(w.name, config, select)
-            rows.append(WeightRow(w.name, kind, w.shape, False, reason=why))
+            rows.append(SummaryRow(w.name, kind, w.shape, selected=False, reason=why))
         if mod_name in hooked:           # one row for the weight the hook computes (weight_norm's g and v)
             v = module._parameters.get("weight_v", module._parameters.get("weight_orig"))
-            rows.append(WeightRow(f"{mod_name}.weight" if mod_name else "weight", type(module).__name__,
-                                  tuple(v.shape), False, reason=f"computed by an old-style hook ({hooked[mod_name]}):"
-                                  " remove the hook to prune it"))
+            rows.append(SummaryRow(f"{mod_name}.weight" if mod_name else "weight", _type_name(module),
+                                   tuple(v.shape), selected=False, reason=f"computed by an old-style hook "
+                                   f"({hooked[mod_name]}): remove the hook to prune it"))
             covered.update((id(module), t) for t in ("weight_g", "weight_v", "weight_orig"))
         for pname, p in module._parameters.items():
             if p is None or (id(module), pname) in covered:
                 continue
             full = f"{mod_name}.{pname}" if mod_name else pname
             if isinstance(p, nn.parameter.UninitializedParameter):
-                rows.append(WeightRow(full, type(module).__name__, (), False,
-                                      reason="uninitialized (lazy) parameter: run a forward pass before prune()"))
+                rows.append(SummaryRow(full, _type_name(module), (), selected=False,   # shape not known yet
+                                       reason="uninitialized (lazy) parameter: run a forward pass before prune()"))
                 continue
             if p.dim() < 2:
                 continue
             if id(p) in seen:
                 why = f"tied to {seen[id(p)]!r}"
             elif by_module.get(id(module)):
-                why = f"a tensor of {type(module).__name__} that is not pruned"
+                why = f"a tensor of {_type_name(module)} that is not pruned"
             else:
-                why = f"unsupported type {type(module).__name__}: sparsify_torch.register_prunable adds layer types"
+                why = f"unsupported type {_type_name(module)}: sparsify_torch.register_prunable adds layer types"
             seen.setdefault(id(p), full)
-            rows.append(WeightRow(full, type(module).__name__, tuple(p.shape), False, reason=why))
+            rows.append(SummaryRow(full, _type_name(module), tuple(p.shape), selected=False, reason=why))
     total = sum(p.numel() for p in model.parameters() if not isinstance(p, nn.parameter.UninitializedParameter))
-    return PruningSummary(tuple(rows), config, int(total))
+    return PruningSummary(rows, config, int(total))
 
 
-def with_sparsity(summary: PruningSummary, sparsity: Mapping[str, float | None]) -> PruningSummary:
-    """``summary`` with each pruned weight's current ``sparsity``."""
-    rows = tuple(replace(r, sparsity=sparsity.get(r.name)) if r.selected else r for r in summary.rows)
-    return replace(summary, rows=rows)
+def selected_summary(model: nn.Module, config: PruningConfig, layers: Iterable[PrunableWeight]) -> PruningSummary:
+    """The summary of a pruner built without one (by hand): its selected weights only.
+
+    Example:
+        >>> from sparsify_torch.layers import prunable_weights
+        >>> m = nn.Linear(4, 2)
+        >>> [r.name for r in selected_summary(m, PruningConfig(), prunable_weights(m))]
+        ['weight']
+    """
+    target = row_target(config)
+    return PruningSummary([SummaryRow(w.name, _type_name(w.module), w.shape, config.pattern, target)
+                           for w in layers], config, sum(p.numel() for p in model.parameters()))

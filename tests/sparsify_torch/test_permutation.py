@@ -159,3 +159,85 @@ def test_changed_outputs_restore_the_model():
     with pytest.raises(RuntimeError, match="restored"):
         permute_for_nm(net, (torch.randn(3, 4),), rounds=2)
     assert all(torch.equal(v, state[k]) for k, v in net.state_dict().items())
+
+
+def test_transformers_conv1d_is_permuted_as_the_linear_holding_its_transpose():
+    pytest.importorskip("transformers")
+    from transformers.pytorch_utils import Conv1D       # weight stored (in, out)
+
+    torch.manual_seed(0)
+    conv = nn.Sequential(Conv1D(16, 8), nn.GELU(), Conv1D(8, 16))
+    lin = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+    with torch.no_grad():
+        for c, l in ((conv[0], lin[0]), (conv[2], lin[2])):
+            c.weight.normal_()
+            c.bias.normal_()
+            l.weight.copy_(c.weight.T)
+            l.bias.copy_(c.bias)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        before = conv(x)
+    got = permute_for_nm(conv, (x,), "2:4", rounds=5)
+    want = permute_for_nm(lin, (x,), "2:4", rounds=5)
+    assert got.permuted == want.permuted == ["0"] and got.skipped == want.skipped
+    assert np.array_equal(got.permutations["0"], want.permutations["0"])
+    assert got.layers == want.layers and list(got.layers) == ["2.weight"]
+    assert got.total_after > got.total_before
+    for c, l in ((conv[0], lin[0]), (conv[2], lin[2])):      # the same permuted weights, transposed
+        assert torch.equal(c.weight.T, l.weight) and torch.equal(c.bias, l.bias)
+    with torch.no_grad():
+        assert rel_diff(conv(x), before) < 1e-5
+
+
+@pytest.mark.slow
+def test_gpt2_mlp_channels_are_permuted_for_2_of_4():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=16, bos_token_id=0, eos_token_id=0)).eval()
+    ids = torch.randint(0, 32, (2, 6))
+    with torch.no_grad():
+        before = model(ids).logits
+    c_proj = model.transformer.h[0].mlp.c_proj.weight.detach().T.numpy().copy()      # (out, in) = (16, 64)
+    report = permute_for_nm(model, (ids,), "2:4", rounds=5)
+    assert "transformer.h.0.mlp.c_fc" in report.permuted
+    perm = report.permutations["transformer.h.0.mlp.c_fc"]
+    assert np.array_equal(model.transformer.h[0].mlp.c_proj.weight.detach().T.numpy(), c_proj[:, perm])
+    assert report.layers["transformer.h.0.mlp.c_proj.weight"][1] > report.layers["transformer.h.0.mlp.c_proj.weight"][0]
+    with torch.no_grad():
+        assert rel_diff(model(ids).logits, before) < 1e-5
+
+
+class Dense(nn.Module):
+    """A user's linear layer storing its kernel (in, out), with no bias."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.kernel = nn.Parameter(torch.randn(n_in, n_out))
+        self.bias = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.kernel
+
+
+def test_a_registered_linear_layer_kind_is_permuted_by_its_own_dims():
+    from sparsify_torch.channels.tracing import LayerKind, register_layer_kind, unregister_layer_kind
+
+    register_layer_kind(Dense, LayerKind.LINEAR, channel_dim=-1, in_dims={"kernel": 0},
+                        out_dims={"kernel": 1, "bias": 0})
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(Dense(8, 16), nn.ReLU(), Dense(16, 4))
+        twin = nn.Sequential(nn.Linear(8, 16, bias=False), nn.ReLU(), nn.Linear(16, 4, bias=False))
+        with torch.no_grad():
+            twin[0].weight.copy_(model[0].kernel.T)
+            twin[2].weight.copy_(model[2].kernel.T)
+        x = torch.randn(3, 8)
+        got = permute_for_nm(model, (x,), "2:4", rounds=5)
+        want = permute_for_nm(twin, (x,), "2:4", rounds=5)
+        assert got.permuted == want.permuted == ["0"]
+        assert np.array_equal(got.permutations["0"], want.permutations["0"])
+        assert list(got.layers) == ["2.kernel"] and got.layers["2.kernel"] == want.layers["2.weight"]
+        assert torch.equal(model[2].kernel.T, twin[2].weight) and torch.equal(model[0].kernel.T, twin[0].weight)
+    finally:
+        unregister_layer_kind(Dense)

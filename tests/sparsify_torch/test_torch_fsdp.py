@@ -229,6 +229,31 @@ def engines_run(rank: int, world: int) -> dict:
             "names": pruner.names}
 
 
+SUMMARY_CFG = {"target_sparsity": 0.5, "op_names": ["fc", "conv"], "excluded_op_names": ["fc2"], "start_step": 0,
+               "end_step": 0}
+
+
+def summary_run(rank: int, world: int) -> dict:
+    """ShardedPruner.summary() and the line prune() logs (logger "sparsify_torch", INFO)."""
+    import logging
+    logged: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: logged.append(record.getMessage())
+    logger = logging.getLogger("sparsify_torch")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        torch.manual_seed(0)
+        pruner = prune(shard_model(Net()), SUMMARY_CFG)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    summary = pruner.summary()
+    return {"type": type(pruner).__name__, "rows": [r.to_dict() for r in summary], "text": str(summary),
+            "line": summary.line(), "logged": logged}
+
+
 def _partly_sharded() -> nn.Module:
     from torch.distributed.fsdp import fully_shard
     model = Net()
@@ -530,6 +555,7 @@ def suite(rank: int, world: int, ckpt: str) -> dict:
         out["engines"] = engines_run(rank, world)
         out["dense_train"] = {k: dense_train_run(rank, world, k, ckpt + "/unused", "full") for k in DENSE_CFGS}
     if world == 2:
+        out["summary"] = summary_run(rank, world)
         out["train_full"] = train_run(rank, world, ckpt + "/train", "full")
         out["train_resume"] = train_run(rank, world, ckpt + "/train", "resume")
         out["reshard"] = train_run(rank, world, ckpt + "/train", "reshard")
@@ -680,6 +706,21 @@ def test_fsdp_snip_momentum_scores_are_exact_and_reshard(runs):
         for n in trained[0]["scores"]:
             assert np.array_equal(res["scores"][n], trained[0]["scores"][n])
             assert np.array_equal(res["masks"][n], trained[0]["masks"][n])
+
+
+@pytest.mark.slow
+def test_fsdp_summary_and_its_logged_line_are_the_plain_models(runs):
+    torch.manual_seed(0)
+    plain = prune(Net(), SUMMARY_CFG).summary()
+    for res in [r["summary"] for r in runs(2)]:          # every rank: the full weights' shapes and counts
+        assert res["type"] == "ShardedPruner"
+        assert res["rows"] == [r.to_dict() for r in plain]
+        assert res["text"] == str(plain) and res["logged"] == [plain.line()]
+    assert [(r["name"], r["selected"], r["sparsity"] if r["selected"] else r["reason"]) for r in res["rows"]] == [
+        ("conv.weight", True, 0.5), ("fc1.weight", True, 0.5), ("fc2.weight", False,
+         "excluded by excluded_op_names ('fc2')"), ("head.weight", False, "not matched by op_names ['fc', 'conv']")]
+    assert res["line"] == "pruning 2 weights (1.2K of 2.4K parameters); 2 tensors with 2+ dimensions left dense: " \
+                          "see Pruner.summary()"
 
 
 def test_plain_models_keep_the_single_process_pruner():

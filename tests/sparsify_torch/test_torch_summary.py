@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from sparsify_torch import PruningSummary, WeightRow, prune, prune_oneshot, transformer_block_weights
+from sparsify.selection_summary import SelectionSummary, SummaryRow
+from sparsify_torch import PruningSummary, prune, prune_oneshot, transformer_block_weights
 
 
 class Gate(nn.Module):
@@ -38,11 +39,11 @@ def test_summary_lists_the_pruned_weights_and_every_unpruned_2d_tensor_with_why(
         pruner = prune(model, {"target_sparsity": 0.5, "op_names": ["^0", "^3", "^4"], "excluded_op_names": ["^4"],
                                "start_step": 0, "end_step": 0})
     summary = pruner.summary()
-    assert isinstance(summary, PruningSummary) and all(isinstance(r, WeightRow) for r in summary)
-    assert summary.selected == [
-        WeightRow("0.weight", "Linear", (6, 4), True, "1x1", 0.5, None, 0.5),
-        WeightRow("3.weight", "Linear", (6, 6), True, "1x1", 0.5, None, 0.5)]
-    assert [(r.name, r.module_type, r.shape, r.reason) for r in summary.skipped] == [
+    assert isinstance(summary, SelectionSummary) and all(isinstance(r, SummaryRow) for r in summary)
+    assert summary.selected == (
+        SummaryRow("0.weight", "Linear", (6, 4), "1x1", 0.5, sparsity=0.5),
+        SummaryRow("3.weight", "Linear", (6, 6), "1x1", 0.5, sparsity=0.5))
+    assert [(r.name, r.layer_type, r.shape, r.reason) for r in summary.skipped] == [
         ("1.table", "Gate", (6, 6), "unsupported type Gate: sparsify_torch.register_prunable adds layer types"),
         ("2.weight", "Linear", (6, 6), "computed by an old-style hook (weight_norm): remove the hook to prune it"),
         ("4.weight", "Linear", (2, 6), "excluded by excluded_op_names ('^4')")]
@@ -95,7 +96,7 @@ def test_prune_logs_a_one_line_count(caplog):
 
 
 def test_the_count_of_large_models_is_in_millions():
-    rows = (WeightRow("a", "Linear", (4000, 3000), True, "1x1", 0.5),)
+    rows = (SummaryRow("a", "Linear", (4000, 3000), "1x1", 0.5),)
     from sparsify import PruningConfig
     assert PruningSummary(rows, PruningConfig(), 17_100_000).line() == \
         "pruning 1 weight (12.0M of 17.1M parameters): see Pruner.summary()"
@@ -169,3 +170,20 @@ def test_transformer_blocks_of_torch_encoder_layers_leave_multihead_attention_ou
                            select="transformer_blocks")
     assert float((pruned[1].layers[0].linear1.weight == 0).float().mean()) == 0.5
     assert int((pruned[1].layers[0].self_attn.out_proj.weight == 0).sum()) == 0
+
+
+def test_the_torch_summary_is_the_cores_selection_summary_with_a_global_scope_having_no_row_target():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Embedding(10, 8), nn.LazyLinear(4))
+    pruner = prune(model, {"target_sparsity": 0.5, "pruning_scope": "global", "op_names": ["^0"],
+                           "start_step": 0, "end_step": 0})
+    summary = pruner.summary()
+    # a lazy layer's tensors have no shape yet (the bias too): listed with shape ()
+    assert summary.headline() == "1 weight selected (64 parameters), 3 skipped (80 parameters: 1 not matched by " \
+                                 "op_names ['^0'], 2 uninitialized (lazy) parameter: run a forward pass before prune())"
+    assert summary.to_dict()["selected"] == [{"name": "0.weight", "layer_type": "Linear", "shape": [8, 8],
+                                              "pattern": "1x1", "target": None, "selected": True, "reason": "",
+                                              "sparsity": 0.5}]
+    assert summary["2.weight"].shape == () and summary["2.weight"].size == 0
+    assert str(summary).splitlines()[1].split() == ["0.weight", "Linear", "(8,", "8)", "1x1", "sparsity", "0.5"]
+    assert repr(summary) == "PruningSummary(pruning 1 weight (64 of 152 parameters); 3 tensors with 2+ " \
+                            "dimensions left dense: see Pruner.summary())"
