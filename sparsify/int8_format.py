@@ -327,7 +327,7 @@ def _packed(doc: Mapping[str, Any]) -> dict[str, np.ndarray]:
         item: dict[str, Any] = {"name": str(name), "arrays": {}}
         for key, v in entry.items():
             if isinstance(v, np.ndarray):
-                a = np.ascontiguousarray(v)
+                a = np.asarray(v, order="C")
                 a = a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
                 if a.dtype.kind not in "fiucb":
                     raise ValueError(f"tensor {name!r}: {key!r} of dtype {a.dtype} cannot be stored")

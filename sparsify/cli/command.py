@@ -203,7 +203,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     res = export_model(args.path, out=args.out, to=args.to, encoding=args.encoding, fmt=args.format,
                        max_bytes=args.max_bytes, overwrite=args.overwrite,
-                       semi_structured=True if args.semi_structured else None, with_optimizer=args.with_optimizer)
+                       semi_structured=True if args.semi_structured else None, with_optimizer=args.with_optimizer,
+                       int8=args.int8)
     print(json.dumps(res.to_dict(), indent=2) if args.json else format_export(res))
     return 0
 
@@ -350,7 +351,7 @@ def _add_export(sub: Any, max_help: str) -> None:
     e.add_argument("--to", choices=TARGETS, default=None,
                    help="tflite (a .keras model or SavedModel; needs TensorFlow), torch (any file; needs torch) or "
                         "npz (any file; NumPy only). Default: tflite for models, torch for weights, npz when "
-                        "that framework is not installed")
+                        "that framework is not installed or with --int8")
     e.add_argument("--out", metavar="FILE", help="the artifact (default: beside PATH, .tflite or .sparse.pt)")
     e.add_argument("--encoding", choices=ENCODINGS, default="bitmask", help="torch, npz: bitmask (default) or csr")
     e.add_argument("--semi-structured", action="store_true",
@@ -359,6 +360,10 @@ def _add_export(sub: Any, max_help: str) -> None:
     e.add_argument("--with-optimizer", action="store_true",
                    help="torch, npz: also write the optimizer state PATH holds (a .keras model's Adam moments, a "
                         "checkpoint's slots); default: the model's weights only")
+    e.add_argument("--int8", action="store_true",
+                   help="npz: weights as symmetric per-channel int8 (bitmask + int8 values + float32 scales, every "
+                        "pruned zero kept); sparsify.int8_format.load_int8_npz reads it. Default --out: beside PATH, "
+                        ".int8.npz")
     e.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     e.add_argument("--format", default=None, choices=tuple(FORMATS), help="PATH's format (default: detected)")
     e.add_argument("--max-bytes", type=_max_bytes, default=DEFAULT_MAX_BYTES, metavar="N", help=max_help)

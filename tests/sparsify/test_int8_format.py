@@ -217,3 +217,12 @@ def test_save_checked_writes_only_a_file_that_reads_back(tmp_path):
     k = {"d/kernel": np.eye(8, dtype=np.float32)}
     _, rk = save_checked_int8_npz(tmp_path / "k.npz", k, axes=channel_axes(k, "keras"))
     assert int8_tensors(load_int8_npz(tmp_path / "k.npz"))["d/kernel"][2] == 1 and rk["d/kernel"].zeros_before == 56
+
+
+def test_zero_dimensional_tensors_come_back_with_their_shape(tmp_path):
+    """A BatchNorm's ``num_batches_tracked`` (or an optimizer's step counter) is a 0-d tensor: stored exactly,
+    read back as shape ``()``, not ``(1,)``."""
+    t = {"fc.weight": _pruned_mlp(0.9)["blocks.0.1.weight"], "bn.num_batches_tracked": np.array(5, np.int64)}
+    save_checked_int8_npz(tmp_path / "bn.int8.npz", t)
+    back = decompress_int8(load_int8_npz(tmp_path / "bn.int8.npz"))["bn.num_batches_tracked"]
+    assert back.shape == () and back.dtype == np.int64 and int(back) == 5

@@ -9,6 +9,10 @@ From any file ``sparsify report`` reads:
 * **compressed weights in an .npz** (:mod:`sparsify.cli.compressed_npz`, NumPy only: the export of
   a ``.keras`` model without TensorFlow, the default there when TensorFlow is
   not installed; ``.npz`` written by it are read back with NumPy alone);
+* **int8 weights in an .npz** (``int8=True``, ``sparsify export --int8``; :mod:`sparsify.int8_format`,
+  NumPy only): every weight quantized to symmetric per-channel int8 and stored as a packed bitmask +
+  its non-zero int8 values + float32 scales, every pruned zero kept (checked);
+  :func:`sparsify.int8_format.load_int8_npz` reads it back;
 * a **compressed torch state_dict** (packed bitmask + values, or CSR; see
   :mod:`sparsify.sparse_format`) for every other file: ``torch.load(...,
   weights_only=True)`` reads it and
@@ -39,13 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from sparsify import sparse_format
+from sparsify import int8_format, sparse_format
 from sparsify.extras import install_command
 
 from .. import interrupts
 from ..atomic import MANIFEST, OutputError, atomic_path, check_destination, register_derived
 from ..frameworks import import_torch, installed
-from ..report.readers import DEFAULT_MAX_BYTES, detect_format, format_bytes, read_tensors
+from ..report.readers import DEFAULT_MAX_BYTES, FORMATS, detect_format, format_bytes, read_tensors
 from ..report.statistics import is_optimizer_state
 from ..compressed_npz import document_npz_bytes, load_compressed_npz
 from .result import ExportResult, gzip_size
@@ -60,33 +64,37 @@ TARGETS = ("tflite", "torch", "npz")
 NEEDS = {"tflite": ("tensorflow", "tf"), "torch": ("torch", "torch"), "npz": None}
 _MODEL_FORMATS = ("keras", "savedmodel")
 _SUFFIX = {"tflite": ".tflite", "torch": ".sparse.pt", "npz": ".sparse.npz"}
+#: The suffix of an int8 export (``--int8``, always an ``.npz``).
+_INT8_SUFFIX = ".int8.npz"
+_INT8_MIN_ELEMENTS = 64                             # smaller weights stay exact (as compress_int8's default)
 
 
-def default_output(path: str | os.PathLike, target: str) -> str:
+def default_output(path: str | os.PathLike, target: str, int8: bool = False) -> str:
     """Where the artifact goes when no ``out`` is given: beside the source.
 
     Example:
         >>> default_output("runs/model.pt", "torch"), default_output("runs/saved_model/", "tflite")
         ('runs/model.sparse.pt', 'runs/saved_model.tflite')
-        >>> default_output("pruned.keras", "npz")
-        'pruned.sparse.npz'
+        >>> default_output("pruned.keras", "npz"), default_output("pruned.keras", "npz", int8=True)
+        ('pruned.sparse.npz', 'pruned.int8.npz')
     """
     p = os.fspath(path).rstrip("/\\") or os.fspath(path)
     stem, ext = os.path.splitext(p)
     if os.path.isdir(p) or ext in (".index",) or not ext:
         stem = p
-    return stem + _SUFFIX[target]
+    return stem + (_INT8_SUFFIX if int8 else _SUFFIX[target])
 
 
 def derived_names(name: str) -> list[str]:
-    """The names an export of the top-level output ``name`` of a run directory gets by default, one per target.
+    """The names an export of the top-level output ``name`` of a run directory gets by default, one per target
+    (and the int8 ``.npz`` last).
 
     Example:
         >>> derived_names("model.keras")
-        ['model.tflite', 'model.sparse.pt', 'model.sparse.npz']
+        ['model.tflite', 'model.sparse.pt', 'model.sparse.npz', 'model.int8.npz']
     """
     stem, ext = os.path.splitext(name)
-    return [(stem if ext else name) + _SUFFIX[t] for t in TARGETS]
+    return [(stem if ext else name) + s for s in [*(_SUFFIX[t] for t in TARGETS), _INT8_SUFFIX]]
 
 
 def _looks_2_4(t: Any) -> bool:
@@ -133,7 +141,7 @@ def _torch_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, 
 def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, to: str | None = None,
                  encoding: str = "bitmask", fmt: str | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES,
                  overwrite: bool = False, semi_structured: bool | None = None,
-                 with_optimizer: bool = False) -> ExportResult:
+                 with_optimizer: bool = False, int8: bool = False) -> ExportResult:
     """Write the compressed artifact of ``path`` and measure dense vs sparse sizes.
 
     Args:
@@ -151,6 +159,13 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
         with_optimizer: for ``"torch"`` and ``"npz"``: also write the optimizer state the file holds (a
             ``.keras`` model's Adam moments and step counter, a checkpoint's slots); by default only the
             model's weights are written (:func:`~sparsify.cli.report.is_optimizer_state` tells them apart).
+        int8: write the weights as symmetric per-channel int8 in an ``.npz`` (``to`` None or ``"npz"``;
+            default ``out``: ``<stem>.int8.npz``): a packed bitmask + the non-zero int8 values + one
+            float32 scale per output channel (the last axis of a TensorFlow / Keras kernel, the first of
+            every other format's weights) for every floating-point tensor of 2 or more axes and 64 or
+            more elements; other tensors (and optimizer state, with ``with_optimizer``) exact.
+            :func:`sparsify.int8_format.save_checked_int8_npz` writes it and reads it back: every int8
+            value, every other tensor, and no pruned zero turned non-zero, or nothing is written.
 
     An artifact written beside a run's output in the run's directory (``sparsify demo --out``) is recorded
     in its manifest (:func:`~sparsify.cli.atomic.register_derived`): the next run into the directory
@@ -166,11 +181,20 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
         raise ValueError(f"to must be one of {TARGETS} or None, got {to!r}")
     if not isinstance(with_optimizer, bool):
         raise TypeError(f"with_optimizer must be a bool, got {with_optimizer!r}")
+    if not isinstance(int8, bool):
+        raise TypeError(f"int8 must be a bool, got {int8!r}")
+    if int8 and to not in (None, "npz"):
+        raise ValueError("int8 (--int8) applies to --to npz")
+    if int8 and encoding != "bitmask":
+        raise ValueError(f"encoding {encoding!r} (--encoding) does not apply to int8 (--int8): it stores a bitmask "
+                         "+ int8 values")
+    if int8 and semi_structured:
+        raise ValueError("semi_structured (--semi-structured) applies to --to torch, not to int8 (--int8)")
     if encoding not in sparse_format.ENCODINGS:
         raise ValueError(f"encoding must be one of {sparse_format.ENCODINGS}, got {encoding!r}")
     src = os.fspath(path)
     fmt = fmt or detect_format(src)
-    target, notes = (to, []) if to is not None else default_target(fmt)
+    target, notes = (to, []) if to is not None else ("npz", []) if int8 else default_target(fmt)
     if with_optimizer and target == "tflite":
         raise ValueError("with_optimizer (--with-optimizer) applies to --to torch and --to npz: a TFLite model "
                          "holds no optimizer")
@@ -181,7 +205,7 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
         module, extra = NEEDS[target]
         raise ImportError(f"--to {target} needs {module}, which is not installed ({install_command(extra)}); "
                           "--to npz writes the compressed weights with NumPy only")
-    dest = os.fspath(out) if out is not None else default_output(src, target)
+    dest = os.fspath(out) if out is not None else default_output(src, target, int8)
     if os.path.isdir(dest):
         raise ValueError(f"out {dest!r} is a directory; pass a file path")
     if os.path.exists(dest) and not overwrite:
@@ -196,7 +220,9 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
             raise ValueError(f"{src!r} ({fmt}) holds only optimizer state ({len(left_out)} tensors); pass "
                              "--with-optimizer to export it")
         tensors = {n: a for n, a in tensors.items() if n not in set(left_out)}
-        if target == "npz":
+        if int8:
+            res = _int8_export(src, fmt, tensors, dest)
+        elif target == "npz":
             res = _npz_export(src, fmt, tensors, dest, encoding)
         else:
             res = _torch_export(src, fmt, tensors, dest, encoding, semi_structured)
@@ -246,9 +272,41 @@ def _npz_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str, en
                         "exactly (NumPy only)", _encodings(doc))
 
 
+def _int8_export(src: str, fmt: str, tensors: dict[str, np.ndarray], out: str) -> ExportResult:
+    """The int8 ``.npz`` of ``tensors``: the model's weights quantized, optimizer state (if any) exact."""
+    quantize = [n for n, a in tensors.items() if not is_optimizer_state(n) and np.asarray(a).dtype.kind == "f"
+                and np.ndim(a) >= 2 and np.size(a) >= _INT8_MIN_ELEMENTS]
+    if not quantize:
+        raise ValueError(f"{src!r} ({fmt}) holds no floating-point weight of 2 or more axes and "
+                         f"{_INT8_MIN_ELEMENTS} or more elements to quantize; export it without --int8")
+    dense_buf = io.BytesIO()
+    np.savez(dense_buf, **{f"t{i}": a for i, a in enumerate(tensors.values())})
+    layout = "keras" if FORMATS.get(fmt) == "tf" else "torch"
+    axes = int8_format.channel_axes(tensors, layout)
+    interrupts.check()                              # Ctrl-C before the file is written: nothing is
+    with atomic_path(out) as tmp:                   # renamed into place only if the read-back check passes
+        try:
+            size, report = int8_format.save_checked_int8_npz(tmp, tensors, axes=axes, quantize=quantize)
+        except ValueError as e:                     # name the file the user asked for, not the temporary one
+            raise ValueError(str(e).replace(repr(os.fspath(tmp)), repr(out))) from None
+        with open(tmp, "rb") as fh:
+            data = fh.read()
+        doc = int8_format.load_int8_npz(io.BytesIO(data))
+    zeros = {n: {"size": r.size, "zeros_before": r.zeros_before, "zeros_after": r.zeros_after,
+                 "new_zeros": r.new_zeros, "lost_zeros": r.lost_zeros} for n, r in report.items()}
+    kept = sum(r.zeros_before for r in report.values())
+    rounded = sum(r.new_zeros for r in report.values())
+    check = (f"sparsify.int8_format.load_int8_npz gives back every int8 value and scale of {len(report)} quantized "
+             f"tensors ({layout} layout: one scale per output channel) and the {len(tensors) - len(report)} others "
+             f"exactly (NumPy only); no zero became non-zero ({kept} zeros kept); {rounded} small weights rounded "
+             "to 0")
+    return ExportResult(src, fmt, out, "npz", len(dense_buf.getvalue()), gzip_size(dense_buf.getvalue()),
+                        size, gzip_size(data), check, _encodings(doc), int8=True, int8_zeros=zeros)
+
+
 def _encodings(doc: dict[str, Any]) -> dict[str, int]:
     kinds = [e["encoding"] for e in doc["tensors"].values()]
-    return {k: kinds.count(k) for k in ("bitmask", "csr", "dense") if kinds.count(k)}
+    return {k: kinds.count(k) for k in ("bitmask_int8", "int8", "bitmask", "csr", "dense") if kinds.count(k)}
 
 
 def format_export(res: ExportResult) -> str:
@@ -263,14 +321,31 @@ def format_export(res: ExportResult) -> str:
         sparse           5.9 KiB      5.4 KiB
         dense/sparse       6.67x        6.73x
         check: ok
+
+    With ``int8``, the int8 file's row (and its size as a fraction of dense):
+
+        >>> r = ExportResult("m.pt", "torch", "m.int8.npz", "npz", 40000, 37000, 2000, 1900, "ok", int8=True)
+        >>> print("\\n".join(format_export(r).splitlines()[:6]))
+        sparsify export: m.pt (torch) -> m.int8.npz (int8 weights .npz: bitmask + int8 values + float32 scales)
+                         on disk         gzip
+        dense           39.1 KiB     36.1 KiB
+        int8             2.0 KiB      1.9 KiB
+        dense/int8        20.00x       19.47x
+        int8/dense        0.050x       0.051x
     """
     kind = {"tflite": "TFLite flatbuffer, sparsity optimisation", "npz": "compressed weights .npz"}.get(
         res.target, "compressed torch state_dict")
+    label = "sparse"
+    if res.int8:
+        kind, label = "int8 weights .npz: bitmask + int8 values + float32 scales", "int8"
     rows = [("", "on disk", "gzip"),
             ("dense", format_bytes(res.dense_bytes), format_bytes(res.dense_gzip)),
-            ("sparse", format_bytes(res.sparse_bytes), format_bytes(res.sparse_gzip)),
-            ("dense/sparse", f"{res.dense_bytes / max(res.sparse_bytes, 1):.2f}x",
+            (label, format_bytes(res.sparse_bytes), format_bytes(res.sparse_gzip)),
+            (f"dense/{label}", f"{res.dense_bytes / max(res.sparse_bytes, 1):.2f}x",
              f"{res.dense_gzip / max(res.sparse_gzip, 1):.2f}x")]
+    if res.int8:
+        rows.append((f"{label}/dense", f"{res.sparse_bytes / max(res.dense_bytes, 1):.3f}x",
+                     f"{res.sparse_gzip / max(res.dense_gzip, 1):.3f}x"))
     lines = [f"sparsify export: {res.source} ({res.source_format}) -> {res.out} ({kind})"]
     for r in rows:
         lines.append(f"{r[0]:<12}  {r[1]:>10}   {r[2]:>10}".rstrip())

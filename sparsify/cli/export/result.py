@@ -40,6 +40,11 @@ class ExportResult:
     encodings: dict[str, int] = field(default_factory=dict)
     semi_structured: dict[str, str | None] | None = None
     notes: list[str] = field(default_factory=list)
+    #: an int8 file (``--int8``): ``sparse_bytes`` / ``sparse_gzip`` are its sizes
+    int8: bool = False
+    #: per quantized tensor: ``size``, ``zeros_before``, ``zeros_after``, ``new_zeros`` (small weights rounded
+    #: to 0), ``lost_zeros`` (always 0: a zero turned non-zero stops the export)
+    int8_zeros: dict[str, dict[str, int]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-serialisable dict."""
