@@ -30,6 +30,9 @@ except ImportError as _e:
                             "; for Keras 3 on JAX or PyTorch use sparsify_keras (from sparsify_keras import "
                             "PruningCallback)") from None
 
+from sparsify.triton_conflict import warn_if_triton_conflict as _warn_if_triton_conflict
+_warn_if_triton_conflict()          # torch loaded too: triton, loaded after TensorFlow, would crash the process
+
 from .common.export import export_frozen_graph, export_saved_model
 from .common.graph_utils import get_prunable_ops_and_inputs, is_prunable_op
 from .common.optimizer_slots import find_optimizer_slots

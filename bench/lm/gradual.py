@@ -17,15 +17,22 @@ loss plus ``weight`` times the KL of the teacher's and student's softmax at ``te
 called before the loop), ``T=2``, weight 1; no extra training is spent on its teacher.
 ``sr_ste_init_teacher`` is the same with the teacher copied when ``prune()`` is called (the initialisation):
 what ``"dense_at_start"`` did before issue 58, kept to measure that change.
+``sr_ste_default_teacher_decay`` is the default teacher with its weight decaying linearly from 1 at the pruning
+``start_step`` to 0 at its ``end_step`` (``weight_schedule="linear"``, ``init_weight=1``, ``weight=0``);
+``sr_ste_default_teacher_decay_half`` the same, reaching 0 halfway through the pruning window
+(:func:`distill_settings`).
 
 Example:
     >>> sorted(GRADUAL_ARMS)  # doctest: +NORMALIZE_WHITESPACE
     ['default', 'erk_rigl', 'erk_wanda', 'rigl', 'sr_ste', 'sr_ste_at_start', 'sr_ste_default_teacher',
-     'sr_ste_distill', 'sr_ste_init_teacher', 'torch.ao']
+     'sr_ste_default_teacher_decay', 'sr_ste_default_teacher_decay_half', 'sr_ste_distill', 'sr_ste_init_teacher',
+     'torch.ao']
     >>> needs_teacher("sr_ste_distill"), needs_teacher("sr_ste_default_teacher")
     (True, False)
     >>> window(1800)
     (180, 1260, 45)
+    >>> distill_settings("sr_ste_default_teacher_decay_half", 600)  # doctest: +NORMALIZE_WHITESPACE
+    {'weight_schedule': 'linear', 'init_weight': 1.0, 'weight': 0.0, 'start_step': 60, 'end_step': 240}
     >>> setting_target("2:4"), setting_target("90")
     ((0.5, '2:4'), (0.9, '1x1'))
     >>> gradual_config("rigl", "2:4", 1800)
@@ -47,8 +54,8 @@ from sparsify import GradualSchedule, PruningConfig
 from .model import PRUNABLE, CharLM
 from .train import Attach
 
-__all__ = ["GRADUAL_ARMS", "DISTILL_ARMS", "needs_teacher", "window", "setting_target", "gradual_config",
-           "gradual_attach"]
+__all__ = ["GRADUAL_ARMS", "DISTILL_ARMS", "needs_teacher", "window", "distill_settings", "setting_target",
+           "gradual_config", "gradual_attach"]
 
 # the MNIST-1D accuracy benchmark's SR-STE arm (bench/accuracy/problems.py), tuned there
 _SR_STE = {"pruned_gradient": "straight_through", "pruned_decay": 6e-4, "pruning_frequency": 1, "monotone": False}
@@ -70,6 +77,10 @@ GRADUAL_ARMS: dict[str, dict[str, Any]] = {
     "sr_ste_default_teacher": _SR_STE,
     # SR-STE, taught by the model as prune() found it (the initialisation; dense_at_start before issue 58)
     "sr_ste_init_teacher": _SR_STE,
+    # SR-STE, taught by the default teacher with a weight decaying from 1 to 0 over the pruning window
+    "sr_ste_default_teacher_decay": _SR_STE,
+    # the same, decaying to 0 over the first half of the pruning window
+    "sr_ste_default_teacher_decay_half": _SR_STE,
 }
 
 #: arm -> the DistillationConfig of its teacher term (``"user"``: the trained dense model of the seed;
@@ -78,7 +89,13 @@ DISTILL_ARMS: dict[str, dict[str, Any]] = {
     "sr_ste_distill": {"temperature": 1.0, "weight": 1.0, "teacher": "user"},
     "sr_ste_default_teacher": {},
     "sr_ste_init_teacher": {"teacher": "user"},      # the teacher: a copy of the model at attach (init)
+    # the weight from 1 at the pruning start_step to 0 at its end_step (to 0 halfway: _half); the window's steps
+    # are filled in by distill_settings
+    "sr_ste_default_teacher_decay": {"weight_schedule": "linear", "init_weight": 1.0, "weight": 0.0},
+    "sr_ste_default_teacher_decay_half": {"weight_schedule": "linear", "init_weight": 1.0, "weight": 0.0},
 }
+#: arm -> the share of the pruning window its weight ramp spans, from the pruning start_step on
+_OVER_PRUNING = {"sr_ste_default_teacher_decay": 1.0, "sr_ste_default_teacher_decay_half": 0.5}
 _INIT_TEACHER = ("sr_ste_init_teacher",)
 
 
@@ -90,6 +107,18 @@ def needs_teacher(arm: str) -> bool:
 def window(steps: int) -> tuple[int, int, int]:
     """``(start_step, end_step, pruning_frequency)`` of a run of ``steps`` steps."""
     return steps // 10, steps * 7 // 10, max(1, steps // 40)
+
+
+def distill_settings(arm: str, steps: int) -> dict[str, Any]:
+    """The DistillationConfig dict of teacher arm ``arm`` (:data:`DISTILL_ARMS`) over ``steps`` steps: the
+    decaying arms' ramp gets its steps from the pruning window (:func:`window`)."""
+    if arm not in DISTILL_ARMS:
+        raise ValueError(f"arm: one of the teacher arms {list(DISTILL_ARMS)}, got {arm!r}")
+    settings = dict(DISTILL_ARMS[arm])
+    if arm in _OVER_PRUNING:
+        start, end, _ = window(steps)
+        settings["start_step"], settings["end_step"] = start, start + round((end - start) * _OVER_PRUNING[arm])
+    return settings
 
 
 def _ours(config: dict[str, Any], distillation: dict[str, Any] | None = None,
@@ -157,7 +186,8 @@ def gradual_attach(arm: str, setting: str, steps: int, teacher: torch.nn.Module 
     if needs_teacher(arm) != (teacher is not None):
         raise ValueError(f"arm {arm!r}: a teacher is {'needed' if needs_teacher(arm) else 'not used'}")
     if arm in DISTILL_ARMS:
-        return _ours(gradual_config(arm, setting, steps), DISTILL_ARMS[arm], teacher, arm in _INIT_TEACHER)
+        return _ours(gradual_config(arm, setting, steps), distill_settings(arm, steps), teacher,
+                     arm in _INIT_TEACHER)
     if arm == "torch.ao":
         target, pattern = setting_target(setting)
         return _torch_ao(target, steps, pattern)

@@ -57,7 +57,7 @@ from sparsify import exact_prune_count  # noqa: E402
 
 from .data import Corpus, batch_offsets, load_corpus, validation_windows, windows  # noqa: E402
 from . import gradual  # noqa: E402
-from .gradual import DISTILL_ARMS, GRADUAL_ARMS, needs_teacher  # noqa: E402
+from .gradual import DISTILL_ARMS, GRADUAL_ARMS, distill_settings, needs_teacher  # noqa: E402
 from .model import LMConfig, init_weights  # noqa: E402
 from .records import open_results, record_run, run_arguments, save_results  # noqa: E402
 from .train import TrainSettings, lr_at  # noqa: E402
@@ -311,7 +311,8 @@ def _run_arm(cfg: LMConfig, corpus: Corpus, seed: int, arm: str, setting: str, a
     if needs_teacher(arm):
         teacher = dense_teacher(cfg, corpus, seed, args.steps, args.batch_size, args.cache)[0]
     model, info = train_keras(cfg, corpus, seed, args.steps, args.batch_size, config,
-                              distillation=DISTILL_ARMS.get(arm), teacher=teacher)
+                              distillation=distill_settings(arm, args.steps) if arm in DISTILL_ARMS else None,
+                              teacher=teacher)
     return model, info, config
 
 

@@ -290,3 +290,22 @@ def test_default_teacher_arms_take_their_teacher_at_start_step_or_at_prune():
             assert float(term(x, model(x)).detach()) == 0.0
         else:
             assert all(torch.equal(v, initial[k]) for k, v in distiller.teacher.state_dict().items())
+
+
+def test_decaying_default_teacher_arms_weigh_the_term_from_1_to_0_over_the_pruning_window():
+    """``sr_ste_default_teacher_decay`` (``_half``): the default teacher, its weight linear from 1 at the pruning
+    start_step to 0 at its end_step (halfway through the window), as the attached pruner's distiller computes it."""
+    start, end, _ = lm_gradual.window(600)
+    assert lm_gradual.distill_settings("sr_ste_default_teacher_decay", 600) == {
+        "weight_schedule": "linear", "init_weight": 1.0, "weight": 0.0, "start_step": start, "end_step": end}
+    assert lm_gradual.distill_settings("sr_ste_distill", 600) == lm_gradual.DISTILL_ARMS["sr_ste_distill"]
+    with pytest.raises(ValueError, match="arm: one of the teacher arms .* got 'sr_ste'"):
+        lm_gradual.distill_settings("sr_ste", 600)
+    cfg = lm_model.LMConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, context=8)
+    for arm, zero_at, half_at in (("sr_ste_default_teacher_decay", 420, 240),
+                                  ("sr_ste_default_teacher_decay_half", 240, 150)):
+        model = lm_model.build_model(cfg, 0)
+        _, _, term = lm_gradual.gradual_attach(arm, "90", 600)(model, torch.optim.AdamW(model.parameters()))
+        distiller = term.__self__.distiller
+        assert (distiller.start_step, distiller.teacher, distiller.config.teacher) == (60, None, "dense_at_start")
+        assert [distiller.config.weight_at(s) for s in (60, half_at, zero_at, 599)] == [1.0, 0.5, 0.0, 0.0], arm
