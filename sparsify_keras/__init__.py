@@ -33,8 +33,9 @@ from .layers import KerasPrunableWeight, find_prunable_weights, weight_kinds
 from .oneshot import prune_oneshot
 from .state import STATE_ATTR
 from .strip import strip_pruning
+from .summary import selection_summary
 from .train_step import GRAD_MASKING_OPTIMIZERS, grad_masking_supported
 
 __all__ = ["PruningCallback", "DistillationModel", "strip_pruning", "prune_oneshot", "find_prunable_weights",
            "KerasPrunableWeight", "weight_kinds", "keras_flavor", "STATE_ATTR", "GRAD_MASKING_OPTIMIZERS",
-           "grad_masking_supported", "remove_channels", "channel_plan", "ChannelPlan"]
+           "grad_masking_supported", "remove_channels", "channel_plan", "ChannelPlan", "selection_summary"]

@@ -32,6 +32,7 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import weakref
 from typing import Any, Mapping
@@ -42,6 +43,7 @@ import numpy as np
 from sparsify import PruningConfig
 from sparsify.adapter import collect_reads
 from sparsify.protocol import PruningProtocol
+from sparsify.selection_summary import SelectionSummary
 from sparsify.target_check import warn_if_unreached
 
 from .backend import to_numpy
@@ -51,6 +53,7 @@ from .layers import find_prunable_weights, in_model_order
 from .state import fingerprint_mismatch, model_state
 from .statistics import check_activation_layers
 from .strip import strip_pruning
+from .summary import selection_summary
 
 __all__ = ["PruningCallback", "strip_pruning"]
 
@@ -206,6 +209,26 @@ class PruningCallback(keras.callbacks.Callback):
         self._sync()
         return int(to_numpy(self._state.last_step))
 
+    def summary(self, model: Any = None) -> SelectionSummary:
+        """Every weight of rank 2+ of the model: the ones this callback prunes (path, layer type, shape, pattern,
+        target) and the ones it leaves dense, with why (:func:`sparsify_keras.summary.selection_summary`);
+        ``print(cb.summary())`` shows a table. ``model``: a model to ask about before ``fit`` (default: the
+        bound one). Once attached, the selected rows also carry the sparsity their masks hold.
+
+        Raises:
+            ValueError: no model bound and none given; the model is not built.
+        """
+        bound = self._bound_model()
+        model = bound if model is None else model
+        if model is None:
+            raise ValueError("model: this PruningCallback is not attached to a model yet; pass one: cb.summary(model)")
+        if bound is not model or self.protocol is None:
+            return selection_summary(model, self.config)
+        summary = selection_summary(model, self.config, self.protocol.skipped)
+        held = self.sparsity                 # the masks' sparsity now, per pruned weight
+        return SelectionSummary(dataclasses.replace(r, sparsity=held.get(r.name)) if r.selected else r
+                                for r in summary)
+
     @property
     def sparsity(self) -> dict[str, float | None]:
         """Fraction of pruned weights per path (None: skipped, ``protocol.skipped``), plus ``"total"``."""
@@ -292,6 +315,9 @@ class PruningCallback(keras.callbacks.Callback):
                              "optimizer.iterations, so the pruning schedule could never move; unfreeze the model "
                              "(or the layers to prune) before fit")
         self._driver.check_fit(model, self)
+        teach_from = getattr(model, "teach_from", None)     # a DistillationModel: its dense_at_start teacher is
+        if callable(teach_from):                            # the student at this schedule's start_step
+            teach_from(self.config.start_step)
         if self.log_dir is not None and self._writer is None:
             self._writer = self._make_writer(self.log_dir)
         self._spe = steps_per_execution(model)

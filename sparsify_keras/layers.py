@@ -18,6 +18,7 @@ Conv1D/2D/3DTranspose                       kernel ``(*k, out, in)``        conv
 DepthwiseConv1D/2D                          depthwise_kernel                depthwise
 SeparableConv1D/2D                          depthwise / pointwise_kernel    depthwise / conv
 Embedding                                   embeddings                      embedding
+ReversibleEmbedding (keras_hub, untied)     reverse_embeddings (in, out)    dense
 SimpleRNN/GRU/LSTM cells                    kernel, recurrent_kernel        dense
 ==========================================  =============================  ==================
 
@@ -78,8 +79,8 @@ def weight_kinds(layer: Any) -> dict[str, str]:
         return {"kernel": "einsum"}
     if "Dense" in names:
         return {"kernel": "dense"}
-    if "Embedding" in names:
-        return {"embeddings": "embedding"}
+    if "Embedding" in names:        # keras_hub's ReversibleEmbedding: an untied LM head (hidden, vocab) too
+        return {"embeddings": "embedding", "reverse_embeddings": "dense"}
     if names & _RNN_CELL:
         return {"kernel": "dense", "recurrent_kernel": "dense"}
     return {}

@@ -6,14 +6,17 @@ core (:class:`sparsify.PruningProtocol`) and are baked into the kernels, so the 
 with zeros. Criteria that read activations (``"wanda"``) get the per-input-channel L2 norms of each
 pruned layer's inputs over ``data`` (:func:`sparsify.activation_stats.sum_of_squares`, the rule every
 adapter uses), read through a sub-model whose outputs are those inputs (Sequential and Functional
-models). Criteria that need gradients are refused (no backward pass runs). Works for Keras 3 on every
-backend and for tf-keras.
+models), else by running the model eagerly with the pruned layers' ``call`` recorded (subclassed models,
+layers inside subclassed layers: keras_hub's attention projections; every call of a layer counts, as
+with torch's forward hooks). An EinsumDense kernel contracting its input's trailing axes (attention's
+query/key/value and output projections) reads those axes flattened as its input channels. Criteria that
+need gradients are refused (no backward pass runs). Works for Keras 3 on every backend and for tf-keras.
 
-``method="sparsegpt"`` prunes every selected Dense kernel with SparseGPT (:mod:`sparsify.sparsegpt`, the
-core's reconstruction, as :func:`sparsify_torch.prune_oneshot` does): layers one at a time in definition
-order, each layer's inputs read over all calibration batches from the model whose earlier layers are
-already pruned (``sequential=True``), the kept weights updated to compensate. The same weights and
-calibration inputs give torch's masks (weights within float32 rounding).
+``method="sparsegpt"`` prunes every selected Dense (and such EinsumDense) kernel with SparseGPT
+(:mod:`sparsify.sparsegpt`, the core's reconstruction, as :func:`sparsify_torch.prune_oneshot` does):
+layers one at a time in definition order, each layer's inputs read over all calibration batches from the
+model whose earlier layers are already pruned (``sequential=True``), the kept weights updated to
+compensate. The same weights and calibration inputs give torch's masks (weights within float32 rounding).
 
 Example:
     >>> import numpy as np, keras
@@ -26,6 +29,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -35,13 +39,14 @@ import numpy as np
 from sparsify import PruningConfig, PruningProtocol
 from sparsify.activation_stats import ActivationWindow, sum_of_squares
 from sparsify.criteria import oneshot_needs_data
+from sparsify.patching import patch, unpatch
 from sparsify.sparsegpt import (ONESHOT_METHODS, HessianAccumulator, oneshot_method_options, sparsegpt_prune,
                                 sparsegpt_target)
 
 from .compat import keras_flavor, keras_module
 from .layers import KerasPrunableWeight, find_prunable_weights, in_model_order
 from .state import model_state
-from .statistics import check_activation_layers
+from .statistics import check_activation_layers, input_channels, reads_input_channels
 
 __all__ = ["prune_oneshot", "input_channel_norms", "ONESHOT_METHODS"]
 
@@ -58,21 +63,79 @@ def _batches(data: Any) -> Iterable[Any]:
 
 
 def _layer_inputs(model: Any, layers: list[Any]) -> Any:
-    """A sub-model whose outputs are the inputs of ``layers`` (Sequential and Functional models)."""
+    """A sub-model whose outputs are the inputs of ``layers`` (Sequential and Functional models whose layers
+    are each called once at the top level), or None when the model's graph does not hold them (subclassed
+    models, layers nested in subclassed layers: keras_hub's attention projections)."""
     K = keras_module(keras_flavor(model))
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        return None
     try:
-        inputs = getattr(model, "inputs", None)
-        if not inputs:
-            raise AttributeError("the model has no symbolic inputs")
         return K.Model(inputs[0] if len(inputs) == 1 else inputs, [layer.input for layer in layers])
-    except (AttributeError, ValueError, TypeError, RuntimeError) as e:
-        raise ValueError(f"model {model.name!r}: the inputs of the pruned layers cannot be read ({e}); activation "
-                         "criteria and SparseGPT need a Sequential or Functional model whose pruned layers are each "
-                         "called once") from None
+    except (AttributeError, ValueError, TypeError, RuntimeError):
+        return None
+
+
+class _InputRecorder:
+    """Reads the inputs of ``layers`` by running the whole model eagerly with their ``call`` wrapped on the
+    instance (the way torch's forward hooks do): every call of a layer in a batch is kept (one array per call,
+    flattened to its input channels by the caller)."""
+
+    def __init__(self, model: Any, layers: list[Any]) -> None:
+        self.model, self.layers = model, layers
+        self.K = keras_module(keras_flavor(model))
+
+    def __call__(self, x: Any) -> list[list[np.ndarray]]:
+        seen: dict[int, list[np.ndarray]] = {id(layer): [] for layer in self.layers}
+
+        def make(inner: Any, key: int) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                value = args[0] if args else kwargs.get("inputs")
+                if value is not None:
+                    seen[key].append(_to_numpy(self.K, value))
+                return inner(*args, **kwargs)
+            return functools.wraps(inner)(call)
+
+        for layer in self.layers:
+            patch(layer, "call", functools.partial(make, key=id(layer)), nest=True)
+        try:
+            self.model(x, training=False)
+        finally:
+            for layer in self.layers:
+                unpatch(layer, "call")
+        missing = [layer.name for layer in self.layers if not seen[id(layer)]]
+        if missing:
+            raise ValueError(f"model {self.model.name!r}: the inputs of the pruned layers cannot be read: layers "
+                             f"{missing} were not called when the model ran on the data; exclude their weights "
+                             "with excluded_op_names")
+        return [seen[id(layer)] for layer in self.layers]
+
+
+def _input_reader(model: Any, layers: list[Any]) -> Any:
+    """``reader(x) -> per layer, the list of its inputs (NumPy) in the batch x``: through a sub-model where the
+    graph holds the layers' inputs, else by running the model with the layers' calls recorded (eager)."""
+    K = keras_module(keras_flavor(model))
+    probe = _layer_inputs(model, layers)
+    if probe is None:
+        if not getattr(model, "built", False) or not callable(model):
+            raise ValueError(f"model {model.name!r}: the inputs of the pruned layers cannot be read (the model "
+                             "cannot be called)")
+        return _InputRecorder(model, layers)
+
+    def read(x: Any) -> list[list[np.ndarray]]:
+        outs = probe(x, training=False)
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        return [[_to_numpy(K, out)] for out in outs]
+    return read
 
 
 def _to_numpy(K: Any, x: Any) -> np.ndarray:
     return np.asarray(K.ops.convert_to_numpy(x) if hasattr(K, "ops") else x)
+
+
+def _flat_inputs(a: np.ndarray, pw: KerasPrunableWeight) -> np.ndarray:
+    """A layer input as ``(rows, input channels of pw)`` (an EinsumDense's contracted trailing axes flattened)."""
+    return np.asarray(a).reshape(-1, input_channels(pw))
 
 
 def input_channel_norms(model: Any, weights: list[KerasPrunableWeight], data: Any,
@@ -90,17 +153,15 @@ def input_channel_norms(model: Any, weights: list[KerasPrunableWeight], data: An
         array([[5., 1.]], dtype=float32)
     """
     check_activation_layers(weights, criterion)
-    K = keras_module(keras_flavor(model))
     layers = list(dict.fromkeys(pw.layer for pw in weights))
-    probe = _layer_inputs(model, layers)
+    read = _input_reader(model, layers)
     window = ActivationWindow({pw.path: pw.canonical_shape for pw in weights}, criterion=criterion)
     seen = 0
     for x in _batches(data):
-        outs = probe(x, training=False)
-        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        sums = {id(layer): sum_of_squares(_to_numpy(K, out)) for layer, out in zip(layers, outs)}
+        calls = {id(layer): found for layer, found in zip(layers, read(x))}
         for pw in weights:
-            window.add(pw.path, sums[id(pw.layer)])
+            for a in calls[id(pw.layer)]:
+                window.add(pw.path, sum_of_squares(_flat_inputs(a, pw)))
         seen += 1
     if not seen:
         raise ValueError("data held no batch: activation criteria need at least one batch of inputs")
@@ -111,25 +172,25 @@ def _sparsegpt(model: Any, cfg: PruningConfig, chosen: list[KerasPrunableWeight]
                block_size: int, sequential: bool) -> Any:
     """Prune each chosen Dense kernel with SparseGPT, in definition order, kernels written in place."""
     target = sparsegpt_target(cfg)
-    refused = [pw.path for pw in chosen if pw.kind != "dense" or not pw.path.endswith("/kernel")]
+    refused = [pw.path for pw in chosen if not reads_input_channels(pw)]
     if refused:
-        raise ValueError(f"method='sparsegpt' prunes Dense kernels only; exclude {refused} with excluded_op_names")
+        raise ValueError(f"method='sparsegpt' prunes Dense and EinsumDense kernels (an EinsumDense contracting its "
+                         f"input's trailing axes) only; exclude {refused} with excluded_op_names")
     if data is None:
         raise ValueError("method='sparsegpt' reconstructs each layer from its inputs: pass calibration data")
     batches = list(_batches(data))
     if not batches:
         raise ValueError("data held no batch: SparseGPT needs at least one batch of inputs")
-    K = keras_module(keras_flavor(model))
 
     def hessians(pws: list[KerasPrunableWeight]) -> list[HessianAccumulator]:
-        probe = _layer_inputs(model, [pw.layer for pw in pws])
+        layers = list(dict.fromkeys(pw.layer for pw in pws))
+        read = _input_reader(model, layers)
         accs = [HessianAccumulator(pw.canonical_shape[1], name=pw.path) for pw in pws]
         for x in batches:
-            outs = probe(x, training=False)
-            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-            for acc, out in zip(accs, outs):
-                a = _to_numpy(K, out).astype(np.float64)
-                acc.add(a.reshape(-1, a.shape[-1]))
+            calls = {id(layer): found for layer, found in zip(layers, read(x))}
+            for acc, pw in zip(accs, pws):
+                for a in calls[id(pw.layer)]:
+                    acc.add(_flat_inputs(a, pw).astype(np.float64))
         return accs
 
     accs = None if sequential else hessians(chosen)

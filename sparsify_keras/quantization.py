@@ -19,7 +19,7 @@ model trained with (Keras' int8 ``Dense`` also quantizes its inputs per batch, w
 
 Example:
     >>> import keras, numpy as np
-    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="fc")])
+    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="fc")], name="sequential")
     >>> _ = model.get_layer("fc").kernel.assign(np.array([[0, 1], [0, 0], [2, 0], [0, -1]], "float32"))
     >>> report = quantize_int8(model)
     >>> [(r.zeros_before, r.zeros_after, r.lost_zeros) for r in report.values()]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import threading
 import weakref
 from typing import Any, Iterator, Sequence
@@ -34,7 +35,8 @@ from sparsify.patching import patch, unpatch
 from .backend import add_to, to_numpy
 from .layers import KerasPrunableWeight
 
-__all__ = ["reads_input_channels", "check_activation_layers", "install_recorders", "uninstall_recorders",
+__all__ = ["reads_input_channels", "einsum_input_channels", "input_channels", "check_activation_layers",
+           "install_recorders", "uninstall_recorders",
            "recording_activations", "window_of", "activation_window", "reset_activations"]
 
 _CONV = {"Conv1D", "Conv2D", "Conv3D", "Conv", "BaseConv"}
@@ -44,16 +46,40 @@ _NOT_PLAIN = {"EinsumDense", "SeparableConv1D", "SeparableConv2D", "ConvLSTM1D",
 _active = threading.local()       # the states whose train step is running
 
 
+def einsum_input_channels(pw: KerasPrunableWeight) -> bool:
+    """True when ``pw`` is an EinsumDense kernel whose input axes are the trailing axes of the layer's input, in
+    the kernel's order (``"abc,cde->abde"``, ``"abcd,cde->abe"``: attention's query/key/value and output
+    projections): its canonical input channels are then the input's trailing axes flattened."""
+    if pw.kind != "einsum" or not pw.path.endswith("/kernel"):
+        return False
+    eq = str(getattr(pw.layer, "equation", "")).replace(" ", "")
+    m = re.fullmatch(r"([a-z]+),([a-z]+)->([a-z]+)", eq)
+    if not m:
+        return False
+    inp, ker = m.group(1), m.group(2)
+    in_axes = "".join(c for c in ker if c in inp)
+    return bool(in_axes) and inp.endswith(in_axes)
+
+
 def reads_input_channels(pw: KerasPrunableWeight) -> bool:
-    """True when ``pw``'s layer multiplies the last axis of its input by the weight's input channels directly
-    (Dense; Conv1D/2D/3D, channels_last, groups=1)."""
+    """True when ``pw``'s layer multiplies its input's channels by the weight's input channels directly
+    (Dense; Conv1D/2D/3D, channels_last, groups=1; EinsumDense contracting the input's trailing axes,
+    :func:`einsum_input_channels`)."""
     names = {c.__name__ for c in type(pw.layer).__mro__}
+    if "EinsumDense" in names:
+        return einsum_input_channels(pw)
     if names & _NOT_PLAIN or not pw.path.endswith("/kernel"):
         return False
     if pw.kind == "dense":
         return "Dense" in names
     return (pw.kind == "conv" and bool(names & _CONV) and int(getattr(pw.layer, "groups", 1) or 1) == 1
             and getattr(pw.layer, "data_format", "channels_last") == "channels_last")
+
+
+def input_channels(pw: KerasPrunableWeight) -> int:
+    """How many input channels the weight's canonical layout has: a layer input reshaped to ``(-1, that)`` holds
+    one input channel per column (for an EinsumDense, its contracted trailing axes flattened)."""
+    return int(pw.canonical_shape[1])
 
 
 def check_activation_layers(weights: Sequence[KerasPrunableWeight], criterion: str) -> bool:
@@ -64,19 +90,21 @@ def check_activation_layers(weights: Sequence[KerasPrunableWeight], criterion: s
     bad = [pw.path for pw in weights if not reads_input_channels(pw)]
     if bad:
         raise ValueError(f"criterion {criterion!r} needs the input channels of each pruned weight; {bad} are not "
-                         "Dense or Conv1D/2D/3D kernels (channels_last, groups=1): exclude them with excluded_op_names")
+                         "Dense or Conv1D/2D/3D kernels (channels_last, groups=1), nor EinsumDense kernels "
+                         "contracting their input's trailing axes: exclude them with excluded_op_names")
     return True
 
 
-def _sum_of_squares(x: Any) -> Any:
-    """Per last-axis channel: the sum of squares over every other axis (batch, positions), in float32."""
-    x = keras.ops.cast(x, "float32")
-    return keras.ops.sum(keras.ops.square(x), axis=tuple(range(len(x.shape) - 1)))
+def _sum_of_squares(x: Any, channels: int) -> Any:
+    """Per input channel (the input as ``(-1, channels)``): the sum of squares over every other axis (batch,
+    positions), in float32."""
+    x = keras.ops.reshape(keras.ops.cast(x, "float32"), (-1, channels))
+    return keras.ops.sum(keras.ops.square(x), axis=0)
 
 
 def _add_call(state: Any, index: int, x: Any) -> None:
     """Add one call's input statistics to the state (``Variable.assign_add``, every backend)."""
-    add_to(state.activation_sums[index], _sum_of_squares(x))
+    add_to(state.activation_sums[index], _sum_of_squares(x, input_channels(state.pweights[index])))
     add_to(state.activation_calls[index], keras.ops.ones((), "int32"))
 
 

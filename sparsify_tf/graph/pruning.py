@@ -61,8 +61,10 @@ import numpy as np
 import tensorflow as tf
 
 from sparsify.config import PruningConfig
+from sparsify.selection_summary import UNSUPPORTED, SelectionSummary, SummaryRow, summarize
 
-from ..common.graph_utils import check_global_step, get_tensor_var, global_step_tensor, v1_cond
+from ..common.graph_utils import (check_global_step, get_tensor_var, global_step_tensor, unmaskable_weight_uses,
+                                  v1_cond)
 from ..common.guarded_update import GuardedLayer, GuardVariables, build_guarded_update, core_update_fn
 from ..common.optimizer_slots import find_optimizer_slots
 from ..common.pruning_scope import PruningScope, check_ks_group
@@ -90,6 +92,28 @@ class GraphPruning(GraphPruningHandles):
     def hook(self, run_at_start: bool = True) -> PruningHook:
         """A :class:`~sparsify_tf.PruningHook` running the update (zeroing optimizer slots too) after each step."""
         return PruningHook(self, run_at_start=run_at_start)
+
+    def summary(self) -> SelectionSummary:
+        """Every trainable variable of rank 2+ of the graph when :func:`prune_graph` ran: the pruned weights
+        (variable name, the op reading it, shape, pattern, target) and the others with why they are left dense
+        (``"not matched"``, ``"excluded"``, ``"unsupported type"``: no prunable op reads it, ``"graph mode
+        cannot mask it: ..."``); ``print(pruning.summary())`` shows a table
+        (:class:`sparsify.selection_summary.SelectionSummary`).
+
+        Example:
+            >>> g = tf.Graph()
+            >>> with g.as_default():
+            ...     x = tf1.placeholder(tf.float32, [None, 4])
+            ...     w = tf1.get_variable("fc/kernel", [4, 8])
+            ...     e = tf1.get_variable("emb/table", [10, 8])
+            ...     y = tf.matmul(x, w) + tf.reduce_sum(e)
+            ...     print(prune_graph({"target_sparsity": 0.5}).summary())
+            1 weight selected (32 parameters), 1 skipped (80 parameters: 1 unsupported type)
+            name       type      shape    pattern  target  status
+            fc/kernel  MatMul    (4, 8)   1x1      0.5     selected
+            emb/table  Variable  (10, 8)  -        -       skipped: unsupported type
+        """
+        return summarize(self.config, self._summary_rows, unfit=self.protocol.skipped)
 
 def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph | None = None,
                 global_step: tf.Variable | tf.Tensor | None = None, *, ks_group: str = "sparsify",
@@ -158,10 +182,37 @@ def prune_graph(config: PruningConfig | Mapping[str, Any] | str, graph: tf.Graph
     selection = select_layers(graph, cfg)
     check_gradients_not_built(selection, cfg, masking)
     warn_unmaskable(graph, cfg)
+    rows = _summary_rows(graph, selection)
     with graph.as_default():
         pruning = _build(cfg, graph, global_step, ks_group, masking, selection)
+    pruning._summary_rows = rows
     _PRUNINGS.setdefault(graph, {})[ks_group] = pruning
     return pruning
+
+
+def _summary_rows(graph: tf.Graph, selection: Selection) -> list:
+    """Per trainable variable of rank 2+ (creation order): ``(name, op type, shape)`` for a candidate weight of a
+    prunable op (the config decides), else a skipped :class:`SummaryRow` (:meth:`GraphPruning.summary`)."""
+    op_type: dict[str, str] = {}
+    for p in selection.candidates:
+        op_type.setdefault(p.var_name, p.op.type)
+    unmaskable = unmaskable_weight_uses(graph)
+    rows: list = []
+    seen: set[str] = set()
+    for v in graph.get_collection(tf1.GraphKeys.TRAINABLE_VARIABLES):
+        name = v.op.name
+        shape = v.shape.as_list() if v.shape.rank is not None else []
+        if name in seen or len(shape) < 2 or any(d is None for d in shape):
+            continue
+        seen.add(name)
+        if name in selection.shapes:
+            rows.append((name, op_type.get(name, "Variable"), tuple(shape)))
+        elif name in unmaskable:
+            rows.append(SummaryRow(name, "Variable", shape, selected=False,
+                                   reason=f"graph mode cannot mask it: {unmaskable[name]}"))
+        else:
+            rows.append(SummaryRow(name, "Variable", shape, selected=False, reason=UNSUPPORTED))
+    return rows
 
 
 def _build(cfg: PruningConfig, graph: tf.Graph, global_step: Any, ks_group: str, masking: str,

@@ -32,22 +32,24 @@ import numpy as np
 import tensorflow as tf
 
 from sparsify_keras.statistics import install_recorders as keras_install_recorders
-from sparsify_keras.statistics import uninstall_recorders, window_of
+from sparsify_keras.statistics import input_channels, uninstall_recorders, window_of
 
 from .compat import tf_variable
 
 __all__ = ["install_recorders", "uninstall_recorders", "window_of", "statistics_variables"]
 
 
-def _sum_of_squares(x: Any) -> tf.Tensor:
-    """Per last-axis channel: the sum of squares over every other axis (batch, positions), in float32."""
-    x = tf.cast(tf.convert_to_tensor(x), tf.float32)
-    return tf.reduce_sum(tf.square(x), axis=list(range(x.shape.rank - 1)))
+def _sum_of_squares(x: Any, channels: int) -> tf.Tensor:
+    """Per input channel (the input as ``(-1, channels)``): the sum of squares over every other axis (batch,
+    positions), in float32."""
+    x = tf.reshape(tf.cast(tf.convert_to_tensor(x), tf.float32), (-1, channels))
+    return tf.reduce_sum(tf.square(x), axis=0)
 
 
 def _add_call(state: Any, index: int, x: Any) -> None:
     """Add one call's input statistics to a tf-keras state (TF variables, int64 counts)."""
-    tf_variable(state.activation_sums[index]).assign_add(_sum_of_squares(x), read_value=False)
+    tf_variable(state.activation_sums[index]).assign_add(_sum_of_squares(x, input_channels(state.pweights[index])),
+                                                          read_value=False)
     tf_variable(state.activation_calls[index]).assign_add(tf.constant(1, tf.int64), read_value=False)
 
 

@@ -26,7 +26,7 @@ def pruned_mlp():
     tf_keras.utils.set_random_seed(0)
     x, y = _data()
     m = tf_keras.Sequential([tf_keras.layers.InputLayer((32,)), tf_keras.layers.Dense(64, activation="relu", name="fc"),
-                             tf_keras.layers.Dense(2, name="out")])
+                             tf_keras.layers.Dense(2, name="out")], name="sequential")
     m.compile("adam", tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     m.fit(x, y, batch_size=32, epochs=4, verbose=0,
           callbacks=[PruningCallback({"target_sparsity": 0.9, "end_step": 16, "pruning_frequency": 8})])
