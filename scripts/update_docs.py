@@ -39,10 +39,11 @@ MKDOCS = ROOT / "mkdocs.yml"
 PACKAGES = ("sparsify", "sparsify_keras", "sparsify_tf", "sparsify_torch")
 # The guides in reading order, with their titles in the site's navigation.
 GUIDES = (("The core and its masks", "core.md"), ("Config reference", "config.md"), ("PyTorch", "torch.md"),
+          ("Hugging Face transformers", "huggingface.md"), ("Lightning", "lightning.md"),
           ("Structured channel pruning", "channels.md"), ("Keras", "keras.md"), ("TensorFlow graphs", "tf_graph.md"),
           ("Sharded and multi-worker training", "distributed.md"), ("Distillation while pruning", "distillation.md"),
           ("The sparsify command", "cli.md"),
-          ("Shipping a pruned model", "export.md"), ("Migrating from other libraries", "migrating.md"))
+          ("Shipping a pruned model", "export.md"), ("Sparse and int8", "quantization.md"), ("Migrating from other libraries", "migrating.md"))
 # Pages of docs/ with their own place in the navigation (not guides).
 OTHER_PAGES = ("index.md", "design.md", "benchmarks.md")
 # The packages users import, by framework: the API reference documents their ``__all__``.

@@ -1,20 +1,26 @@
-"""Every fenced code block of README.md and docs/*.md runs, as a reader would run it.
+"""Every fenced code block of README.md and docs/*.md runs as a reader would copy it (issue 58).
 
-How a page marks its blocks (HTML comments, invisible on GitHub and on the site):
+A block runs as it is shown: whatever it needs (a model, data, a file, ``KERAS_BACKEND``) is in the block,
+in an earlier block of the same page, or, for the backend, said in the text before it. Nothing hidden is
+run for it. How a page marks its blocks (HTML comments, invisible on GitHub and on the site):
 
-* ``<!-- setup: CODE -->`` before a block: Python the block assumes (a small model, data, a file),
-  run just before it. Text may stand between the comment and the block.
 * ``<!-- skip: REASON -->`` before a block: the block is not run; the reason says why (e.g. it needs
-  ``torchrun`` with several processes) and where it is tested instead.
-* ``<!-- keras-backend: NAME -->`` before a block (with or without a setup comment): the block runs with
-  ``KERAS_BACKEND=NAME`` (``jax``, ``torch``), in one process per backend and page, in page order.
+  ``torchrun`` with several processes, or installs packages) and where it is tested instead.
+* ``<!-- keras-backend: NAME -->`` before a block: the block runs with ``KERAS_BACKEND=NAME`` (``jax``,
+  ``torch``), in one process per backend and page, in page order. The block or the text since the block
+  before must say so (``KERAS_BACKEND=jax``, ``os.environ["KERAS_BACKEND"] = "jax"``).
+* ``<!-- setup: CODE -->`` before a block (Python run just before it, unseen by a reader) is hidden setup:
+  only the pages in :data:`HIDDEN_SETUP_PENDING`, which still rely on it, may hold one, and for them
+  the shipped ``prune.yaml`` is copied into the working directory too (:func:`hidden_setup` lists
+  what each such page relies on; the test checks the list is exact).
 
-The ``python`` blocks of one page run in order in one namespace (a later block may use an earlier
-block's names), in one fresh process per page with a scratch working directory holding the shipped
-``prune.yaml``. Each line of a ``bash`` block must be a ``sparsify`` command (``&&`` chains allowed,
-``#`` comments dropped); it runs through ``sparsify.cli.main`` in that process and must exit 0. The demo
-runs on 40 steps unless the line sets ``--steps``. ``text`` blocks show output or diagrams and are not
-run; every other fence must be labelled.
+The README's ``python`` blocks run one by one, each in a fresh process: each is whole on its own. The
+``python`` blocks of a docs page run in order in one namespace (a later block may use an earlier block's
+names, as in a session a reader follows the page in), in one fresh process per page. Both start in an
+empty scratch working directory. Each line of a ``bash`` block must be a ``sparsify`` command (``&&``
+chains allowed, ``#`` comments allowed); the line runs as written, in ``bash`` with this environment's
+``sparsify`` first on ``PATH``, in the same directory, and must exit 0. ``text`` blocks show output or
+diagrams and are not run; every other fence must be labelled.
 
 What a block says it prints is checked (``claims``): a line of a ``python`` block that starts with
 ``print(`` and ends in a comment that starts with a value (a digit, ``-``, ``{``, ``[``, ``(``, a quote,
@@ -87,6 +93,7 @@ class Block:
     skip: str | None = None
     backend: str = ""
     claims: list = dataclasses.field(default_factory=list)
+    prose: str = ""              # the text since the block before (HTML comments dropped)
 
     @property
     def where(self) -> str:
@@ -119,7 +126,9 @@ def extract(path: Path, name: str | None = None) -> list[Block]:
             i += 1
         if i == len(lines):
             raise AssertionError(f"{name}:{start + 1}: the fence is never closed")
-        block = Block(name, start + 1, lang, "\n".join(body) + "\n", backend=backends[0] if backends else "")
+        prose = re.sub(r"<!--.*?-->", "", "\n".join(lines[text_since:start]), flags=re.S)
+        block = Block(name, start + 1, lang, "\n".join(body) + "\n", backend=backends[0] if backends else "",
+                      prose=prose)
         if lang == "python":
             block.claims = claims(block.code)
         if pending and pending[0] == "setup":
@@ -139,6 +148,37 @@ def _dedent(code: str) -> str:
 ALL_BLOCKS = {path.name: extract(path) for path in PAGES}
 RUNNABLE = [name for name, blocks in ALL_BLOCKS.items()
             if any(b.lang in ("python", "bash") and b.skip is None for b in blocks)]
+#: Pages whose blocks still rely on hidden setup (their owners fix them; the test below checks the list is exact).
+HIDDEN_SETUP_PENDING = {"keras.md", "torch.md", "distributed.md", "cli.md", "distillation.md"}
+SHIPPED_CONFIG = "prune.yaml"
+
+
+def _runs(block: Block) -> bool:
+    return block.lang in ("python", "bash") and block.skip is None
+
+
+def hidden_setup(blocks: list[Block]) -> list[str]:
+    """What the runnable blocks of a page need that a reader does not see: setup comments, a backend the
+    block and its text never name, the shipped config used before a block writes it (``sparsify init``)."""
+    found, written = [], False
+    for b in filter(_runs, blocks):
+        if b.setup:
+            found.append(f"{b.where}: a setup comment runs before it")
+        named = re.compile(r"KERAS_BACKEND\W{0,6}" + re.escape(b.backend) + r"\b")
+        if b.backend and not named.search(b.code) and not named.search(b.prose):
+            found.append(f"{b.where}: runs with KERAS_BACKEND={b.backend}, which neither it nor the text before "
+                         "it says")
+        used_first = False
+        for line in b.code.splitlines():
+            words = line.split("#")[0].split()
+            if b.lang == "bash" and words[:2] == ["sparsify", "init"] and \
+                    next((w for w in words[2:] if not w.startswith("-")), SHIPPED_CONFIG) == SHIPPED_CONFIG:
+                written = True
+            elif SHIPPED_CONFIG in line and not written:
+                used_first = True
+        if used_first:
+            found.append(f"{b.where}: uses {SHIPPED_CONFIG}, which no block before it writes (sparsify init)")
+    return found
 
 # Runs in the page's own process: the blocks come as JSON on stdin.
 _RUNNER = r"""
@@ -146,26 +186,19 @@ import json, os, shlex, sys, traceback
 blocks = json.load(sys.stdin)
 namespace = {"__name__": "__main__"}
 
+import subprocess
+
 def run_command(line, where):
-    from sparsify.cli import main
+    # the line as written, in bash, with this environment's sparsify first on PATH
     for part in line.split("#")[0].split("&&"):
         words = shlex.split(part)
-        if not words:
-            continue
-        if words[0] != "sparsify":
+        if words and words[0] != "sparsify":
             raise SystemExit(f"{where}: not a sparsify command: {part.strip()!r} (mark the block skip)")
-        args = words[1:]
-        if args[0] == "demo":
-            if "--steps" not in args:
-                args += ["--steps", "40"]
-            if "--no-progress" not in args:
-                args.append("--no-progress")
-        try:
-            rc = main(args)
-        except SystemExit as e:
-            rc = e.code
-        if rc not in (0, None):
-            raise SystemExit(f"{where}: sparsify {' '.join(args)} exited with {rc}")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    sys.stdout.flush()
+    rc = subprocess.run(["bash", "-c", line], env=env, stdout=sys.stderr).returncode
+    if rc != 0:
+        raise SystemExit(f"{where}: {line.strip()!r} exited with {rc}")
 
 import io, re, time
 printed = {}
@@ -226,6 +259,34 @@ def test_extract_reads_setup_skip_and_indented_fences(tmp_path):
         ("python", "n = 2\n", None), ("bash", "", None), ("python", "", "needs two processes (torchrun)"),
         ("text", "", None)]
     assert blocks[1].code == "sparsify --help\n"
+    assert blocks[0].prose == "\nSome prose.\n" and blocks[1].prose == "\n* item\n"
+
+
+def test_hidden_setup_names_what_a_reader_does_not_see(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- setup: n = 2 -->\n```python\nprint(n)\n```\n"
+                    "<!-- keras-backend: jax -->\n```python\nimport keras\n```\n"
+                    "With `KERAS_BACKEND=jax` set:\n<!-- keras-backend: jax -->\n```python\nimport keras\n```\n"
+                    "```python\nimport os\nos.environ['KERAS_BACKEND'] = 'torch'\n```\n"
+                    "```bash\nsparsify schedule --config prune.yaml\nsparsify init\n"
+                    "sparsify demo --config prune.yaml\n```\n"
+                    "```python\nPruningConfig.coerce('prune.yaml')\n```\n")
+    assert hidden_setup(extract(page, "page.md")) == [
+        "page.md:2: a setup comment runs before it",
+        "page.md:6: runs with KERAS_BACKEND=jax, which neither it nor the text before it says",
+        "page.md:18: uses prune.yaml, which no block before it writes (sparsify init)"]
+    page.write_text("```bash\nsparsify init other.yaml\n```\n```python\nopen('prune.yaml')\n```\n"
+                    "<!-- keras-backend: torch -->\n```python\nimport os\nos.environ['KERAS_BACKEND'] = 'torch'\n```\n")
+    assert hidden_setup(extract(page, "page.md")) == [
+        "page.md:4: uses prune.yaml, which no block before it writes (sparsify init)"]
+
+
+def test_no_page_relies_on_hidden_setup_but_the_pending_ones():
+    """Every block runs as a reader copies it; the pages listed as pending are exactly those that do not yet."""
+    relying = {page: hidden_setup(blocks) for page, blocks in ALL_BLOCKS.items()}
+    assert {page for page, found in relying.items() if found} == HIDDEN_SETUP_PENDING, \
+        {page: found for page, found in relying.items() if found}
+    assert "README.md" not in HIDDEN_SETUP_PENDING
 
 
 def run_blocks(blocks: list[Block], cwd: Path, backend: str = "") -> subprocess.CompletedProcess:
@@ -262,13 +323,43 @@ def test_a_wrong_claim_fails_its_block(tmp_path):
            "its comment says '0.3'" in res.stderr
 
 
+def test_a_bash_line_runs_as_written_and_must_exit_0(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```bash\nsparsify init && sparsify schedule --config prune.yaml --json -o s.json   # two\n"
+                    "```\n```python\nimport json\nprint(json.load(open('s.json'))['sparsity'][-1])   # 0.8\n```\n"
+                    "```bash\nsparsify init\n```\n")
+    res = run_blocks(extract(page, "page.md"), tmp_path)
+    assert res.returncode == 1 and [ln.split()[:2] for ln in res.stdout.splitlines()] == [
+        ["ok", "page.md:1"], ["0.8"], ["ok", "page.md:4"]]
+    assert "sparsify init: error: 'prune.yaml' exists; pass --overwrite to replace it" in res.stderr
+    assert "BLOCK FAILED: page.md:8: SystemExit: page.md:8: 'sparsify init' exited with 1" in res.stderr
+    page.write_text("```bash\nsparsify init && rm prune.yaml\n```\n")
+    res = run_blocks(extract(page, "page.md"), tmp_path)
+    assert res.returncode == 1 and "not a sparsify command: 'rm prune.yaml'" in res.stderr
+
+
+def _groups(page: str) -> list[tuple[str, list[Block]]]:
+    """(backend, blocks) of each fresh process a page's blocks run in, in order: the README's python blocks
+    one by one (each whole on its own), a docs page's blocks per backend (the default process first)."""
+    runnable = [b if page in HIDDEN_SETUP_PENDING else dataclasses.replace(b, setup="")
+                for b in ALL_BLOCKS[page] if _runs(b)]
+    if page == "README.md":
+        return [(b.backend, [b]) for b in runnable]
+    return [(backend, [b for b in runnable if b.backend == backend])
+            for backend in dict.fromkeys(b.backend for b in runnable)]
+
+
+def test_the_readme_runs_block_by_block():
+    groups = _groups("README.md")
+    assert len(groups) >= 4 and all(len(blocks) == 1 for _, blocks in groups)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUNNABLE)
 def test_page_blocks_run(page, tmp_path):
-    runnable = [b for b in ALL_BLOCKS[page] if b.lang in ("python", "bash") and b.skip is None]
-    shutil.copy(ROOT / "prune.yaml", tmp_path / "prune.yaml")
-    for backend in dict.fromkeys(b.backend for b in runnable):         # the page's default process first
-        blocks = [b for b in runnable if b.backend == backend]
+    if page in HIDDEN_SETUP_PENDING:                 # until their owners make them whole: the old help
+        shutil.copy(ROOT / SHIPPED_CONFIG, tmp_path / SHIPPED_CONFIG)
+    for backend, blocks in _groups(page):
         res = run_blocks(blocks, tmp_path, backend)
         assert res.returncode == 0, f"{page} {backend}: a block failed\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
         assert [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("ok ")] == [b.where for b in blocks]
