@@ -79,8 +79,10 @@ def weight_kinds(layer: Any) -> dict[str, str]:
         return {"kernel": "einsum"}
     if "Dense" in names:
         return {"kernel": "dense"}
-    if "Embedding" in names:        # keras_hub's ReversibleEmbedding: an untied LM head (hidden, vocab) too
-        return {"embeddings": "embedding", "reverse_embeddings": "dense"}
+    if "Embedding" in names:        # keras_hub's ReversibleEmbedding with tie_weights=False: its LM head (hidden, vocab) too
+        if getattr(layer, "tie_weights", True) is False:
+            return {"embeddings": "embedding", "reverse_embeddings": "dense"}
+        return {"embeddings": "embedding"}
     if names & _RNN_CELL:
         return {"kernel": "dense", "recurrent_kernel": "dense"}
     return {}
