@@ -9,7 +9,7 @@ callbacks save beside the model's checkpoint is :mod:`sparsify_torch.integration
 Example:
     >>> from sparsify_torch.integrations import training_state
     >>> training_state.__all__
-    ['pruning_state', 'restore_pruning_state', 'advance_to_step']
+    ['pruning_state', 'restore_pruning_state', 'advance_to_step', 'checked_callback_settings']
 """
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from sparsify import PruningConfig
 
 from ..entry import prune, unwrap_optimizer
-from .training_state import advance_to_step, pruning_state, restore_pruning_state
+from .training_state import advance_to_step, checked_callback_settings, pruning_state, restore_pruning_state
 
 __all__ = ["SparsifyCallback", "STATE_FILE"]
 
@@ -84,15 +84,8 @@ class SparsifyCallback(TrainerCallback):
                  log_layers: bool = False, remove_at_end: bool = False,
                  resume_from: str | os.PathLike[str] | None = None) -> None:
         self.config = PruningConfig.coerce(config)
-        if distillation is not None:
-            from sparsify.distillation import DistillationConfig
-            distillation = DistillationConfig.coerce(distillation)
-        elif teacher is not None:
-            raise ValueError("teacher was passed without distillation: SparsifyCallback(config, "
-                             "distillation={'teacher': 'user'}, teacher=module)")
-        for name, value in (("log_layers", log_layers), ("remove_at_end", remove_at_end)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {value!r}")
+        distillation = checked_callback_settings(distillation, teacher,
+                                                 {"log_layers": log_layers, "remove_at_end": remove_at_end})
         if resume_from is not None and not isinstance(resume_from, (str, os.PathLike)):
             raise TypeError(f"resume_from must be a checkpoint folder (a path), got {type(resume_from).__name__}")
         self.distillation = distillation

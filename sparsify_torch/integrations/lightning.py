@@ -34,7 +34,7 @@ from torch import nn
 from sparsify import PruningConfig
 
 from ..entry import prune, unwrap_optimizer
-from .training_state import advance_to_step, pruning_state, restore_pruning_state
+from .training_state import advance_to_step, checked_callback_settings, pruning_state, restore_pruning_state
 
 __all__ = ["SparsifyCallback"]
 
@@ -59,15 +59,8 @@ class SparsifyCallback(Callback):
                  teacher: nn.Module | None = None, logits_fn: Any = None, select: str | None = None,
                  log_sparsity: bool = True, remove_at_end: bool = False) -> None:
         self.config = PruningConfig.coerce(config)
-        if distillation is not None:
-            from sparsify.distillation import DistillationConfig
-            distillation = DistillationConfig.coerce(distillation)
-        elif teacher is not None:
-            raise ValueError("teacher was passed without distillation: SparsifyCallback(config, "
-                             "distillation={'teacher': 'user'}, teacher=module)")
-        for name, value in (("log_sparsity", log_sparsity), ("remove_at_end", remove_at_end)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {value!r}")
+        distillation = checked_callback_settings(distillation, teacher,
+                                                 {"log_sparsity": log_sparsity, "remove_at_end": remove_at_end})
         self.distillation = distillation
         self.teacher = teacher
         self.logits_fn = logits_fn

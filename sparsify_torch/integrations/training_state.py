@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 import torch
 
-__all__ = ["pruning_state", "restore_pruning_state", "advance_to_step"]
+__all__ = ["pruning_state", "restore_pruning_state", "advance_to_step", "checked_callback_settings"]
 
 _VERSION = 1
 
@@ -76,3 +76,27 @@ def advance_to_step(pruner: Any, global_step: int) -> None:
     behind = int(global_step) - pruner.step_count
     if behind > 0:
         pruner.step(behind)
+
+
+def checked_callback_settings(distillation: Any, teacher: Any, flags: Mapping[str, Any]) -> Any:
+    """The checks every trainer callback makes of its arguments, before anything is built: the distillation
+    config (coerced; None without one), a teacher only with a distillation, and each flag a bool.
+
+    Example:
+        >>> checked_callback_settings({"temperature": 2.0}, None, {"remove_at_end": False}).temperature
+        2.0
+        >>> checked_callback_settings(None, None, {"remove_at_end": "yes"})
+        Traceback (most recent call last):
+        ...
+        TypeError: remove_at_end must be True or False, got 'yes'
+    """
+    if distillation is not None:
+        from sparsify.distillation import DistillationConfig
+        distillation = DistillationConfig.coerce(distillation)
+    elif teacher is not None:
+        raise ValueError("teacher was passed without distillation: SparsifyCallback(config, "
+                         "distillation={'teacher': 'user'}, teacher=module)")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
+    return distillation
