@@ -1,33 +1,26 @@
-"""Compressed int8 weights: packed bitmask + int8 values + float32 scales per output channel.
+"""Compressed int8 weights in a file: a NumPy ``.npz`` of one :mod:`sparsify.int8_encoding` document.
 
-The int8 companion of :mod:`sparsify.sparse_format`. :func:`compress_int8`
-quantizes the weights (:func:`sparsify.quantization.quantize_int8`, symmetric per
-channel, so every pruned zero stays zero) and stores each one as
+:mod:`sparsify.int8_encoding` quantizes and encodes the weights (bitmask + int8 values +
+float32 scales per output channel; every other tensor exact) and this module re-exports its
+names, so ``from sparsify.int8_format import compress_int8, save_int8_npz`` is the one import.
+:func:`save_int8_npz` / :func:`load_int8_npz` write and read the document as a NumPy ``.npz``
+(``allow_pickle=False``, written atomically).
 
-* ``"bitmask_int8"``: one bit per element (1 = non-zero int8 value, packed
-  little-endian into ``uint8``), the non-zero int8 values in row-major order,
-  and one float32 scale per output channel: ``n/8 + nnz + 4 * channels`` bytes,
-  i.e. 0.225 bytes per weight at 90% sparsity (0.056x of float32) before the
-  ``.npz``'s own compression;
-* ``"int8"``: the int8 array and its scales, when that is smaller (dense layers).
-
-Every other tensor (biases, norms, small or integer tensors) is stored as
-:func:`sparsify.sparse_format.encode` stores it (bitmask / dense, exact).
-:func:`decompress_int8` gives back dense arrays (quantized weights dequantized,
-``q * scale``, in their recorded dtype); :func:`int8_tensors` gives back the
-exact int8 values and scales. :func:`save_int8_npz` / :func:`load_int8_npz`
-write and read the document as a NumPy ``.npz`` (``allow_pickle=False``): a JSON
-index (names, encodings, shapes, offsets) and one byte blob of every array, so a
-small model does not pay a zip member's headers per array.
+File version 2 (:data:`FILE_VERSION`, what :func:`int8_npz_bytes` writes) holds a single
+deflated ``uint8`` member, ``int8.npy``: a compact JSON index (format, document version, per
+tensor its name, encoding, shape, dtype, axis and the dtype and shape of each of its arrays),
+a newline, then the bytes of every array in index order. One member instead of version 1's
+four (``__format__``, ``__version__``, ``__index__``, ``__blob__``) saves their zip and ``.npy``
+headers, ~700 bytes: several percent of a small model's file. :func:`load_int8_npz` reads both
+versions.
 
 Example:
     >>> w = np.zeros((4, 16), np.float32); w[:, 0] = [0.5, -1.0, 0.25, 2.0]
-    >>> doc = compress_int8({"fc.weight": w, "fc.bias": np.ones(4, np.float32)})
-    >>> e = doc["tensors"]["fc.weight"]
-    >>> e["encoding"], e["values"].tolist(), e["mask"].nbytes + e["values"].nbytes + e["scales"].nbytes
-    ('bitmask_int8', [127, -127, 127, 127], 28)
-    >>> np.array_equal(decompress_int8(doc)["fc.weight"], w), doc["tensors"]["fc.bias"]["encoding"]
-    (True, 'dense')
+    >>> data = int8_npz_bytes(compress_int8({"fc.weight": w}))
+    >>> list(np.load(io.BytesIO(data)).keys()), len(data) < 400
+    (['int8'], True)
+    >>> int8_tensors(load_int8_npz(io.BytesIO(data)))["fc.weight"][0][:, 0].tolist()
+    [127, -127, 127, 127]
 """
 from __future__ import annotations
 
@@ -35,319 +28,66 @@ import io
 import json
 import os
 import tempfile
+import zipfile
 from typing import IO, Any, Iterable, Mapping
 
 import numpy as np
 
-from . import sparse_format
-from .quantization import LayerZeros, dequantize_int8, quantize_int8, require_zeros_kept, zeros_check
+from .int8_encoding import (FORMAT, INT8_ENCODINGS, LAYOUTS, VERSION, channel_axes, checked_entries, compress_int8,
+                            decode_int8_values, decompress_int8, document_nbytes, encode_int8, encode_int8_values,
+                            int8_tensors, is_int8_document)
+from .quantization import LayerZeros, require_zeros_kept, zeros_check
 
-__all__ = ["FORMAT", "VERSION", "INT8_ENCODINGS", "LAYOUTS", "channel_axes", "encode_int8", "encode_int8_values", "decode_int8_values", "compress_int8",
-           "is_int8_document", "decompress_int8", "int8_tensors", "int8_npz_bytes", "save_int8_npz", "load_int8_npz", "save_checked_int8_npz",
+__all__ = ["FORMAT", "VERSION", "FILE_VERSION", "INT8_ENCODINGS", "LAYOUTS", "channel_axes", "encode_int8",
+           "encode_int8_values", "decode_int8_values", "compress_int8", "is_int8_document", "decompress_int8",
+           "int8_tensors", "int8_npz_bytes", "save_int8_npz", "load_int8_npz", "save_checked_int8_npz",
            "document_nbytes"]
 
-#: Value of an int8 document's ``"format"`` key.
-FORMAT = "sparsify.compressed_int8_state_dict"
-VERSION = 1
-#: The encodings of quantized tensors (the others use :mod:`sparsify.sparse_format`'s).
-INT8_ENCODINGS = ("bitmask_int8", "int8")
+#: Version of the ``.npz`` layout :func:`int8_npz_bytes` writes (1: four members; 2: one).
+FILE_VERSION = 2
+_MEMBER = "int8"                                  # the one member of a version-2 file
+_KINDS = "fiucb"                                  # dtype kinds an array may have (no objects, no strings)
 
 
-def encode_int8(weight: np.ndarray, axis: int = 0, name: str = "weight") -> dict[str, Any]:
-    """One floating-point weight quantized to int8 and encoded (``"bitmask_int8"`` or ``"int8"``, the smaller).
-
-    Args:
-        weight: the weight (any float dtype, at least 1-D).
-        axis: its output-channel axis (one scale per index along it).
-        name: the layer's name, for error messages.
-
-    Example:
-        >>> e = encode_int8(np.array([[0, 0, 0, 0, 0, 0, 0, 0, 0.5]], np.float32))
-        >>> e["encoding"], e["mask"].tolist(), e["values"].tolist(), e["scales"].tolist()
-        ('bitmask_int8', [0, 1], [127], [0.003937007859349251])
-    """
-    w = np.asarray(weight)
-    q, scales = quantize_int8(w, name, axis)
-    return encode_int8_values(q, scales, axis, str(w.dtype))
-
-
-def encode_int8_values(q: np.ndarray, scales: np.ndarray, axis: int = 0, dtype: str = "float32") -> dict[str, Any]:
-    """Already quantized values as an entry (``"bitmask_int8"`` or ``"int8"``, the smaller), checked.
-
-    Args:
-        q: the int8 values.
-        scales: one positive float32 scale per index along ``axis``.
-        axis: the output-channel axis of ``q``.
-        dtype: the floating-point dtype :func:`decompress_int8` gives the weight back in.
-
-    Raises:
-        ValueError: ``q`` is not int8, the scales do not match, or ``dtype`` is not floating point.
-
-    Example:
-        >>> e = encode_int8_values(np.array([[0, 0, 0, 0, 0, 0, 0, 0, 0, 5]], np.int8), np.array([0.5], np.float32))
-        >>> e["encoding"], e["values"].tolist(), decompress_int8({"format": FORMAT, "version": 1,
-        ...                                                       "tensors": {"w": e}})["w"][0, -1]
-        ('bitmask_int8', [5], np.float32(2.5))
-    """
-    q, scales = np.asarray(q), np.asarray(scales)
-    if q.dtype != np.int8 or q.ndim < 1:
-        raise ValueError(f"q must be an int8 array with at least one axis, got {q.dtype} of shape {q.shape}")
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -q.ndim <= axis < q.ndim:
-        raise ValueError(f"axis must be an integer in [{-q.ndim}, {q.ndim}), got {axis!r}")
-    ax = int(axis) % q.ndim
-    head = {"shape": [int(d) for d in q.shape], "dtype": str(dtype), "axis": ax, "scales": scales}
-    flat = np.ascontiguousarray(q).reshape(-1)
-    nonzero = flat != 0
-    sparse = {"encoding": "bitmask_int8", **head, "mask": np.packbits(nonzero, bitorder="little"),
-              "values": flat[nonzero]}
-    dense = {"encoding": "int8", **head, "values": np.ascontiguousarray(q)}
-    entry = sparse if sparse["mask"].nbytes + sparse["values"].nbytes < q.nbytes else dense
-    decode_int8_values(entry, "q")          # the scales and shape checked as a reader checks them
-    _float_dtype(entry, "q")
-    return entry
-
-
-def _array(entry: Mapping[str, Any], key: str, name: str) -> np.ndarray:
-    v = entry.get(key)
-    if not isinstance(v, np.ndarray):
-        raise ValueError(f"tensor {name!r}: {key!r} must be an array, got {type(v).__name__}")
-    return v
-
-
-def decode_int8_values(entry: Mapping[str, Any], name: str = "tensor",
-                       max_elements: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(q, scales, axis)`` of an ``"int8"`` / ``"bitmask_int8"`` entry, checked against its declared shape.
-
-    Raises:
-        ValueError: a malformed entry, naming the tensor and what is wrong.
-
-    Example:
-        >>> q, s, axis = decode_int8_values(encode_int8(np.eye(9, dtype=np.float32)))
-        >>> int(q.trace()), s.shape, axis
-        (1143, (9,), 0)
-    """
-    if not isinstance(entry, Mapping) or entry.get("encoding") not in INT8_ENCODINGS:
-        raise ValueError(f"tensor {name!r}: not an int8 entry (encoding must be one of {INT8_ENCODINGS})")
-    shape = entry.get("shape")
-    if not isinstance(shape, (list, tuple)) or not shape or not all(
-            isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise ValueError(f"tensor {name!r}: shape must be a non-empty list of non-negative integers, got {shape!r}")
-    shape = tuple(int(d) for d in shape)
-    n = int(np.prod(shape, dtype=object))
-    if max_elements is not None and n > max_elements:
-        raise ValueError(f"tensor {name!r} declares {n} elements, more than the {max_elements} allowed")
-    axis = entry.get("axis")
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not 0 <= axis < len(shape):
-        raise ValueError(f"tensor {name!r}: axis must be an integer in [0, {len(shape)}), got {axis!r}")
-    scales = _array(entry, "scales", name)
-    if scales.shape != (shape[axis],) or scales.dtype != np.float32 or not np.all(np.isfinite(scales)) \
-            or np.any(scales <= 0):
-        raise ValueError(f"tensor {name!r}: scales must be {shape[axis]} positive finite float32 values, got "
-                         f"shape {scales.shape} of {scales.dtype}")
-    values = _array(entry, "values", name)
-    if values.dtype != np.int8:
-        raise ValueError(f"tensor {name!r}: values must be int8, got {values.dtype}")
-    if entry["encoding"] == "int8":
-        if values.shape != shape:
-            raise ValueError(f"tensor {name!r}: int8 values of shape {values.shape}, declared {shape}")
-        return values, scales, int(axis)
-    mask = _array(entry, "mask", name)
-    if mask.dtype != np.uint8 or mask.ndim != 1 or mask.size != (n + 7) // 8:
-        raise ValueError(f"tensor {name!r}: mask must hold {(n + 7) // 8} uint8 bytes for {n} elements, "
-                         f"got {mask.size} of {mask.dtype}")
-    nonzero = np.unpackbits(mask, count=n, bitorder="little").astype(bool)
-    if values.ndim != 1 or int(nonzero.sum()) != values.size:
-        raise ValueError(f"tensor {name!r}: mask marks {int(nonzero.sum())} non-zeros but {values.size} "
-                         "values are stored")
-    if np.any(values == 0):
-        raise ValueError(f"tensor {name!r}: a stored value is 0 (the mask marks non-zeros only)")
-    q = np.zeros(n, np.int8)
-    q[nonzero] = values
-    return q.reshape(shape), scales, int(axis)
-
-
-#: Layouts :func:`channel_axes` knows: where the output channels of a stored weight are.
-LAYOUTS = ("torch", "keras")
-
-
-def channel_axes(tensors: Mapping[str, np.ndarray], layout: str) -> dict[str, int]:
-    """The output-channel axis of every tensor of at least 2 axes, for :func:`compress_int8`'s ``axes``.
-
-    ``"torch"``: axis 0 (``(out, in, ...)``, the canonical layout; a Hugging Face
-    ``Conv1D`` weight is ``(in, out)``: pass its axis yourself). ``"keras"``: the last axis
-    (``Dense`` ``(in, out)``, ``Conv2D`` ``(kh, kw, in, out)``), except ``embeddings``
-    tables (``(vocab, dim)``: axis 0, one scale per token).
-
-    Raises:
-        ValueError: an unknown layout.
-
-    Example:
-        >>> t = {"d/kernel": np.zeros((3, 4)), "e/embeddings": np.zeros((9, 4)), "d/bias": np.zeros(4)}
-        >>> channel_axes(t, "keras")
-        {'d/kernel': -1, 'e/embeddings': 0}
-    """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    out = {}
-    for name, a in tensors.items():
-        if np.ndim(a) >= 2:
-            out[str(name)] = -1 if layout == "keras" and not str(name).endswith("embeddings") else 0
-    return out
-
-
-def compress_int8(tensors: Mapping[str, np.ndarray], quantize: Iterable[str] | None = None,
-                  axes: Mapping[str, int] | None = None, min_elements: int = 64) -> dict[str, Any]:
-    """A document of every tensor: the weights quantized to int8 (:func:`encode_int8`), the rest exact.
-
-    Args:
-        tensors: named arrays (a state_dict as NumPy arrays, a Keras model's weights).
-        quantize: the names to quantize; ``None``: every floating-point tensor with
-            at least 2 axes and ``min_elements`` elements (the weights of Linear,
-            Conv, Embedding layers; biases and norms stay exact).
-        axes: the output-channel axis per name (default 0, the torch / canonical
-            layout; ``-1`` for a Keras ``Dense`` kernel).
-        min_elements: tensors smaller than this stay dense when ``quantize`` is ``None``.
-
-    Raises:
-        ValueError: ``quantize`` or ``axes`` names a tensor not in ``tensors``, or a
-            named tensor cannot be quantized (not floating point, NaN, ...).
-
-    Example:
-        >>> doc = compress_int8({"w": np.zeros((16, 16), np.float32), "steps": np.array([3])})
-        >>> doc["format"], [e["encoding"] for e in doc["tensors"].values()]
-        ('sparsify.compressed_int8_state_dict', ['bitmask_int8', 'dense'])
-    """
-    if isinstance(min_elements, bool) or not isinstance(min_elements, int) or min_elements < 1:
-        raise ValueError(f"min_elements must be an integer >= 1, got {min_elements!r}")
-    arrays = {str(k): np.asarray(v) for k, v in tensors.items()}
-    axes = dict(axes or {})
-    if quantize is None:
-        names = {k for k, a in arrays.items() if a.dtype.kind == "f" and a.ndim >= 2 and a.size >= min_elements}
-    else:
-        names = set(quantize) if not isinstance(quantize, str) else {quantize}
-        unknown = sorted(names - set(arrays))
-        if unknown:
-            raise ValueError(f"quantize names tensors that are not given: {unknown}")
-        for k in names:
-            if arrays[k].dtype.kind != "f":
-                raise ValueError(f"quantize: tensor {k!r} is {arrays[k].dtype}, only floating-point tensors can be "
-                                 "quantized")
-    unknown = sorted(set(axes) - set(arrays))
-    if unknown:
-        raise ValueError(f"axes names tensors that are not given: {unknown}")
-    out = {}
-    for name, a in arrays.items():
-        if name in names:
-            out[name] = encode_int8(a, axes.get(name, 0), name)
-        elif a.size >= min_elements:
-            out[name] = sparse_format.encode(a, "bitmask")
-        else:
-            out[name] = {"encoding": "dense", "shape": [int(d) for d in a.shape], "dtype": str(a.dtype), "values": a}
-    return {"format": FORMAT, "version": VERSION, "tensors": out}
-
-
-def is_int8_document(obj: Any) -> bool:
-    """Is ``obj`` a document written by :func:`compress_int8`?"""
-    return isinstance(obj, Mapping) and obj.get("format") == FORMAT
-
-
-def _entries(doc: Mapping[str, Any]) -> Mapping[str, Any]:
-    if not is_int8_document(doc):
-        raise ValueError(f"not a compressed int8 document (its 'format' is not {FORMAT!r})")
-    if doc.get("version") != VERSION:
-        raise ValueError(f"compressed int8 document version {doc.get('version')!r} is not supported "
-                         f"(expected {VERSION})")
-    entries = doc.get("tensors")
-    if not isinstance(entries, Mapping):
-        raise ValueError("compressed int8 document: 'tensors' must map names to entries")
-    return entries
-
-
-def _float_dtype(entry: Mapping[str, Any], name: str) -> np.dtype:
-    try:
-        dt = np.dtype(str(entry.get("dtype")))
-    except TypeError:
-        dt = None
-    if dt is None or dt.kind != "f":
-        raise ValueError(f"tensor {name!r}: dtype of a quantized tensor must be a NumPy floating-point dtype, "
-                         f"got {entry.get('dtype')!r}")
-    return dt
-
-
-def decompress_int8(doc: Mapping[str, Any], max_elements: int | None = None) -> dict[str, np.ndarray]:
-    """The dense arrays of a :func:`compress_int8` document: int8 weights dequantized (``q * scale``).
-
-    Args:
-        doc: the document.
-        max_elements: refuse a document declaring more elements than this in total.
-
-    Raises:
-        ValueError: not such a document, an unknown version, or a malformed entry.
-    """
-    left = max_elements
-    out = {}
-    for name, entry in _entries(doc).items():
-        name = str(name)
-        if isinstance(entry, Mapping) and entry.get("encoding") in INT8_ENCODINGS:
-            q, scales, axis = decode_int8_values(entry, name, left)
-            a = dequantize_int8(q, scales, _float_dtype(entry, name), axis)
-        else:
-            a = sparse_format.decode(entry, name, left)
-        if left is not None:
-            left -= a.size
-        out[name] = a
-    return out
-
-
-def int8_tensors(doc: Mapping[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
-    """The exact int8 values of every quantized tensor: ``{name: (q, scales, axis)}``.
-
-    Example:
-        >>> q, s, axis = int8_tensors(compress_int8({"w": np.eye(9, dtype=np.float32)}))["w"]
-        >>> q.dtype.name, int(np.count_nonzero(q)), float(s[0] * 127)
-        ('int8', 9, 1.0)
-    """
-    return {str(n): decode_int8_values(e, str(n)) for n, e in _entries(doc).items()
-            if isinstance(e, Mapping) and e.get("encoding") in INT8_ENCODINGS}
-
-
-def document_nbytes(doc: Mapping[str, Any]) -> int:
-    """Bytes of all the arrays of a document (its size before serialisation)."""
-    return int(sum(sparse_format.entry_nbytes(e) for e in _entries(doc).values()))
-
-
-def _packed(doc: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """The document as three ``.npz`` members: a JSON index, one byte blob of every array, the format name.
-
-    One blob instead of a member per array: a zip member costs ~250 bytes of headers, which is
-    several percent of a small model's compressed file.
-    """
-    index, chunks, offset = [], [], 0
-    for name, entry in _entries(doc).items():
-        item: dict[str, Any] = {"name": str(name), "arrays": {}}
+def _arrays_and_index(doc: Mapping[str, Any]) -> tuple[list[np.ndarray], list[list[Any]]]:
+    """Every array of the document (little-endian, C order) and the version-2 index of the tensors."""
+    index, arrays = [], []
+    for name, entry in checked_entries(doc).items():
+        fields: dict[str, Any] = {}
+        specs = []
         for key, v in entry.items():
             if isinstance(v, np.ndarray):
                 a = np.asarray(v, order="C")
                 a = a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
-                if a.dtype.kind not in "fiucb":
+                if a.dtype.kind not in _KINDS:
                     raise ValueError(f"tensor {name!r}: {key!r} of dtype {a.dtype} cannot be stored")
-                item["arrays"][key] = {"dtype": a.dtype.str, "shape": list(a.shape), "offset": offset,
-                                       "nbytes": int(a.nbytes)}
-                chunks.append(a.reshape(-1).view(np.uint8))
-                offset += int(a.nbytes)
+                specs.append([str(key), a.dtype.str, [int(d) for d in a.shape]])
+                arrays.append(a)
             else:
-                item[key] = [int(d) for d in v] if key == "shape" else int(v) if key == "axis" else str(v)
-        index.append(item)
-    blob = np.concatenate(chunks) if chunks else np.zeros(0, np.uint8)
-    return {"__format__": np.array(FORMAT), "__version__": np.array(doc["version"], np.int64),
-            "__index__": np.array(json.dumps(index)), "__blob__": blob}
+                fields[str(key)] = [int(d) for d in v] if key == "shape" else int(v) if key == "axis" else str(v)
+        index.append([str(name), fields, specs])
+    return arrays, index
+
+
+def _zip_member(name: str, array: np.ndarray) -> bytes:
+    """A one-member ``.npz`` (deflate level 9, a fixed timestamp: the same document gives the same bytes)."""
+    npy = io.BytesIO()
+    np.lib.format.write_array(npy, array, allow_pickle=False)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+        info.compress_type = zipfile.ZIP_DEFLATED
+        zf.writestr(info, npy.getvalue(), compresslevel=9)
+    return buf.getvalue()
 
 
 def int8_npz_bytes(doc: Mapping[str, Any]) -> bytes:
-    """The bytes of the compressed ``.npz`` holding a :func:`compress_int8` document."""
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **_packed(doc))
-    return buf.getvalue()
+    """The bytes of the compressed ``.npz`` (file version 2) holding a :func:`compress_int8` document."""
+    arrays, index = _arrays_and_index(doc)
+    head = json.dumps({"format": FORMAT, "version": doc["version"], "file_version": FILE_VERSION, "tensors": index},
+                      separators=(",", ":")).encode()
+    body = [np.frombuffer(head + b"\n", np.uint8)] + [a.reshape(-1).view(np.uint8) for a in arrays]
+    return _zip_member(_MEMBER, np.concatenate(body))
 
 
 def save_int8_npz(path: str | os.PathLike, doc: Mapping[str, Any]) -> int:
@@ -366,18 +106,53 @@ def save_int8_npz(path: str | os.PathLike, doc: Mapping[str, Any]) -> int:
     return len(data)
 
 
-def load_int8_npz(path: str | os.PathLike | IO[bytes]) -> dict[str, Any]:
-    """The document of an ``.npz`` :func:`save_int8_npz` wrote (a path or a binary file; NumPy only, no pickles).
+def _array_from(blob: np.ndarray, start: int, spec: Any, where: str, name: str, key: str) -> tuple[np.ndarray, int]:
+    """The array ``spec`` (dtype, shape) describes at ``start`` of ``blob``, and the offset after it."""
+    try:
+        dt, shape = np.dtype(spec[0]), tuple(int(d) for d in spec[1])
+    except (TypeError, KeyError, IndexError, ValueError):
+        raise ValueError(f"{where}: tensor {name!r}: array {key!r} has a malformed index") from None
+    if dt.kind not in _KINDS or min(shape, default=0) < 0:
+        raise ValueError(f"{where}: tensor {name!r}: array {key!r} has a malformed index")
+    nbytes = int(np.prod(shape, dtype=object)) * dt.itemsize
+    if start + nbytes > blob.size:
+        raise ValueError(f"{where}: tensor {name!r}: array {key!r} does not fit the stored bytes")
+    return blob[start:start + nbytes].view(dt).reshape(shape).copy(), start + nbytes
 
-    Read it with :func:`decompress_int8` (dense) or :func:`int8_tensors` (exact int8);
-    those check every entry against its declared shape.
 
-    Raises:
-        ValueError: not such an archive, or an index that does not match the stored bytes.
-    """
-    where = repr(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else "the file"
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
+def _load_v2(data: np.ndarray, where: str) -> dict[str, Any]:
+    if data.dtype != np.uint8 or data.ndim != 1:
+        raise ValueError(f"{where}: the {_MEMBER!r} member must be a 1-D uint8 array, got {data.dtype} {data.shape}")
+    raw = data.tobytes()
+    end = raw.find(b"\n")
+    try:
+        head = json.loads(raw[:end].decode()) if end >= 0 else None
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{where}: the index is not valid JSON ({e})") from None
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise ValueError(f"{where} is not a compressed int8 .npz (its index does not name {FORMAT!r})")
+    if head.get("file_version") != 2 or not isinstance(head.get("tensors"), list):
+        raise ValueError(f"{where}: file version {head.get('file_version')!r} is not supported (expected 1 or 2)")
+    blob, offset = data[end + 1:], 0
+    tensors: dict[str, dict[str, Any]] = {}
+    for item in head["tensors"]:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], dict)
+                and isinstance(item[2], list)):
+            raise ValueError(f"{where}: every tensor of the index needs a name, its fields and its arrays")
+        name, entry = item[0], dict(item[1])
+        for spec in item[2]:
+            key = spec[0] if isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str) else None
+            if key is None:
+                raise ValueError(f"{where}: tensor {name!r}: an array of the index is malformed")
+            entry[key], offset = _array_from(blob, offset, spec[1:], where, name, key)
+        tensors[name] = entry
+    if offset != blob.size:
+        raise ValueError(f"{where}: {blob.size - offset} stored bytes are not in the index")
+    return {"format": FORMAT, "version": head.get("version"), "tensors": tensors}
+
+
+def _load_v1(arrays: Mapping[str, np.ndarray], where: str) -> dict[str, Any]:
+    """A version-1 file: ``__format__``, ``__version__``, a JSON ``__index__`` with offsets, one ``__blob__``."""
     fmt = arrays.get("__format__")
     if fmt is None or fmt.dtype.kind != "U" or str(fmt) != FORMAT:
         raise ValueError(f"{where} is not a compressed int8 .npz ('__format__' is not {FORMAT!r})")
@@ -398,16 +173,35 @@ def load_int8_npz(path: str | os.PathLike | IO[bytes]) -> dict[str, Any]:
         entry = {k: v for k, v in item.items() if k not in ("name", "arrays")}
         for key, spec in item["arrays"].items():
             try:
-                dt, shape = np.dtype(spec["dtype"]), tuple(int(d) for d in spec["shape"])
                 start, nbytes = int(spec["offset"]), int(spec["nbytes"])
+                dtype, shape = spec["dtype"], spec["shape"]
             except (TypeError, KeyError, ValueError):
                 raise ValueError(f"{where}: tensor {item['name']!r}: array {key!r} has a malformed index") from None
-            if dt.kind not in "fiucb" or min(shape, default=0) < 0 or start < 0 or nbytes < 0 \
-                    or start + nbytes > blob.size or nbytes != int(np.prod(shape, dtype=object)) * dt.itemsize:
+            if start < 0 or nbytes < 0 or start + nbytes > blob.size:
                 raise ValueError(f"{where}: tensor {item['name']!r}: array {key!r} does not fit the stored bytes")
-            entry[key] = blob[start:start + nbytes].view(dt).reshape(shape).copy()
+            entry[key], stop = _array_from(blob, start, (dtype, shape), where, item["name"], key)
+            if stop - start != nbytes:
+                raise ValueError(f"{where}: tensor {item['name']!r}: array {key!r} does not fit the stored bytes")
         tensors[item["name"]] = entry
     return {"format": FORMAT, "version": int(arrays.get("__version__", np.array(-1))), "tensors": tensors}
+
+
+def load_int8_npz(path: str | os.PathLike | IO[bytes]) -> dict[str, Any]:
+    """The document of an ``.npz`` :func:`save_int8_npz` wrote, file version 2 or 1 (a path or a binary file;
+    NumPy only, no pickles).
+
+    Read it with :func:`decompress_int8` (dense) or :func:`int8_tensors` (exact int8);
+    those check every entry against its declared shape.
+
+    Raises:
+        ValueError: not such an archive, or an index that does not match the stored bytes.
+    """
+    where = repr(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else "the file"
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    if set(arrays) == {_MEMBER}:
+        return _load_v2(arrays[_MEMBER], where)
+    return _load_v1(arrays, where)
 
 
 def save_checked_int8_npz(path: str | os.PathLike, tensors: Mapping[str, np.ndarray],

@@ -10,12 +10,14 @@ int8 model's ``Dense`` / ``Embedding`` weights as :mod:`sparsify.int8_format`'s
 bitmask + int8 values + scales (NumPy ``.npz`` with
 :func:`sparsify.int8_format.save_int8_npz`), the exact int8 values Keras computes with.
 
-Quantization-aware fine-tuning with the masks (:func:`add_fake_quant`): each ``Dense``
-layer reads its kernel through Keras' own int8 rounding (``abs_max_quantize``, per output
-channel) with a straight-through gradient, while the :class:`~sparsify_keras.PruningCallback`
-keeps applying the masks to the kernel variable; after :func:`~sparsify_keras.strip_pruning` and
-:func:`remove_fake_quant`, ``model.quantize("int8")`` stores exactly the rounded kernels the
-model trained with (Keras' int8 ``Dense`` also quantizes its inputs per batch, which QAT does not model).
+Quantization-aware fine-tuning with the masks (:func:`add_fake_quant`): each ``Dense``,
+``EinsumDense``, ``Embedding`` and tied ``ReversibleEmbedding`` layer reads its weight through Keras' own int8 rounding
+(``abs_max_quantize`` on the axes ``quantize("int8")`` uses) with a straight-through gradient, while
+the :class:`~sparsify_keras.PruningCallback` keeps applying the masks to the variable; after
+:func:`~sparsify_keras.strip_pruning` and :func:`remove_fake_quant`, ``model.quantize("int8")`` stores
+exactly the rounded weights the model trained with (Keras' int8 ``Dense`` / ``EinsumDense`` also
+quantize their inputs per batch, which QAT does not model). On a
+:class:`~sparsify_keras.DistillationModel` only the student is fake-quantized.
 
 Example:
     >>> import keras, numpy as np
@@ -143,81 +145,162 @@ def int8_document(model: Any) -> dict[str, Any]:
 _QAT_CLASSES: dict[type, type] = {}
 
 
-def _qat_class(cls: type) -> type:
-    """``cls`` (a ``Dense`` class) with a ``kernel`` read through Keras' int8 rounding, straight through."""
+def _keras_int8_class(layer: Any) -> type | None:
+    """The class whose ``quantize`` Keras' ``model.quantize("int8")`` runs on ``layer``: ``type(layer)`` when
+    it defines one itself (Keras quantizes no subclass of it), else None (the layer stays float)."""
+    import keras
+
+    definer = next(c for c in type(layer).__mro__ if "quantize" in vars(c))
+    return definer if definer is type(layer) and definer is not keras.layers.Layer else None
+
+
+def _qat_spec(layer: Any) -> tuple[str, Any] | None:
+    """``(property, rounding axis)`` of a layer :func:`add_fake_quant` handles, as Keras' int8 rounds it."""
+    import keras
+
+    cls = type(layer)
+    if cls is keras.layers.Dense:
+        return "kernel", 0
+    if cls is keras.layers.EinsumDense:
+        if not layer.built:
+            return "kernel", None                # not fake-quantized (add_fake_quant takes built layers)
+        layer._set_quantization_info()          # Keras' own analysis of the equation (what quantize uses)
+        return "kernel", tuple(layer._kernel_reduced_axes)
+    if cls is keras.layers.Embedding or (cls is getattr(keras.layers, "ReversibleEmbedding", None)
+                                         and layer.tie_weights):
+        return "embeddings", -1          # a tied ReversibleEmbedding's logits use the same int8 table
+    return None
+
+
+def _qat_class(cls: type, prop: str) -> type:
+    """``cls`` with its ``prop`` (kernel / embeddings) read through Keras' int8 rounding, straight through.
+
+    Its ``from_config`` builds a plain ``cls``: a copy (``keras.models.clone_model``, the
+    ``dense_at_start`` teacher of a :class:`~sparsify_keras.DistillationModel`) is float."""
     if cls not in _QAT_CLASSES:
         from keras import ops, quantizers
 
-        base_kernel = cls.kernel
+        base = getattr(cls, prop)
 
-        def kernel(self: Any) -> Any:
-            k = base_kernel.fget(self)
+        def rounded(self: Any) -> Any:
+            w = base.fget(self)
             if self.quantization_mode is not None:
-                return k
-            q, scale = quantizers.abs_max_quantize(k, axis=0)
-            rounded = ops.divide(ops.cast(q, k.dtype), scale)
-            return ops.add(k, ops.stop_gradient(ops.subtract(rounded, k)))
+                return w
+            q, scale = quantizers.abs_max_quantize(w, axis=self.__dict__["_sparsify_fake_quant_axis"])
+            back = ops.divide(ops.cast(q, w.dtype), scale)
+            return ops.add(w, ops.stop_gradient(ops.subtract(back, w)))
 
-        _QAT_CLASSES[cls] = type(f"FakeQuant{cls.__name__}", (cls,), {"kernel": property(kernel),
-                                                                       "_sparsify_fake_quant_base": cls})
+        def from_config(_klass: type, config: Any) -> Any:
+            return cls.from_config(config)
+
+        _QAT_CLASSES[cls] = type(f"FakeQuant{cls.__name__}", (cls,), {
+            prop: property(rounded), "from_config": classmethod(from_config), "_sparsify_fake_quant_base": cls})
     return _QAT_CLASSES[cls]
 
 
 def _reset_functions(model: Any) -> None:
     for attr in ("train_function", "test_function", "predict_function"):
         if hasattr(model, attr):
-            setattr(model, attr, None)          # traced again with the kernels as they are read now
+            setattr(model, attr, None)          # traced again with the weights as they are read now
 
 
-def _dense_layers(model: Any) -> list[Any]:
-    import keras
+def _leaf_layers(model: Any) -> list[Any]:
+    """The layers of the model whose weights are trained and quantized: a distillation wrapper's student's
+    (its teacher is never fake-quantized), without nested models."""
+    from .layers import pruning_root
 
-    return [layer for layer in _model(model)._flatten_layers(include_self=False)
-            if isinstance(layer, keras.layers.Dense)]
+    return [layer for layer in pruning_root(_model(model))._flatten_layers(include_self=False)
+            if len(list(layer._flatten_layers())) == 1]
 
 
-def add_fake_quant(model: Any) -> list[str]:
-    """Make every built ``Dense`` layer read its kernel int8-rounded (per output channel, straight-through).
+def add_fake_quant(model: Any, layers: list[str] | None = None) -> list[str]:
+    """Make each ``Dense``, ``EinsumDense``, ``Embedding`` and tied ``ReversibleEmbedding`` layer read its
+    weight int8-rounded exactly as ``model.quantize("int8")`` will round it (per output channel; per row
+    of an embedding table), with a straight-through gradient.
 
     Use it on a model being pruned (the masks stay applied: the callback masks the
     variable, the rounding reads it, and 0 rounds to 0) before ``fit``; then
     :func:`~sparsify_keras.strip_pruning`, :func:`remove_fake_quant` and
-    :func:`quantize_int8`. Returns the layers' names.
+    :func:`quantize_int8`. On a :class:`~sparsify_keras.DistillationModel` only the
+    student's layers are changed (the teacher keeps its float weights). Returns the layers' names.
+
+    Args:
+        model: a Keras 3 model (or a ``DistillationModel``), built.
+        layers: names of the layers to fake-quantize; ``None``: every built, unquantized layer of
+            those types. Layers of other types that ``model.quantize("int8")`` quantizes (an untied
+            ``ReversibleEmbedding``, whose separate output table QAT cannot read) are refused: name the
+            others in ``layers`` and those get post-training int8 only.
 
     Raises:
         TypeError: ``model`` is not a Keras model.
-        ValueError: no built ``Dense`` layer, or one already has the rounding.
+        ValueError: no such layer, a layer named twice, unknown or not one of those types, a layer
+            Keras int8-quantizes that QAT cannot model (with ``layers=None``), or one already rounded.
 
     Example:
         >>> import keras
-        >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc")])
-        >>> add_fake_quant(m), type(m.get_layer("fc")).__name__
-        (['fc'], 'FakeQuantDense')
-        >>> remove_fake_quant(m), type(m.get_layer("fc")).__name__
-        (['fc'], 'Dense')
+        >>> m = keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(10, 4, name="emb"),
+        ...                       keras.layers.Dense(2, name="fc")])
+        >>> add_fake_quant(m), [type(layer).__name__ for layer in m.layers]
+        (['emb', 'fc'], ['FakeQuantEmbedding', 'FakeQuantDense'])
+        >>> remove_fake_quant(m), [type(layer).__name__ for layer in m.layers]
+        (['emb', 'fc'], ['Embedding', 'Dense'])
     """
-    layers = [layer for layer in _dense_layers(model) if layer.built and layer.quantization_mode is None]
-    if not layers:
-        raise ValueError("add_fake_quant: the model has no built, unquantized Dense layer")
-    done = [layer.name for layer in layers if hasattr(type(layer), "_sparsify_fake_quant_base")]
+    leaves = _leaf_layers(model)
+    if layers is not None:
+        if isinstance(layers, str) or not all(isinstance(n, str) for n in layers):
+            raise ValueError(f"layers must be a list of layer names, got {layers!r}")
+        by_name = {layer.name: layer for layer in leaves}
+        unknown = [n for n in layers if n not in by_name]
+        if unknown or len(set(layers)) != len(layers):
+            raise ValueError(f"layers: {unknown or layers} (unknown or named twice); the model's layers are "
+                             f"{sorted(by_name)}")
+        chosen = [by_name[n] for n in layers]
+        unready = [layer.name for layer in chosen if not layer.built or layer.quantization_mode is not None]
+        if unready:
+            raise ValueError(f"add_fake_quant: layers {unready} are not built or are quantized already")
+        wrong = [f"{layer.name} ({type(layer).__name__})" for layer in chosen if _qat_spec(layer) is None]
+        if wrong:
+            raise ValueError(f"add_fake_quant: layers {wrong} cannot be fake-quantized: only Dense, EinsumDense, "
+                             "Embedding and tied ReversibleEmbedding layers (the exact Keras classes) are")
+    else:
+        chosen = [layer for layer in leaves if _qat_spec(layer) is not None]
+        other = [f"{layer.name} ({type(layer).__name__})" for layer in leaves
+                 if _qat_spec(layer) is None and _keras_int8_class(layer) is not None]
+        if other:
+            raise ValueError(f"add_fake_quant: model.quantize('int8') also quantizes layers {other}, which QAT "
+                             "cannot model (only Dense, EinsumDense, Embedding and tied ReversibleEmbedding); pass "
+                             "layers=[...] naming the layers to fake-quantize (the others then get post-training "
+                             "int8 only)")
+    chosen = [layer for layer in chosen if layer.built and layer.quantization_mode is None]
+    if not chosen:
+        raise ValueError("add_fake_quant: the model has no built, unquantized Dense, EinsumDense or Embedding "
+                         "layer")
+    done = [layer.name for layer in chosen if hasattr(type(layer), "_sparsify_fake_quant_base")]
     if done:
-        raise ValueError(f"add_fake_quant: layers {done} already read their kernels int8-rounded")
-    for layer in layers:
-        layer.__class__ = _qat_class(type(layer))
+        raise ValueError(f"add_fake_quant: layers {done} already read their weights int8-rounded")
+    for layer in chosen:
+        prop, axis = _qat_spec(layer)
+        object.__setattr__(layer, "_sparsify_fake_quant_axis", axis)      # not tracked by Keras
+        layer.__class__ = _qat_class(type(layer), prop)
     _reset_functions(model)
-    return [layer.name for layer in layers]
+    return [layer.name for layer in chosen]
 
 
 def remove_fake_quant(model: Any) -> list[str]:
-    """Undo :func:`add_fake_quant` (the layers are plain ``Dense`` again: they save and quantize as such).
+    """Undo :func:`add_fake_quant` (the layers are of their Keras class again: they save and quantize as
+    such). Returns the layers' names (empty if none had it).
 
-    Returns the layers' names (empty if none had it).
+    Example:
+        >>> import keras
+        >>> remove_fake_quant(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]))
+        []
     """
     names = []
-    for layer in _dense_layers(model):
+    for layer in _leaf_layers(model):
         base = getattr(type(layer), "_sparsify_fake_quant_base", None)
         if base is not None:
             layer.__class__ = base
+            object.__delattr__(layer, "_sparsify_fake_quant_axis")
             names.append(layer.name)
     _reset_functions(model)
     return names

@@ -17,6 +17,10 @@ initializers are then read back from the quantized model (``<weight>_quantized``
 ``MatMulInteger``) and compared with the float weights by :func:`sparsify.quantization.zeros_check`: a zero
 turned non-zero raises ``ValueError`` and nothing is written.
 
+``compress=True`` stores each pruned int8 weight as bitmask + non-zero int8 values
+(:mod:`sparsify_torch.onnx_int8_bitmask`): rebuilt by standard ops that onnxruntime folds when it loads
+the model, so the session computes exactly as with the dense int8 file, from a file a fraction of its size.
+
 Needs ``onnx`` and ``onnxruntime``: ``pip install "sparsify-train[deploy]"``.
 
 Example:
@@ -45,6 +49,7 @@ from sparsify.extras import install_command
 from sparsify.quantization import LayerZeros, require_zeros_kept, zeros_check
 
 from .onnx_export import export_onnx  # noqa: F401 - named in the module example
+from .onnx_int8_bitmask import bitmask_int8_initializers, bitmask_int8_names, expand_bitmask_int8
 
 __all__ = ["MODES", "OnnxInt8", "dense_initializers", "quantized_weights", "quantize_onnx_int8"]
 
@@ -59,7 +64,9 @@ class OnnxInt8:
     ``content``: the int8 ONNX model (serialized); ``weights``: per float weight quantized, ``(q, scales,
     axis)`` in the float weight's layout; ``report``: the zeros check per weight; ``float_weights``: weights
     of two or more axes the quantizer left in float; ``max_abs_diff``: the largest difference of
-    onnxruntime's outputs, int8 against float, on ``check_inputs`` (``None`` when not checked).
+    onnxruntime's outputs, int8 against float, on ``check_inputs`` (``None`` when not checked);
+    ``dense_int8_bytes``: the size of the int8 model with dense int8 weights; ``compressed``: the int8
+    initializers stored as bitmask + values (``compress=True``; then ``content`` is that smaller model).
     """
 
     content: bytes
@@ -68,6 +75,8 @@ class OnnxInt8:
     report: dict[str, LayerZeros]
     float_weights: list[str]
     max_abs_diff: float | None
+    dense_int8_bytes: int = 0
+    compressed: list[str] = dataclasses.field(default_factory=list)
 
 
 def _libs() -> tuple[Any, Any]:
@@ -109,12 +118,15 @@ def quantized_weights(model: Any, names: Iterable[str]) -> dict[str, tuple[np.nd
     """The int8 values of the float weights ``names`` in a quantized ONNX ``model``, in the float layout.
 
     Returns ``{name: (q - zero_point as int8, scales, axis)}`` for each weight the quantizer stored as
-    ``<name>_quantized`` (or ``<name>_Transposed_quantized``, transposed back, the axis moved with it).
+    ``<name>_quantized`` (or ``<name>_Transposed_quantized``, transposed back, the axis moved with it);
+    weights stored as bitmask + values (``compress=True``) are read decoded.
 
     Raises:
         ValueError: a weight is quantized to a type other than int8, or with a non-zero zero point.
     """
     onnx, _ = _libs()
+    if bitmask_int8_names(model):
+        model = expand_bitmask_int8(model)
     inits = {i.name: i for i in model.graph.initializer}
     out = {}
     for name in names:
@@ -182,7 +194,7 @@ def _quiet_root() -> Any:
 
 
 def quantize_onnx_int8(model: Any, path: str | os.PathLike | None = None, *, mode: str = "dynamic",
-                       calibration: Any = None, check_inputs: Any = None) -> OnnxInt8:
+                       calibration: Any = None, check_inputs: Any = None, compress: bool = False) -> OnnxInt8:
     """Quantize a pruned ONNX model to int8 with onnxruntime, check every pruned zero, write it to ``path``.
 
     Args:
@@ -192,7 +204,9 @@ def quantize_onnx_int8(model: Any, path: str | os.PathLike | None = None, *, mod
         calibration: ``mode="qdq"`` only: a non-empty sequence of input batches (arrays for a one-input model,
             or dicts of input name -> array).
         check_inputs: batches as ``calibration``: run the float and the int8 model on them in onnxruntime
-            and report the largest output difference.
+            and report the largest output difference (of the file written: compressed or not).
+        compress: store the pruned int8 weights as bitmask + int8 values (see the module doc); the file
+            decodes to exactly the dense int8 weights (checked before anything is written).
 
     Raises:
         TypeError / ValueError: a bad ``model``, ``mode``, ``calibration`` or ``check_inputs``; an int8
@@ -207,6 +221,8 @@ def quantize_onnx_int8(model: Any, path: str | os.PathLike | None = None, *, mod
         model = onnx.load(os.fspath(model))
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"model must be an .onnx path or an onnx.ModelProto, got {type(model).__name__}")
+    if not isinstance(compress, bool):
+        raise TypeError(f"compress must be True or False, got {compress!r}")
     if mode == "dynamic" and calibration is not None:
         raise ValueError("calibration is for mode='qdq' only; mode='dynamic' quantizes activations per batch")
     dense = dense_initializers(model)
@@ -233,13 +249,21 @@ def quantize_onnx_int8(model: Any, path: str | os.PathLike | None = None, *, mod
     weights = quantized_weights(q_model, floats)
     report = zeros_check({n: floats[n] for n in weights}, {n: w[0] for n, w in weights.items()})
     require_zeros_kept(report)
-    content = q_model.SerializeToString()
+    content = dense_int8 = q_model.SerializeToString()
+    compressed: list[str] = []
+    if compress:
+        small, compressed = bitmask_int8_initializers(q_model)
+        again = quantized_weights(small, floats)
+        if sorted(again) != sorted(weights) or not all(np.array_equal(again[n][0], weights[n][0]) for n in weights):
+            raise ValueError("the bitmask int8 weights do not decode to the int8 weights")    # never expected
+        content = small.SerializeToString()
     diff = _compare(dense_content, content, checks) if checks is not None else None
     if path is not None:
         with open(os.fspath(path), "wb") as f:
             f.write(content)
     return OnnxInt8(content=content, float_bytes=len(model.SerializeToString()), weights=weights, report=report,
-                    float_weights=[n for n in floats if n not in weights], max_abs_diff=diff)
+                    float_weights=[n for n in floats if n not in weights], max_abs_diff=diff,
+                    dense_int8_bytes=len(dense_int8), compressed=compressed)
 
 
 class _Reader:

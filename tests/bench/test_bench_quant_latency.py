@@ -36,5 +36,34 @@ def test_keras_copy_matches_torch_pruned_mlp():
 def test_short_run_renders_every_case():
     body = bql.main(["--rounds", "1", "--calls", "1", "--no-write"])
     rows = [line for line in body.splitlines() if line.startswith("| ") and not line.startswith("| runtime")]
-    assert len(rows) == 26
+    assert len(rows) == 26 + 12 + 4     # the MLP's cases, the CNN's (torch, onnxruntime, TFLite), the LM's (torch)
     assert "zeros lost 0" in body and "| TFLite | 90% 1x16 | int8 | sparse kernel |" in body
+    assert "MNIST-1D CNN (25 channels), input (100, 40):" in body
+    assert "| onnxruntime | 90% 1x1 | int8 | ConvInteger" in body
+    assert "| torch | 90% 1x1 | fp32 | CSR Linear |" in body
+
+
+def test_render_has_one_table_per_model_with_ratios_within_it():
+    def case(family, runtime, model, precision):
+        return {"family": family, "runtime": runtime, "model": model, "precision": precision, "how": "k",
+                "rel_err": 0.0, "bytes": None}
+    cases = [case("cnn", "torch", "dense", "fp32"), case("cnn", "torch", "dense", "int8"),
+             case("cnn", "torch", "90% 1x1", "int8"), case("lm", "torch", "dense", "fp32"),
+             case("lm", "torch", "dense", "int8")]
+    body = bql.render(cases, [0.002, 0.004, 0.001, 0.010, 0.005], {}, "cmd", 1.0, 3, 5)
+    assert body.count("| runtime | model |") == 2 and "LM (CharLM d128 x2, vocab 96), input (1, 64) tokens:" in body
+    assert "| torch | 90% 1x1 | int8 | k | 1.000 | 0.50 | 0.25 | 0.000 | - |" in body
+    assert "| torch | dense | int8 | k | 5.000 | 0.50 | 1.00 | 0.000 | - |" in body
+    assert "TFLite int8 files" not in body
+
+
+@pytest.mark.slow
+def test_the_cnn_cases_keep_every_zero_and_agree_with_fp32():
+    cases = bql.model_cases("cnn")
+    assert [(c["runtime"], c["model"], c["precision"]) for c in cases][:4] == [
+        ("torch", "dense", "fp32"), ("torch", "dense", "int8"), ("onnxruntime", "dense", "fp32"),
+        ("onnxruntime", "dense", "int8")]
+    assert [(c["runtime"], c["precision"]) for c in cases][4:6] == [("TFLite", "fp32"), ("TFLite", "int8")]
+    assert len(cases) == 12 and all(c["rel_err"] < 0.05 for c in cases)
+    assert [c["how"] for c in cases if c["runtime"] == "TFLite"] == ["dense", "dense", "DENSIFY then dense",
+                                                                      "DENSIFY then dense"]

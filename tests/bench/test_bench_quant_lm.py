@@ -21,8 +21,8 @@ def test_int8_bpc_of_a_small_pruned_lm():
 
 
 def test_render_pairs_by_seed():
-    rows = [{"seed": s, "setting": "2:4", "arm": "sparsegpt", "dense": 2.0, "fp32": 2.2, "weight_only": 2.2 + d,
-             "dynamic": 2.21} for s, d in ((0, 0.001), (1, 0.003))]
+    rows = [{"lm": "d64", "seed": s, "setting": "2:4", "arm": "sparsegpt", "dense": 2.0, "fp32": 2.2,
+             "weight_only": 2.2 + d, "dynamic": 2.21} for s, d in ((0, 0.001), (1, 0.003))]
     body = bench_quant_lm.render(rows, "python -m bench.bench_quant_lm", 1800, 180, 12.0)
-    assert "| 0 | 2:4 | sparsegpt | 2.0000 | 2.2000 | 2.2010 | 2.2100 | +0.0010 | +0.0100 |" in body
-    assert "* 2:4 sparsegpt: weight-only +0.0020 +- 0.0014, dynamic +0.0100 +- 0.0000 (2 seeds)" in body
+    assert "| d64 | 0 | 2:4 | sparsegpt | 2.0000 | 2.2000 | 2.2010 | 2.2100 | +0.0010 | +0.0100 |" in body
+    assert "* d64 2:4 sparsegpt: weight-only +0.0020 +- 0.0014, dynamic +0.0100 +- 0.0000 (2 seeds)" in body

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 import sparsify_torch
+from sparsify_torch.distillation import frozen_copy
 from sparsify.int8_format import int8_tensors, load_int8_npz
 from sparsify.quantization import quantize_int8
 from sparsify_torch.quantization import (FakeQuantInt8, Int8Linear, add_fake_quant, int8_document, int8_weights,
@@ -262,3 +264,90 @@ def test_weight_only_outputs_are_closer_to_float_than_dynamic_ones():
             q, _ = quantize_model_int8(copy.deepcopy(model), mode)
             errors[mode] = float((q(x) - ref).abs().max())
     assert 0 < errors["weight_only"] < errors["dynamic"]
+
+
+def _distilled_qat_run(mode: str, start: nn.Module, teacher: nn.Module):
+    """Prune ``start`` (a copy) to 90% with QAT and, per ``mode``, no teacher / the trained ``teacher`` / the
+    model itself at the pruning start (``dense_at_start``, at step 0 or deferred to step 2)."""
+    model = copy.deepcopy(start)
+    config = {"target_sparsity": 0.9, "start_step": 2 if mode == "deferred" else 0, "end_step": 6,
+              "pruning_frequency": 2}
+    if mode == "none":
+        pruner = sparsify_torch.prune(model, config)
+    elif mode == "user":
+        pruner = sparsify_torch.prune(model, config, distillation={"temperature": 2.0, "weight": 1.0,
+                                                                   "teacher": "user"}, teacher=teacher)
+    else:
+        pruner = sparsify_torch.prune(model, config, distillation={"temperature": 2.0, "weight": 1.0})
+    add_fake_quant(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(64, 16, generator=g), torch.randint(0, 8, (64,), generator=g)
+    terms = []
+    for _ in range(8):
+        opt.zero_grad()
+        out = model(x)
+        kd = pruner.distill_loss(x, out) if mode != "none" else out.new_zeros(())
+        (nn.functional.cross_entropy(out, y) + kd).backward()
+        opt.step()
+        pruner.step()
+        terms.append(float(kd.detach()))
+    masks = pruner.masks()
+    with torch.no_grad():
+        qat_out = model(x)
+    teacher_used = pruner.distiller.teacher if mode != "none" else None
+    _, report = quantize_model_int8(model)
+    with torch.no_grad():
+        same_out = torch.equal(model(x), qat_out)
+    return model, masks, report, terms, teacher_used, same_out
+
+
+@pytest.mark.slow
+def test_qat_composes_with_distillation_and_keeps_exactly_the_pruned_zeros():
+    teacher = _mlp(seed=9)
+    g = torch.Generator().manual_seed(2)
+    xt, yt = torch.randn(256, 16, generator=g), torch.randint(0, 8, (256,), generator=g)
+    opt = torch.optim.Adam(teacher.parameters(), lr=0.01)
+    for _ in range(20):                                  # a trained dense teacher
+        opt.zero_grad()
+        nn.functional.cross_entropy(teacher(xt), yt).backward()
+        opt.step()
+    teacher_state = copy.deepcopy(teacher.state_dict())
+    start = copy.deepcopy(teacher)          # the student starts as the trained model (the teacher gets frozen)
+    runs = {m: _distilled_qat_run(m, start, teacher) for m in ("none", "user", "dense_at_start", "deferred")}
+    plain = int8_weights(runs["none"][0])
+    for mode in ("user", "dense_at_start", "deferred"):
+        model, masks, report, terms, used, same_out = runs[mode]
+        assert max(terms) > 1e-3 and terms[-1] > 0                   # the distillation term is active
+        assert all(t == 0.0 for t in terms[:2]) if mode == "deferred" else terms[1] > 0
+        assert not np.array_equal(int8_weights(model)["0.weight"][0], plain["0.weight"][0])   # it changed training
+        assert same_out                                              # int8 model = the model QAT trained
+        for name, mask in masks.items():
+            q, _ = int8_weights(model)[name]
+            assert int(mask.sum()) == round(0.1 * mask.numel())      # 90% pruned
+            assert not np.any(q[~mask.numpy()]) and report[name].lost_zeros == 0
+            assert report[name].zeros_before == int((~mask).sum())
+    assert runs["user"][4] is teacher and all(torch.equal(v, teacher_state[k])
+                                              for k, v in teacher.state_dict().items())   # the teacher untouched
+    # dense_at_start at step 0: taken in prune(), before add_fake_quant: a float, unmasked copy
+    float_teacher = runs["dense_at_start"][4]
+    assert not any(isinstance(m, FakeQuantInt8) for m in float_teacher.modules())
+    assert all(torch.equal(float_teacher.state_dict()[k], v) for k, v in teacher_state.items())
+    # deferred to step 2, after add_fake_quant: the copy leaves the student's QAT rounding out, the teacher is float
+    late_teacher = runs["deferred"][4]
+    assert not any(isinstance(m, FakeQuantInt8) for m in late_teacher.modules())
+    assert not any(parametrize.is_parametrized(m) for m in late_teacher.modules())
+
+
+def test_frozen_copy_of_a_fake_quantized_model_computes_in_float():
+    model = _mlp(seed=3)
+    pruner = sparsify_torch.prune(model, {"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
+    add_fake_quant(model)
+    teacher = frozen_copy(model)
+    for name, mask in pruner.masks().items():    # original * mask, not rounded to int8 steps
+        layer, tensor = name.rsplit(".", 1)
+        original = getattr(model.get_submodule(layer).parametrizations, tensor).original.detach()
+        assert torch.equal(teacher.state_dict()[name], original * mask)
+        assert not torch.equal(teacher.state_dict()[name], getattr(model.get_submodule(layer), tensor))
+    assert not any(isinstance(m, FakeQuantInt8) for m in teacher.modules())
+    assert any(isinstance(m, FakeQuantInt8) for m in model.modules())      # the student keeps its QAT

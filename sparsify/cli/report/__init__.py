@@ -5,7 +5,9 @@ Three steps, one module each:
 * :mod:`~sparsify.cli.report.readers`: read every numeric tensor of a torch
   ``state_dict``, TF checkpoint, SavedModel, frozen GraphDef, ``.keras`` /
   HDF5 file or ``.npz`` archive, without executing code from the file
-  (:mod:`~sparsify.cli.report.npz_stream` reads an ``.npz`` in bounded chunks,
+  (:mod:`~sparsify.cli.report.npz_reader` reads an ``.npz``, plain, compressed or int8,
+  :mod:`~sparsify.cli.report.int8_npz` an int8 one's tensors with how each is stored and its bytes,
+  :mod:`~sparsify.cli.report.npz_stream` reads an ``.npz`` in bounded chunks,
   :mod:`~sparsify.cli.report.limits` holds the cap on declared bytes,
   :mod:`~sparsify.cli.report.checkpoint_dir` finds the checkpoint a directory's
   state file names);

@@ -16,6 +16,7 @@ Example:
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .statistics import SparsityReport
@@ -48,19 +49,30 @@ def format_report(rep: SparsityReport) -> str:
     """Human-readable table of a :class:`SparsityReport`.
 
     The last line says whether every weight the pattern fits conforms to it
-    (when the report was built with a pattern).
+    (when the report was built with a pattern). An int8 ``.npz``'s table also says how each
+    tensor is stored (``bitmask_int8`` / ``int8`` / ``bitmask`` / ``dense``) and its bytes.
     """
-    rows = [("name", "shape", "dtype", "sparsity", "zeros / size") + ((rep.pattern,) if rep.pattern else ())]
+    stored = any(t.stored_bytes is not None for t in rep.tensors)       # an int8 .npz: how each is stored
+    pat = (rep.pattern,) if rep.pattern else ()
+    rows = [("name", "shape", "dtype", "sparsity", "zeros / size") + (("stored as", "bytes") if stored else ()) + pat]
     for t in rep.tensors:
         row = (t.name, "x".join(map(str, t.shape)) or "scalar", t.dtype, f"{100 * t.sparsity:.2f}%",
-               f"{t.zeros} / {t.size}")
+               f"{t.zeros} / {t.size}") + ((t.encoding or "-", str(t.stored_bytes)) if stored else ())
         rows.append(row + ((format_conformity(t.pattern),) if rep.pattern else ()))
-    for label, tot in (("total (all tensors)", rep.totals()), ("total (weights, rank >= 2)", rep.totals(True))):
+    for label, weights_only in (("total (all tensors)", False), ("total (weights, rank >= 2)", True)):
+        tot = rep.totals(weights_only)
+        nbytes = sum(t.stored_bytes or 0 for t in rep.tensors if t.is_weight or not weights_only)
         rows.append((label, "", "", f"{100 * tot['sparsity']:.2f}%", f"{tot['zeros']} / {tot['size']}")
-                    + (("",) if rep.pattern else ()))
+                    + (("", str(nbytes)) if stored else ()) + (("",) if rep.pattern else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    right = {3, 4}
-    lines = [f"{rep.path} ({rep.format}), {len(rep.tensors)} tensors"]
+    right = {3, 4, 6} if stored else {3, 4}
+    head = f"{rep.path} ({rep.format}), {len(rep.tensors)} tensors"
+    if stored:
+        n_int8 = sum(t.dtype == "int8" for t in rep.tensors)
+        on_disk = f", {os.path.getsize(rep.path)} bytes on disk" if os.path.isfile(rep.path) else ""
+        head += (f", {n_int8} stored as int8 ({sum(t.stored_bytes or 0 for t in rep.tensors)} bytes stored before "
+                 f"the file's deflate{on_disk})")
+    lines = [head]
     for i, r in enumerate(rows):
         cells = [c.rjust(w) if j in right else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))]
         lines.append("  ".join(cells).rstrip())

@@ -13,7 +13,8 @@ Reads, without executing any code stored in the file:
 * Keras ``.keras`` archives (``model.weights.h5`` read with h5py from the zip, its weights named after
   the layers of ``config.json``: ``fc1/kernel``, :mod:`~sparsify.cli.report.keras_names`)
   and HDF5 weight files (``.h5`` / ``.weights.h5``),
-* NumPy ``.npz`` archives (``allow_pickle=False``).
+* NumPy ``.npz`` archives (``allow_pickle=False``; :mod:`~sparsify.cli.report.npz_reader`), a
+  compressed or int8 one (``sparsify export --to npz`` / ``--int8``) decoded to dense tensors.
 
 Arrays come back in the file's own layout; :data:`FORMATS` says which layout
 that is. TensorFlow and torch are imported only when a file of theirs is read.
@@ -50,13 +51,12 @@ import numpy as np
 from sparsify import sparse_format
 from sparsify.extras import install_command
 
-from .. import compressed_npz
 from ..frameworks import import_tensorflow, import_torch
 from ..messages import plain_message
 from .checkpoint_dir import STATE_FILE, checkpoint_prefixes, data_shard_prefixes, directory_checkpoint_prefix
 from .keras_names import keras_weight_names
 from .limits import DEFAULT_MAX_BYTES, check_declared, check_regular, format_bytes, zip_declared
-from .npz_stream import check_declared_npz
+from .npz_reader import read_npz
 
 __all__ = ["FORMATS", "DEFAULT_MAX_BYTES", "PRUNED_MODEL_FORMAT", "detect_format", "resolve_format", "read_tensors",
            "format_bytes", "check_regular"]
@@ -356,21 +356,6 @@ def _read_keras(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
     return {name: tensors[path] for path, name in keras_weight_names(config, tensors).items()}
 
 
-def _read_npz(p: str, max_bytes: int | None) -> dict[str, np.ndarray]:
-    check_declared_npz(p, max_bytes)
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (ValueError, OSError, zipfile.BadZipFile) as e:
-        raise ValueError(f"{p!r} cannot be read as an .npz archive: {e}") from None
-    if not compressed_npz.is_compressed_npz(arrays):
-        return arrays
-    try:                                                  # written by `sparsify export --to npz`
-        return sparse_format.decompress_tensors(compressed_npz.document_from_arrays(arrays), max_elements=max_bytes)
-    except ValueError as e:
-        raise ValueError(f"{p!r}: {e}") from None
-
-
 def resolve_format(path: str | os.PathLike, fmt: str | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES) -> str:
     """The format :func:`read_tensors` reads ``path`` as, after checking ``fmt`` and ``max_bytes``.
 
@@ -447,7 +432,7 @@ def read_tensors(path: str | os.PathLike, fmt: str | None = None,
         check_regular(p)
         tensors = _read_h5(p, p, max_bytes)
     else:
-        tensors = _read_npz(p, max_bytes)
+        tensors = read_npz(p, max_bytes)
     if not tensors:
         raise ValueError(f"{p!r} ({fmt}) holds no numeric tensors")
     return fmt, tensors

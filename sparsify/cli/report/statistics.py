@@ -1,7 +1,8 @@
 """Sparsity statistics of saved weights: per tensor, in total, and conformity to a pattern.
 
 :func:`build_report` reads a file (:mod:`sparsify.cli.report.readers`) and
-measures every tensor. TensorFlow and Keras kernels are converted to the
+measures every tensor; of an int8 ``.npz`` (``sparsify export --int8``) also how each
+tensor is stored and its bytes (:mod:`sparsify.cli.report.int8_npz`). TensorFlow and Keras kernels are converted to the
 canonical (PyTorch) layout with :func:`sparsify.layout.tf_to_canonical`
 before a pattern is checked; the kind is guessed from the name and rank
 (rank 2: dense, rank >= 3: conv, a ``depthwise`` name: depthwise).
@@ -28,6 +29,7 @@ import numpy as np
 from sparsify.layout import tf_to_canonical
 from sparsify.patterns import get_pattern
 from ..compressed_npz import FORMAT_KEY
+from .int8_npz import int8_npz_stats, is_int8_members
 from .npz_stream import check_declared_npz, streamed_tensor_stats
 from .stats_record import TensorStats
 from .readers import DEFAULT_MAX_BYTES, FORMATS, read_tensors, resolve_format
@@ -146,8 +148,13 @@ class SparsityReport:
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-serialisable dict."""
         out = {"path": self.path, "format": self.format, "pattern": self.pattern,
-               "tensors": [dict(asdict(t), shape=list(t.shape)) for t in self.tensors],
+               "tensors": [{k: v for k, v in dict(asdict(t), shape=list(t.shape)).items()
+                            if v is not None or k not in ("encoding", "stored_bytes")} for t in self.tensors],
                "total": self.totals(), "weights_total": self.totals(weights_only=True)}
+        stored = [t for t in self.tensors if t.stored_bytes is not None]
+        if stored:                      # an int8 .npz: its int8 tensors and the bytes stored
+            out["int8_tensors"] = [t.name for t in stored if t.dtype == "int8"]
+            out["stored_bytes"] = sum(t.stored_bytes for t in stored)
         if self.pattern is not None:
             checked = [t for t in self.tensors if t.pattern is not None and t.pattern["fits"]]
             out["pattern_checked"] = len(checked)
@@ -175,8 +182,14 @@ def build_report(path: str | os.PathLike, pattern: str | None = None, include_op
     fmt = resolve_format(path, fmt, max_bytes)
     rep = SparsityReport(path=os.fspath(path), format=fmt, pattern=pattern)
     members = check_declared_npz(path, max_bytes) if fmt == "npz" else []
-    streamed = fmt == "npz" and not any(m.name == FORMAT_KEY for m in members)   # not a compressed .npz
-    if streamed:                       # in bounded chunks: memory does not grow with the declared size
+    int8 = int8_npz_stats(path, pattern, max_bytes) if is_int8_members(m.name for m in members) else None
+    streamed = fmt == "npz" and int8 is None and not any(m.name == FORMAT_KEY for m in members)  # a plain .npz
+    if int8 is not None:               # sparsify export --int8: per tensor its int8 / exact encoding and bytes
+        counters = {t.name for t in int8 if not t.shape and t.stored_bytes is not None and t.dtype != "int8"
+                    and np.dtype(t.dtype).kind in "iu"}
+        rep.tensors = [t for t in int8 if (include_optimizer or not is_optimizer_state(t.name)) and t.name not in counters]
+        tensors = {}
+    elif streamed:                       # in bounded chunks: memory does not grow with the declared size
         members = [m for m in members if m.dtype.kind in "fcbiu"]
         if not members:
             raise ValueError(f"{os.fspath(path)!r} ({fmt}) holds no numeric tensors")

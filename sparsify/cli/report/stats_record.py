@@ -17,7 +17,8 @@ __all__ = ["TensorStats"]
 
 @dataclass
 class TensorStats:
-    """Sparsity of one tensor (and conformity of its 2-D view to a pattern)."""
+    """Sparsity of one tensor (and conformity of its 2-D view to a pattern); ``encoding`` and
+    ``stored_bytes``: how an int8 ``.npz`` stores it (None for other files)."""
 
     name: str
     shape: tuple[int, ...]
@@ -27,3 +28,5 @@ class TensorStats:
     sparsity: float
     is_weight: bool
     pattern: dict[str, Any] | None = None
+    encoding: str | None = None
+    stored_bytes: int | None = None

@@ -194,7 +194,8 @@ def test_an_int8_export_beside_a_run_belongs_to_it(tmp_path):
     one the manifest does not list is stale (its default name is an export's)."""
     from keras_archives import mlp_weights, write_keras_archive
 
-    from sparsify.cli.atomic import RunDirectory, verify_run, write_bytes
+    from sparsify.cli.atomic import write_bytes
+    from sparsify.cli.run_directory import RunDirectory, verify_run
 
     def commit(seed):
         with RunDirectory(tmp_path / "run", planned=["model.keras"]) as run:
