@@ -73,6 +73,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gradual-arms", nargs="+", default=[a for a in GRADUAL_ARMS if a not in DISTILL_ARMS],
                    help="default: every arm without a teacher (teacher arms, e.g. sr_ste_distill, when named)")
     p.add_argument("--gradual-targets", nargs="+", default=["90", "80", "50"], help="percent, or 2:4")
+    p.add_argument("--gradual-only", action="store_true",
+                   help="no dense run of the seed unless an arm needs its teacher (e.g. SR-STE over the steps a "
+                        "teacher and its student cost together, for an equal-compute arm)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=1800)
     p.add_argument("--batch-size", type=int, default=32)
@@ -213,7 +216,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 torch=torch.__version__, machine=platform.machine(), calibration_windows=args.calib)
     val_x, val_y = validation_windows(corpus, cfg.context, args.val_limit)
     for seed in args.seeds:
-        if args.dense or args.oneshot or args.peer or args.finetune or not (same_runs and str(seed) in data["dense"]):
+        recorded = same_runs and str(seed) in data["dense"]
+        if args.dense or args.oneshot or args.peer or args.finetune or not (recorded or args.gradual_only):
             dense = _dense(cfg, corpus, args, seed, data)   # gradual runs alone reuse a recorded dense figure
             record_run(data, seed, "dense", "0", bits_per_char(dense, val_x, val_y),
                        {"seconds": data["dense"][str(seed)]["seconds"]})

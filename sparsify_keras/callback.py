@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 import weakref
 from typing import Any, Mapping
 
@@ -75,6 +76,12 @@ class PruningCallback(keras.callbacks.Callback):
             step (``None``, the default, and ``True``); ``False`` keeps them on the host at batch starts. Masks
             and weights are the same either way. Keras 3 always updates on the host (every backend); ``True``
             with a Keras 3 model is a ``ValueError``.
+
+    Attributes:
+        update_timings: one dict per mask update made on the host, in order: ``step``, and the seconds of its
+            parts, ``read`` (the weights to the host), ``select`` (the core's update less that read) and
+            ``write`` (masks, weights and optimizer slots back); an update made inside a tf-keras train step
+            is not timed.
 
     Raises:
         TypeError/ValueError: bad config or arguments (at construction); a model that is not built, a
@@ -124,6 +131,7 @@ class PruningCallback(keras.callbacks.Callback):
         self._driver_model: weakref.ref | None = None
         self._batch_hooks = True    # whether the Keras calls on_train_batch_begin in this fit
         self._pending_logs: list[tuple[int, dict[str, float]]] = []
+        self.update_timings: list[dict[str, float]] = []
 
     # ----- the model's driver (sparsify_keras.driver: what differs between Kerases) ---------------
     def _driver_of(self, model: Any) -> KerasDriver:
@@ -317,7 +325,7 @@ class PruningCallback(keras.callbacks.Callback):
         self._driver.check_fit(model, self)
         teach_from = getattr(model, "teach_from", None)     # a DistillationModel: its dense_at_start teacher is
         if callable(teach_from):                            # the student at this schedule's start_step
-            teach_from(self.config.start_step)
+            teach_from(self.config.start_step, self.config.end_step)
         if self.log_dir is not None and self._writer is None:
             self._writer = self._make_writer(self.log_dir)
         self._spe = steps_per_execution(model)
@@ -416,10 +424,25 @@ class PruningCallback(keras.callbacks.Callback):
             reads = collect_reads(self.protocol, adapter)
             if self.protocol.engine.scored_every_step:
                 reads["scores"] = adapter.read_scores
+            read_weights, read_seconds = reads["weights"], [0.0]
+
+            def timed_read() -> Any:
+                started = time.perf_counter()
+                try:
+                    return read_weights()
+                finally:
+                    read_seconds[0] += time.perf_counter() - started
+
+            reads["weights"] = timed_read
+            started = time.perf_counter()
             update = self.protocol.advance(step, **reads)
+            selected = time.perf_counter()
             if update is None:
                 return
             adapter.write_update(update)
+            self.update_timings.append({"step": step, "read": read_seconds[0],
+                                        "select": selected - started - read_seconds[0],
+                                        "write": time.perf_counter() - selected})
             self._seen_state = (update.step, None)     # None: the protocol's masks (converted when compared)
         self._set_next()
         self._log_update(step, update.released)

@@ -19,10 +19,9 @@ Example:
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
-from sparsify.distillation import DistillationConfig
+from sparsify.distillation import DistillationConfig, ramp_weight
 
 __all__ = ["kd_term", "feature_term", "weight_value", "check_models", "feature_layers", "output_shape"]
 
@@ -49,18 +48,21 @@ def feature_term(ops: Any, student: Sequence[Any], teacher: Sequence[Any]) -> An
 
 
 def weight_value(ops: Any, config: DistillationConfig, step: Any) -> Any:
-    """``w(step)`` as a float32 scalar from a step tensor (``optimizer.iterations``), the core's
-    :meth:`~sparsify.DistillationConfig.weight_at` computed with ``ops`` (a Python float when constant)."""
+    """``w(step)`` as a float32 scalar from a step tensor (``optimizer.iterations``): the core's formula
+    (:func:`sparsify.distillation.ramp_weight`) on ``ops`` (a Python float when constant).
+
+    Raises:
+        ValueError: a ``"fade"`` weight (the default of the ``"dense_at_start"`` teacher) whose pruning window
+            is not known: the :class:`PruningCallback` gives it (``teach_from``).
+    """
+    if config.weight_schedule == "fade":
+        raise ValueError("distillation weight_schedule='fade' (the default weight of the 'dense_at_start' teacher) "
+                         "fades over the pruning window, which the PruningCallback gives when fit starts "
+                         "(DistillationModel.teach_from(start_step, end_step)): fit with a PruningCallback, or "
+                         "give the weight (e.g. weight=1.0)")
     if config.weight_schedule == "constant":
         return config.weight
-    s = ops.cast(step, "float32")
-    i, w = config.init_weight, config.weight
-    span = float(max(1, config.end_step - config.start_step))
-    p = ops.clip((s - float(config.start_step)) / span, 0.0, 1.0)
-    shape = p if config.weight_schedule == "linear" else 1.0 - ops.cos(p * (math.pi / 2.0))
-    ramp = i + (w - i) * shape
-    return ops.where(ops.less(s, float(config.start_step)), i,
-                     ops.where(ops.greater_equal(s, float(config.end_step)), w, ramp))
+    return ramp_weight(config, ops.cast(step, "float32"), ops)
 
 
 def output_shape(model: Any) -> tuple | None:

@@ -11,8 +11,12 @@ Wrap the student (the model being pruned), compile the wrapper as you would the 
   sets :attr:`~DistillationModel.teacher_step` to its ``start_step`` at the start of ``fit`` (when the
   optimizer has not reached it yet), and the train step that reaches that step assigns the student's weights
   to the teacher's (inside the compiled step, before the callback's mask update at the next batch); the term
-  is exactly 0 before. With ``start_step=0`` (or no callback) the copy is the one taken when the wrapper is
-  made. ``"user"``: the model passed, frozen in place, teaching from step 0.
+  is exactly 0 before. With ``start_step=0`` the copy is the one taken when the wrapper is made.
+  ``"user"``: the model passed, frozen in place, teaching from step 0.
+* The weight ``w``: as given; with neither ``weight`` nor ``weight_schedule`` given, the ``"dense_at_start"``
+  teacher's fades (:meth:`sparsify.DistillationConfig.for_pruning`): 1 at the pruning ``start_step``, linearly
+  to 0 at ``start_step + (end_step - start_step) // 2``, then 0; the callback gives the window
+  (:meth:`~DistillationModel.teach_from`), so such a wrapper is fit with a :class:`PruningCallback`.
 * Only the student is pruned: the callback walks the student (its own weight paths, the masks of a run
   without distillation), and only the student is saved: ``strip_pruning(wrapper)`` returns the plain
   student, whose ``save`` holds none of the teacher.
@@ -24,7 +28,7 @@ Example:
     >>> import numpy as np, keras
     >>> from sparsify_keras import DistillationModel, PruningCallback, strip_pruning
     >>> student = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, name="fc"), keras.layers.Dense(3)])
-    >>> model = DistillationModel(student, {"temperature": 2.0, "weight": 1.0})
+    >>> model = DistillationModel(student, {"temperature": 2.0})      # the weight: 1 -> 0 over step 0 -> 1
     >>> model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     >>> x = np.random.default_rng(0).normal(size=(32, 8)).astype("float32")
     >>> cb = PruningCallback({"target_sparsity": 0.5, "end_step": 2, "pruning_frequency": 1})
@@ -114,7 +118,8 @@ class DistillationMixin:
         # shares the student's (teacher's) layers: not tracked again, so no weight is listed twice
         extra = {"_s_feats": _features_model(student, s_layers, keras_module) if s_layers else None,
                  "_t_feats": _features_model(teacher, t_layers, keras_module) if t_layers else None,
-                 "_last": None, PRUNING_ROOT_ATTR: student, "_teacher_pairs": pairs, "_copy_in_step": False}
+                 "_last": None, PRUNING_ROOT_ATTR: student, "_teacher_pairs": pairs, "_copy_in_step": False,
+                 "_given_config": cfg}
         for name, value in extra.items():
             object.__setattr__(self, name, value)
         self.built = True
@@ -165,13 +170,26 @@ class DistillationMixin:
             return total * cfg.weight
         return total * weight_value(ops, cfg, self._step() if step is None else step)
 
-    def teach_from(self, start_step: int) -> None:
+    def teach_from(self, start_step: int, end_step: int | None = None) -> None:
         """Take the ``"dense_at_start"`` teacher at optimizer step ``start_step`` (the pruning schedule's
-        first update; :class:`PruningCallback` calls this at the start of ``fit``), the term being 0 before:
-        only when the optimizer has not reached ``start_step`` yet (else the teacher stays as it is). Nothing
-        for a ``"user"`` teacher."""
+        first update; :class:`PruningCallback` calls this at the start of ``fit`` with its window), the term
+        being 0 before: only when the optimizer has not reached ``start_step`` yet (else the teacher stays as
+        it is). ``end_step``: the pruning schedule's, over which a ``"fade"`` weight falls to 0 (halfway:
+        :attr:`config` becomes its ramp). Nothing for a ``"user"`` teacher (whose weight is as given).
+
+        Raises:
+            ValueError: a bad step, or a ``"fade"`` without ``end_step`` or with a window it cannot fade over;
+                before anything changes.
+        """
         if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
             raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}")
+        given = self._given_config
+        if given.weight_schedule == "fade" and end_step is None:
+            raise ValueError("end_step: the distillation weight fades over the pruning window (the default of the "
+                             "'dense_at_start' teacher): teach_from(start_step, end_step), or give the weight "
+                             "(e.g. weight=1.0)")
+        if end_step is not None:
+            self.config = given.for_pruning(start_step, end_step)
         if not self._teacher_pairs:
             return
         sync_to_variables(self)
@@ -215,7 +233,8 @@ class DistillationModel(DistillationMixin, keras.Model):
     Attributes:
         student: the model being pruned (what ``call`` runs).
         teacher: the frozen teacher.
-        config: the validated :class:`sparsify.DistillationConfig`.
+        config: the validated :class:`sparsify.DistillationConfig` (a ``"fade"`` weight: its ramp over the
+            pruning window once :meth:`teach_from` gave it).
         teacher_step: an int32 variable (saved with the wrapper's weights): the optimizer step from which
             the term counts (0 unless :meth:`teach_from` moved it); a ``"dense_at_start"`` teacher is the
             student as it is when the optimizer reaches it.

@@ -8,7 +8,10 @@ begins: at the pruning schedule's ``start_step`` (its first mask update), in ``p
 update, however early ``prune`` was called (with ``start_step=0``: in ``prune``, before any mask). Until then
 the distillation term is exactly zero and no teacher exists, so the usual recipe (``prune`` before the loop,
 pruning from step ``start_step > 0``) distils from the model trained so far, not from its initialisation.
-Otherwise the teacher is the caller's module, used from the first step. It is held by the pruner only:
+Its default weight (no ``weight`` or ``weight_schedule`` given) fades: 1 at ``start_step``, linearly to 0 at
+the middle of the pruning window, 0 after (:meth:`sparsify.DistillationConfig.for_pruning`, with the
+pruning schedule's ``start_step`` and ``end_step``). Otherwise the teacher is the caller's module, used from
+the first step. It is held by the pruner only:
 never a submodule of the pruned model, so never in its ``state_dict()`` nor saved with it, and the
 optimizer never sees it (build the optimizer from ``model.parameters()``).
 
@@ -19,7 +22,7 @@ Example:
     >>> import torch
     >>> from sparsify import DistillationConfig
     >>> model = torch.nn.Linear(3, 2)
-    >>> d = Distiller(model, DistillationConfig(temperature=1.0))
+    >>> d = Distiller(model, DistillationConfig(temperature=1.0, weight=1.0))
     >>> x = torch.ones(4, 3)
     >>> float(d.loss(x, model(x), step=0).detach())     # the student is still the teacher
     0.0
@@ -37,6 +40,7 @@ from torch.nn.utils import parametrize
 from sparsify.distillation import DistillationConfig
 
 from .parametrization import MaskParametrization
+from .quantization import FakeQuantInt8
 
 __all__ = ["Distiller", "frozen_copy", "hook_ids", "kd_loss"]
 
@@ -61,7 +65,8 @@ def hook_ids(model: nn.Module) -> dict[str, frozenset[int]]:
 def frozen_copy(model: nn.Module, keep_hooks: Mapping[str, frozenset[int]] | None = None) -> nn.Module:
     """A deep copy of ``model`` with no gradient (``requires_grad=False``) in ``eval()`` mode, without masks:
     each weight under a :class:`~sparsify_torch.parametrization.MaskParametrization` becomes a plain
-    parameter holding the value the model computes with (``original * mask``).
+    parameter holding the value the model computes with (``original * mask``); a QAT rounding
+    (:class:`~sparsify_torch.quantization.FakeQuantInt8`) is left out: the teacher stays float.
 
     ``keep_hooks`` (from :func:`hook_ids`): keep only these module hooks in the copy; the others (the
     pruner's and the distiller's own, on the student) are neither copied nor run by the copy. ``None``: all.
@@ -89,14 +94,21 @@ def frozen_copy(model: nn.Module, keep_hooks: Mapping[str, frozenset[int]] | Non
                     del hooks[k]
     for module in list(teacher.modules()):
         if parametrize.is_parametrized(module):
+            rounded_only = []        # QAT's rounding is the student's, not the teacher's: the teacher stays float
+            for t, chain in module.parametrizations.items():
+                for i in reversed([i for i, p in enumerate(chain) if isinstance(p, FakeQuantInt8)]):
+                    if len(chain) > 1:
+                        del chain[i]
+                    else:
+                        rounded_only.append(t)
             masked = [t for t, chain in module.parametrizations.items()
-                      if all(isinstance(p, MaskParametrization) for p in chain)]
-            if masked:      # a class of its own: removing a parametrization edits the class, which the copy shares
+                      if t not in rounded_only and all(isinstance(p, MaskParametrization) for p in chain)]
+            if masked or rounded_only:      # a class of its own: removing a parametrization edits the class, which the copy shares
                 cls = type(module)
                 module.__class__ = type(cls.__name__, cls.__bases__, {
                     k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")})
-            for tensor_name in masked:
-                parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=True)
+            for tensor_name in masked + rounded_only:
+                parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=tensor_name in masked)
     teacher.requires_grad_(False)
     for p in teacher.parameters():
         p.grad = None
@@ -177,18 +189,25 @@ class Distiller:
             ``["logits"]`` or ``[0]``).
         start_step: the step at which pruning begins (the pruning schedule's first update): the
             ``"dense_at_start"`` teacher is the student as it is then, and the term is 0 before.
+        end_step: the pruning schedule's ``end_step``: the default weight (``"fade"``) falls from 1 at
+            ``start_step`` to 0 at ``start_step + (end_step - start_step) // 2``
+            (:meth:`sparsify.DistillationConfig.for_pruning`); needed by a ``"fade"`` only.
+
+    Raises:
+        ValueError: a ``"fade"`` weight without ``end_step`` or with a window it cannot fade over.
 
     Example:
-        >>> d = Distiller(torch.nn.Linear(3, 2), DistillationConfig(), start_step=5)
+        >>> d = Distiller(torch.nn.Linear(3, 2), DistillationConfig(), start_step=5, end_step=25)
         >>> d.teacher is None, float(d.loss(torch.ones(1, 3), torch.ones(1, 2), step=4))
         (True, 0.0)
         >>> d.reach(5)
-        >>> d.teacher.training
-        False
+        >>> d.teacher.training, [d.config.weight_at(s) for s in (5, 10, 15)]
+        (False, [1.0, 0.5, 0.0])
     """
 
     def __init__(self, student: nn.Module, config: DistillationConfig, teacher: nn.Module | None = None,
-                 logits_fn: Callable[[Any], torch.Tensor] | None = None, *, start_step: int = 0) -> None:
+                 logits_fn: Callable[[Any], torch.Tensor] | None = None, *, start_step: int = 0,
+                 end_step: int | None = None) -> None:
         if teacher is None and config.teacher == "user":
             raise ValueError("distillation teacher='user' needs the teacher module: prune(..., teacher=module)")
         if teacher is not None and config.teacher != "user":
@@ -200,10 +219,16 @@ class Distiller:
             raise ValueError("teacher is the student itself; pass a separate (e.g. copy.deepcopy) module")
         if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
             raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}")
+        if config.weight_schedule == "fade":
+            if end_step is None:
+                raise ValueError("end_step: the distillation weight fades over the pruning window (the default of "
+                                 "the 'dense_at_start' teacher): pass the pruning end_step, or give the weight "
+                                 "(e.g. weight=1.0)")
+            config = config.for_pruning(start_step, end_step)
         if teacher is not None:
             teacher.requires_grad_(False)
             teacher.eval()
-        self.config = config
+        self.config = config          # a "fade" as its ramp over the pruning window
         self.start_step = 0 if teacher is not None else start_step
         self.teacher: nn.Module | None = teacher
         self.logits_fn = logits_fn or _logits_of

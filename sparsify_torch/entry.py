@@ -1,5 +1,5 @@
 """``prune(model, config)``: the torch entry point (a :class:`~sparsify_torch.pruner.Pruner`, or a
-:class:`~sparsify_torch.fsdp.ShardedPruner` for FSDP2 weights).
+:class:`~sparsify_torch.distributed.fsdp.ShardedPruner` for FSDP2 weights).
 
 Example:
     >>> import torch
@@ -23,7 +23,7 @@ from sparsify.criteria import get_criterion
 from sparsify.engine import select_layers
 from sparsify.protocol import PruningProtocol
 
-from .dtensor import is_dtensor
+from .distributed.dtensor import is_dtensor
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
 from .parametrization import MaskParametrization, register_mask
 from .pruner import Pruner
@@ -34,7 +34,7 @@ from .summary import build_summary
 if TYPE_CHECKING:
     from sparsify.distillation import DistillationConfig
     from .distillation import Distiller
-    from .fsdp import ShardedPruner
+    from .distributed.fsdp import ShardedPruner
 
 __all__ = ["prune"]
 
@@ -76,7 +76,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
 
     FSDP2: on a model whose weights are DTensors sharded along dim 0
     (``fully_shard``), call ``prune`` *after* ``fully_shard``; it returns a
-    :class:`sparsify_torch.fsdp.ShardedPruner` that keeps each rank's rows of
+    :class:`sparsify_torch.distributed.fsdp.ShardedPruner` that keeps each rank's rows of
     the masks only and computes the single-process masks exactly, with small
     collectives (see ``docs/distributed.md``). Pass the ``optimizer`` there too: the pruner
     then keeps the values of the pruned weights beside the shards and the optimizer steps
@@ -89,7 +89,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         process_group: group to sum activation statistics over (None = default group).
         log_dir: optional TensorBoard directory: ``sparsity/total`` and
             ``sparsity/<weight>`` scalars at every mask update (as Keras'
-            ``PruningCallback(log_dir=)``), through ``torch.utils.tensorboard``.
+            ``PruningCallback(log_dir=)``, the same writer), with the ``tensorboard`` package.
         optimizer: the ``torch.optim.Optimizer`` training the model; required with
             ``regrowth`` (grown weights start with zeroed optimizer state), and on FSDP2
             weights for the dense weights under the masks. A wrapper holding it as ``.optimizer``
@@ -100,7 +100,10 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             (:mod:`sparsify_torch.distillation`). Its teacher is a frozen deep copy of ``model`` as it
             is when pruning begins (``teacher="dense_at_start"``): taken by ``Pruner.step()`` when the
             count reaches ``config.start_step``, before that update (here, before any mask, when it is
-            0), the term being 0 until then; or ``teacher``, from the first step.
+            0), the term being 0 until then; or ``teacher``, from the first step. With no ``weight`` or
+            ``weight_schedule`` given, the weight of that default teacher fades: 1 at ``start_step``,
+            linearly to 0 at ``start_step + (end_step - start_step) // 2``, then 0 (an explicit weight is
+            kept as given).
         teacher: the teacher module with ``distillation={"teacher": "user", ...}``; frozen in place
             (``requires_grad=False``, ``eval()``). On FSDP2, shard it with ``fully_shard`` too.
         logits_fn: picks the logits from the teacher's output when it is not a tensor (default:
@@ -162,7 +165,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
     _check_selected(layers, params, config)
     _check_tied(layers, ties, config)
     if sharded:       # the sharded protocol is built there, once its rows are known
-        from .fsdp_entry import prune_sharded     # FSDP2 only: torch.distributed.tensor is imported by now
+        from .distributed.fsdp_entry import prune_sharded     # FSDP2 only: torch.distributed.tensor is imported by now
 
         distiller = _sharded_distiller(model, distill, teacher, logits_fn)
         try:
@@ -176,7 +179,7 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
         logger.info(pruner.summary().line())
         return _with_distiller(pruner, distiller)
     distiller = None if distill is None else _distiller(model, distill, teacher, logits_fn,   # before any mask
-                                                        config.start_step)
+                                                        config.start_step, config.end_step)
     summary = build_summary(model, config, candidates, protocol.names, protocol.skipped, ties.tied, ties.dropped,
                             select)
     aliases: dict[tuple[nn.Module, str], list[PrunableWeight]] = {}      # each tensor once (fused q/k/v too)
@@ -333,10 +336,11 @@ def _sharded_distiller(model: nn.Module, distill: DistillationConfig | None, tea
 
 
 def _distiller(model: nn.Module, distill: DistillationConfig, teacher: nn.Module | None, logits_fn: Any,
-               start_step: int = 0) -> Distiller:
-    """The distiller of ``prune``; a ``"dense_at_start"`` teacher is copied at ``start_step`` (the schedule's)."""
+               start_step: int = 0, end_step: int | None = None) -> Distiller:
+    """The distiller of ``prune``; a ``"dense_at_start"`` teacher is copied at ``start_step`` (the schedule's), and
+    its default weight fades to 0 halfway to ``end_step``."""
     from .distillation import Distiller     # loaded when a distillation is asked for
-    return Distiller(model, distill, teacher, logits_fn, start_step=start_step)
+    return Distiller(model, distill, teacher, logits_fn, start_step=start_step, end_step=end_step)
 
 
 def _drop(distiller: Distiller | None) -> None:

@@ -14,7 +14,10 @@ model of the seed (the ``dense`` arm's model: its 1800 steps are not counted in 
 loss plus ``weight`` times the KL of the teacher's and student's softmax at ``temperature`` (:data:`DISTILL_ARMS`).
 ``sr_ste_default_teacher`` is SR-STE with ``distillation={}``, the defaults a user gets: the teacher
 ``"dense_at_start"``, the model itself as it is at the pruning ``start_step`` (10% of the steps, ``prune()``
-called before the loop), ``T=2``, weight 1; no extra training is spent on its teacher.
+called before the loop), ``T=2``, the default weight (since issue 58 the fade: 1 at ``start_step``, linearly
+to 0 halfway through the pruning window); no extra training is spent on its teacher.
+``sr_ste_default_teacher_constant`` is the same teacher with the constant weight 1 (``weight=1.0``: the
+default before the fade).
 ``sr_ste_init_teacher`` is the same with the teacher copied when ``prune()`` is called (the initialisation):
 what ``"dense_at_start"`` did before issue 58, kept to measure that change.
 ``sr_ste_default_teacher_decay`` is the default teacher with its weight decaying linearly from 1 at the pruning
@@ -25,8 +28,8 @@ what ``"dense_at_start"`` did before issue 58, kept to measure that change.
 Example:
     >>> sorted(GRADUAL_ARMS)  # doctest: +NORMALIZE_WHITESPACE
     ['default', 'erk_rigl', 'erk_wanda', 'rigl', 'sr_ste', 'sr_ste_at_start', 'sr_ste_default_teacher',
-     'sr_ste_default_teacher_decay', 'sr_ste_default_teacher_decay_half', 'sr_ste_distill', 'sr_ste_init_teacher',
-     'torch.ao']
+     'sr_ste_default_teacher_constant', 'sr_ste_default_teacher_decay', 'sr_ste_default_teacher_decay_half',
+     'sr_ste_distill', 'sr_ste_init_teacher', 'torch.ao']
     >>> needs_teacher("sr_ste_distill"), needs_teacher("sr_ste_default_teacher")
     (True, False)
     >>> window(1800)
@@ -73,8 +76,10 @@ GRADUAL_ARMS: dict[str, dict[str, Any]] = {
     "torch.ao": {},
     # SR-STE, taught by the trained dense model of the seed (DISTILL_ARMS)
     "sr_ste_distill": _SR_STE,
-    # SR-STE, taught by the default teacher: the model itself at the pruning start_step
+    # SR-STE, taught by the default teacher: the model itself at the pruning start_step, the default weight
     "sr_ste_default_teacher": _SR_STE,
+    # the same teacher with the constant weight 1 (the default before issue 58's fade)
+    "sr_ste_default_teacher_constant": _SR_STE,
     # SR-STE, taught by the model as prune() found it (the initialisation; dense_at_start before issue 58)
     "sr_ste_init_teacher": _SR_STE,
     # SR-STE, taught by the default teacher with a weight decaying from 1 to 0 over the pruning window
@@ -88,6 +93,7 @@ GRADUAL_ARMS: dict[str, dict[str, Any]] = {
 DISTILL_ARMS: dict[str, dict[str, Any]] = {
     "sr_ste_distill": {"temperature": 1.0, "weight": 1.0, "teacher": "user"},
     "sr_ste_default_teacher": {},
+    "sr_ste_default_teacher_constant": {"weight": 1.0},
     "sr_ste_init_teacher": {"teacher": "user"},      # the teacher: a copy of the model at attach (init)
     # the weight from 1 at the pruning start_step to 0 at its end_step (to 0 halfway: _half); the window's steps
     # are filled in by distill_settings

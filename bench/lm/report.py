@@ -219,7 +219,8 @@ def render(data: dict[str, Any]) -> str:
         f"{corpus['python']}'s `pydoc_data/topics.py` ({corpus['characters']:,} characters, sha256 "
         f"`{corpus['sha256'][:16]}…`), last 10% held out. Dense training: {train['steps']} steps of "
         f"{train['batch_size']} x {model['context']} characters, 1 CPU thread, "
-        f"{np.mean(secs):.0f} s per run (torch {data['torch']}). One-shot on the trained model with "
+        + (f"{np.mean(secs):.0f} s per run" if secs else "no dense run here (--gradual-only)")
+        + f" (torch {data['torch']}). One-shot on the trained model with "
         f"{data['calibration_windows']} calibration windows of the training text; the blocks' linear weights "
         f"are pruned (not embeddings or the tied head). Validation bits per character, mean ± std over "
         f"the seeds each cell ran, of {seeds} (lower is better).",

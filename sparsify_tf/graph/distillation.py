@@ -11,7 +11,10 @@ run :func:`teacher_snapshot_op` once after the variables are initialised or rest
 pruned by :func:`sparsify_tf.prune_graph` as usual; :func:`distillation_loss` gives the term of
 :class:`sparsify.DistillationConfig` to add to the task loss: ``w(global_step) * (logit_weight * KD +
 feature_weight * mean MSE)``, the teacher's tensors behind ``tf.stop_gradient``. Its weight over steps is
-the core's :meth:`~sparsify.DistillationConfig.weight_at` computed in the graph.
+the core's formula (:func:`sparsify.distillation.ramp_weight`) computed in the graph. With no ``weight`` or
+``weight_schedule`` given, the ``"dense_at_start"`` teacher's weight fades: 1 at the pruning ``start_step``,
+linearly to 0 at ``start_step + (end_step - start_step) // 2``, then 0; pass ``pruning=`` (the
+:func:`sparsify_tf.prune_graph` result) so the term knows the window (and the step the teacher is taken at).
 
 Example:
     >>> import tensorflow as tf
@@ -20,7 +23,7 @@ Example:
     >>> with g.as_default():
     ...     step = tf.compat.v1.train.get_or_create_global_step()
     ...     loss = distillation_loss(tf.constant([[0.0, 0.0]]), tf.constant([[0.0, 2.0]]),
-    ...                              DistillationConfig(temperature=2.0), step)
+    ...                              DistillationConfig(temperature=2.0, weight=1.0), step)
     ...     with tf.compat.v1.Session() as sess:
     ...         sess.run(tf.compat.v1.global_variables_initializer())
     ...         print(round(float(sess.run(loss)), 5))
@@ -28,12 +31,12 @@ Example:
 """
 from __future__ import annotations
 
-import math
+from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
 
-from sparsify.distillation import DistillationConfig
+from sparsify.distillation import DistillationConfig, ramp_weight
 
 __all__ = ["distillation_loss", "kd_loss", "weight_tensor", "teacher_snapshot_op", "teacher_train_op"]
 
@@ -50,24 +53,28 @@ def kd_loss(student_logits: Any, teacher_logits: Any, temperature: float) -> tf.
     return tf.reduce_mean(kl) * (temperature * temperature)
 
 
+#: :func:`sparsify.distillation.ramp_weight`'s operations in float64 graph ops.
+_RAMP_OPS = SimpleNamespace(
+    where=lambda c, x, y: tf.where(c, tf.cast(x, tf.float64), tf.cast(y, tf.float64)), less=tf.less,
+    greater_equal=tf.greater_equal, clip=tf.clip_by_value, cos=tf.cos)
+
+
 def weight_tensor(config: DistillationConfig, global_step: Any) -> tf.Tensor:
-    """``w(global_step)`` as a float32 scalar tensor (the core's ``weight_at``, in float64 then cast)."""
+    """``w(global_step)`` as a float32 scalar tensor: the core's formula
+    (:func:`sparsify.distillation.ramp_weight`) in float64 graph ops, then cast.
+
+    Raises:
+        ValueError: a ``"fade"`` whose pruning window is not filled in (``config.for_pruning``).
+    """
     if config.weight_schedule == "constant":
         return tf.constant(config.weight, tf.float32)
-    step = tf.cast(global_step, tf.float64)
-    span = float(max(1, config.end_step - config.start_step))
-    p = tf.clip_by_value((step - config.start_step) / span, 0.0, 1.0)
-    i, t = config.init_weight, config.weight
-    ramp = i + (t - i) * (p if config.weight_schedule == "linear" else 1.0 - tf.cos(p * (math.pi / 2.0)))
-    w = tf.where(step < config.start_step, tf.constant(i, tf.float64),
-                 tf.where(step >= config.end_step, tf.constant(t, tf.float64), ramp))
-    return tf.cast(w, tf.float32)
+    return tf.cast(ramp_weight(config, tf.cast(global_step, tf.float64), _RAMP_OPS), tf.float32)
 
 
 def distillation_loss(student_logits: Any, teacher_logits: Any, config: DistillationConfig | Mapping[str, Any],
                       global_step: Any, student_features: Mapping[str, Any] | None = None,
-                      teacher_features: Mapping[str, Any] | None = None, teacher_step: int | None = None
-                      ) -> tf.Tensor:
+                      teacher_features: Mapping[str, Any] | None = None, teacher_step: int | None = None,
+                      pruning: Any = None) -> tf.Tensor:
     """The distillation term at ``global_step`` (a scalar float32 tensor) to add to the task loss.
 
     Args:
@@ -77,16 +84,33 @@ def distillation_loss(student_logits: Any, teacher_logits: Any, config: Distilla
         student_features, teacher_features: tensors by the names of ``config.features``.
         teacher_step: the step the teacher is taken at (the pruning ``start_step`` of
             :func:`teacher_train_op`): the term is exactly 0 while ``global_step`` is below it; ``None``:
-            from step 0 (a teacher taken before training, or a trained one).
+            the ``start_step`` of ``pruning`` for a ``"dense_at_start"`` teacher, else from step 0 (a teacher
+            taken before training, or a trained one).
+        pruning: the :func:`sparsify_tf.prune_graph` result pruning the student (its ``config``'s window):
+            needed by the default ``"fade"`` weight, from 1 at its ``start_step`` to 0 at
+            ``start_step + (end_step - start_step) // 2`` (:meth:`sparsify.DistillationConfig.for_pruning`).
 
     Raises:
         ValueError: a feature of ``config.features`` is missing from either mapping, or one is given
-            that it does not name; ``teacher_step`` is not an integer >= 0.
+            that it does not name; ``teacher_step`` is not an integer >= 0; a ``"fade"`` weight without
+            ``pruning`` or with a window it cannot fade over.
     """
     config = DistillationConfig.coerce(config)
     if teacher_step is not None and (isinstance(teacher_step, bool) or not isinstance(teacher_step, int)
                                      or teacher_step < 0):
         raise ValueError(f"teacher_step must be None or an integer >= 0, got {teacher_step!r}")
+    window = getattr(pruning, "config", None)
+    if pruning is not None and not (hasattr(window, "start_step") and hasattr(window, "end_step")):
+        raise ValueError(f"pruning must be the result of sparsify_tf.prune_graph (its config gives the pruning "
+                         f"window), got {type(pruning).__name__}")
+    if config.weight_schedule == "fade" and pruning is None:
+        raise ValueError("pruning: the distillation weight fades over the pruning window (the default of the "
+                         "'dense_at_start' teacher): pass pruning= (the prune_graph result), or give the weight "
+                         "(e.g. weight=1.0)")
+    if pruning is not None:
+        config = config.for_pruning(int(window.start_step), int(window.end_step))
+        if teacher_step is None and config.teacher == "dense_at_start":
+            teacher_step = int(window.start_step)
     sf, tf_ = dict(student_features or {}), dict(teacher_features or {})
     for who, feats in (("student_features", sf), ("teacher_features", tf_)):
         if sorted(feats) != sorted(config.features):
@@ -134,8 +158,8 @@ def teacher_train_op(train_op: Any, student_vars: Sequence[Any], teacher_vars: S
     """The train op of a pruned student taught by the ``"dense_at_start"`` teacher: ``train_op``, then (in the
     step that brings ``pruning.global_step`` to the schedule's ``start_step``) the teacher's variables set to
     the student's, then the pruning update (``pruning.wrap_train_op``): the teacher is the student as it is
-    when pruning begins, however early the graph was built. Pass ``teacher_step=pruning.config.start_step``
-    to :func:`distillation_loss` for a term of exactly 0 before.
+    when pruning begins, however early the graph was built. Pass ``pruning=pruning`` to
+    :func:`distillation_loss` for a term of exactly 0 before (and the default weight's window).
 
     Args:
         train_op: the optimizer's op (``opt.minimize(loss, global_step=pruning.global_step)``).

@@ -7,7 +7,8 @@ The same wrapper as :class:`sparsify_keras.DistillationModel` (the same argument
 ``optimizer.iterations`` with TensorFlow's ops (:data:`TF_DISTILL_OPS`). Fit it with
 :class:`sparsify_tf.keras.PruningCallback`: only the student is pruned, and ``strip_pruning(wrapper)``
 gives the plain student back. A ``"dense_at_start"`` teacher is the student at the callback's
-``start_step`` (assigned in the train step that reaches it; the term is 0 before), as in Keras 3. tf-keras
+``start_step`` (assigned in the train step that reaches it; the term is 0 before) and its default weight
+fades to 0 halfway through the callback's pruning window, as in Keras 3. tf-keras
 logs its compiled loss as ``loss`` (the task loss: its loss tracker is the compiled loss's), so the term is
 logged next to it as ``distillation_loss``; Keras 3's ``loss`` is the sum.
 

@@ -168,6 +168,20 @@ def test_gradual_alone_reuses_the_recorded_dense_figures(tmp_path):
     assert cache.exists() and longer["train"]["steps"] == 7   # other settings: the dense model is trained
 
 
+def test_gradual_only_trains_no_dense_model_unless_an_arm_needs_its_teacher(tmp_path):
+    """``--gradual-only`` (the equal-compute arm: SR-STE over the teacher's and the student's steps): no dense
+    run of the seed, nothing cached; a teacher arm still trains the dense model it is taught by."""
+    out, cache = tmp_path / "lm.json", tmp_path / "cache"
+    args = TINY + ["--gradual", "--gradual-only", "--gradual-targets", "50", "--out-json", str(out),
+                   "--cache", str(cache)]
+    data = bench_lm.main(args + ["--gradual-arms", "sr_ste"])
+    assert not cache.exists() and data["dense"] == {}
+    assert [r["arm"] for r in data["runs"]] == ["gradual/sr_ste"]
+    data = bench_lm.main(args + ["--gradual-arms", "sr_ste_distill"])
+    assert cache.exists() and "0" in data["dense"]
+    assert [r["arm"] for r in data["runs"]] == ["gradual/sr_ste", "gradual/sr_ste_distill"]
+
+
 def test_report_shows_the_share_of_the_gap_closed_and_the_keras_runs():
     runs = [{"seed": s, "arm": a, "setting": st, "bpc": b + 0.01 * s} for s in (0, 1) for a, st, b in
             [("dense", "0", 1.8), ("gradual/torch.ao", "90", 1.9), ("gradual/default", "90", 1.9),
@@ -309,3 +323,18 @@ def test_decaying_default_teacher_arms_weigh_the_term_from_1_to_0_over_the_pruni
         distiller = term.__self__.distiller
         assert (distiller.start_step, distiller.teacher, distiller.config.teacher) == (60, None, "dense_at_start")
         assert [distiller.config.weight_at(s) for s in (60, half_at, zero_at, 599)] == [1.0, 0.5, 0.0, 0.0], arm
+
+
+def test_the_default_teacher_arm_gets_the_library_default_weight_and_the_constant_arm_weight_1():
+    """``sr_ste_default_teacher``: ``distillation={}``, whose weight is the library's fade (1 at the pruning
+    start_step 60, 0 at 60 + (420 - 60) // 2 = 240: the ``_decay_half`` arm's ramp); ``..._constant``: weight 1."""
+    cfg = lm_model.LMConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, context=8)
+    weights = {}
+    for arm in ("sr_ste_default_teacher", "sr_ste_default_teacher_decay_half", "sr_ste_default_teacher_constant"):
+        assert not lm_gradual.needs_teacher(arm)
+        model = lm_model.build_model(cfg, 0)
+        _, _, term = lm_gradual.gradual_attach(arm, "90", 600)(model, torch.optim.AdamW(model.parameters()))
+        weights[arm] = [term.__self__.distiller.config.weight_at(s) for s in (60, 150, 240, 599)]
+    assert lm_gradual.DISTILL_ARMS["sr_ste_default_teacher"] == {}
+    assert weights["sr_ste_default_teacher"] == weights["sr_ste_default_teacher_decay_half"] == [1.0, 0.5, 0.0, 0.0]
+    assert weights["sr_ste_default_teacher_constant"] == [1.0, 1.0, 1.0, 1.0]

@@ -60,7 +60,7 @@ def _hidden(model):
 def zero_when_equal():
     """The term when the teacher is the dense student itself (dense_at_start), logits and features."""
     student = mlp(1)
-    model = DistillationModel(student, {"temperature": 2.0, "features": ["h"]})
+    model = DistillationModel(student, {"temperature": 2.0, "features": ["h"], "weight": 1.0})
     return {"term": float(_np(model.distillation_loss(X, model(X), step=0)))}
 
 
@@ -105,7 +105,8 @@ def schedule_in_fit():
 
 def _prune_run(distill: bool, features: list):
     student = mlp(1)
-    model = DistillationModel(student, {"temperature": 2.0, "features": features}) if distill else student
+    model = DistillationModel(student, {"temperature": 2.0, "features": features, "weight": 1.0}) if distill \
+        else student
     teacher_before = [w.copy() for w in model.teacher.get_weights()] if distill else []
     model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     cb = PruningCallback({"target_sparsity": 0.5, "start_step": 0, "end_step": 0})
@@ -143,7 +144,7 @@ def teacher_at_start():
     first fit of 5 steps is the student then (before the mask update at step 5), and the term is 0 before."""
     student = mlp(1)
     initial = [w.copy() for w in student.get_weights()]
-    model = DistillationModel(student, {"temperature": 2.0})
+    model = DistillationModel(student, {"temperature": 2.0, "weight": 1.0})
     model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     cb = PruningCallback({"target_sparsity": 0.5, "start_step": 5, "end_step": 7, "pruning_frequency": 1})
     with warnings.catch_warnings():         # this first fit ends before end_step, as meant
@@ -163,6 +164,28 @@ def teacher_at_start():
         "h_zeros": float((student.get_layer("h").get_weights()[0] == 0).mean()),
         "terms": [float(_np(model.distillation_loss(X, logits, step=s))) for s in (0, 4, 5, 8)],
     }
+
+
+@scenario
+def default_weight_fades():
+    """The default weight of the dense_at_start teacher (no weight given), wrapper and callback set up at step 0,
+    pruning from step 4 to 12: the term at steps 0, 3, 4, 6, 8, 10 after a fit of 12 steps, with the logits of
+    student and teacher; the same with an explicit weight=1.0."""
+    out = {}
+    for name, cfg in (("default", {"temperature": 2.0}), ("explicit", {"temperature": 2.0, "weight": 1.0})):
+        student = mlp(1)
+        model = DistillationModel(student, cfg)
+        model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        cb = PruningCallback({"target_sparsity": 0.5, "start_step": 4, "end_step": 12, "pruning_frequency": 2})
+        model.fit(np.tile(X, (12, 1)), np.tile(Y, 12), batch_size=8, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[cb])
+        logits = model(X)
+        c = model.config
+        out[name] = {"terms": [float(_np(model.distillation_loss(X, logits, step=s))) for s in (0, 3, 4, 6, 8, 10)],
+                     "student": _np(logits).tolist(), "teacher": _np(model.teacher(X)).tolist(),
+                     "config": [c.weight_schedule, c.init_weight, c.weight, c.start_step, c.end_step],
+                     "teacher_step": int(_np(model.teacher_step))}
+    return out
 
 
 def _error(fn):
@@ -199,6 +222,8 @@ def bad_input():
         "user_without_teacher": _error(lambda: DistillationModel(student, {"teacher": "user"})),
         "student_not_model": _error(lambda: DistillationModel("model", {})),
         "bad_config": _error(lambda: DistillationModel(student, {"temperature": 0})),
+        "fade_without_window": _error(lambda: DistillationModel(mlp(1), {}).distillation_loss(X, student(X), step=0)),
+        "fade_teach_from_without_end": _error(lambda: DistillationModel(mlp(1), {}).teach_from(3)),
     }
 
 

@@ -71,6 +71,18 @@ def test_dense_at_start_teacher_is_the_student_at_the_pruning_start_step(res):
     assert r["terms"][:2] == [0.0, 0.0] and r["terms"][2] > 0 and r["terms"][3] == r["terms"][2]
 
 
+def test_default_weight_fades_over_the_first_half_of_the_pruning_window(res):
+    """No weight given: 0 before the pruning start_step 4, 1 at it, linearly to 0 at 4 + (12 - 4) // 2 = 8, 0
+    after; an explicit weight=1.0 stays 1."""
+    for name, weights in (("default", [0.0, 0.0, 1.0, 0.5, 0.0, 0.0]), ("explicit", [0.0, 0.0, 1.0, 1.0, 1.0, 1.0])):
+        r = res["default_weight_fades"][name]
+        kd = kd_loss(r["student"], r["teacher"], temperature=2.0)
+        assert kd > 1e-4 and r["teacher_step"] == 4
+        np.testing.assert_allclose(r["terms"], [w * kd for w in weights], rtol=1e-5, atol=1e-7)
+    assert res["default_weight_fades"]["default"]["config"] == ["linear", 1.0, 0.0, 4, 8]
+    assert res["default_weight_fades"]["explicit"]["config"] == ["constant", 0.0, 1.0, 0, 0]
+
+
 def test_pruning_sees_the_student_only_and_teacher_stays_frozen(res):
     plain, runs = res["prune_fit"]["plain"], res["prune_fit"]
     for name in ("distill", "features"):
@@ -106,6 +118,13 @@ def test_bad_input_is_refused_clearly(res):
     assert e["user_without_teacher"] == ("ValueError: teacher: distillation teacher='user' needs the teacher model "
                                          "(teacher=a trained model)")
     assert e["bad_config"] == "ValueError: temperature must be a finite number > 0, got 0"
+    assert e["fade_without_window"] == (
+        "ValueError: distillation weight_schedule='fade' (the default weight of the 'dense_at_start' teacher) fades "
+        "over the pruning window, which the PruningCallback gives when fit starts (DistillationModel.teach_from("
+        "start_step, end_step)): fit with a PruningCallback, or give the weight (e.g. weight=1.0)")
+    assert e["fade_teach_from_without_end"] == (
+        "ValueError: end_step: the distillation weight fades over the pruning window (the default of the "
+        "'dense_at_start' teacher): teach_from(start_step, end_step), or give the weight (e.g. weight=1.0)")
 
 
 def test_jax_data_parallel_loss_equals_one_device():

@@ -96,7 +96,7 @@ def test_teacher_is_frozen_and_unchanged_while_the_student_trains():
 
 def test_pruned_model_saves_and_loads_without_the_teacher():
     model = net()
-    pruner = prune(model, {**GRADUAL, "start_step": 0, "end_step": 0}, distillation={"features": ["1"]})
+    pruner = prune(model, {**GRADUAL, "start_step": 0, "end_step": 0}, distillation={"features": ["1"], "weight": 1.0})
     assert not any("teacher" in k for k in model.state_dict())
     assert set(model.state_dict()) == {f"{i}.{k}" for i in (0, 2) for k in ("bias", "weight")}  # plain (issue 57)
     assert all(not isinstance(v, nn.Module) for v in pruner.state_dict().values())
@@ -120,7 +120,7 @@ def test_pruned_model_saves_and_loads_without_the_teacher():
 def test_dense_at_start_copies_the_model_before_any_mask():
     model = net()
     dense = model[0].weight.detach().clone()
-    pruner = prune(model, {**GRADUAL, "start_step": 0, "end_step": 0}, distillation={})
+    pruner = prune(model, {**GRADUAL, "start_step": 0, "end_step": 0}, distillation={"weight": 1.0})
     assert float((model[0].weight == 0).float().mean()) == 0.75
     assert torch.equal(pruner.distiller.teacher[0].weight, dense)
     assert not any(hasattr(m, "parametrizations") for m in pruner.distiller.teacher.modules())
@@ -176,7 +176,7 @@ def test_distillation_pulls_a_pruned_student_to_its_teacher():
     data = digits()
     opt = torch.optim.Adam(model.parameters(), lr=5e-3)
     pruner = prune(model, {**GRADUAL, "start_step": 0, "end_step": 0}, optimizer=opt,
-                   distillation={"temperature": 1.0})
+                   distillation={"temperature": 1.0, "weight": 1.0})
     x, _ = batch(*data, 0)
     start = float(pruner.distill_loss(x, model(x)).detach())
     for step in range(30):          # distillation alone: the student imitates the dense teacher
@@ -200,7 +200,7 @@ def test_dense_at_start_is_the_model_at_start_step_when_prune_comes_first():
     data = digits()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     pruner = prune(model, {"target_sparsity": 0.75, "start_step": 5, "end_step": 7, "pruning_frequency": 1,
-                           "criterion": "wanda"}, optimizer=opt, distillation={"features": ["fc2"]})
+                           "criterion": "wanda"}, optimizer=opt, distillation={"features": ["fc2"], "weight": 1.0})
     assert pruner.distiller.teacher is None
     at_start, terms = None, []
     for step in range(8):
@@ -238,14 +238,56 @@ def test_dense_at_start_is_the_model_at_start_step_when_prune_comes_first():
 def test_dense_at_start_restored_past_start_step_is_taken_at_the_first_term():
     model = net()
     config = {**GRADUAL, "start_step": 2, "end_step": 2}
-    pruner = prune(model, config, distillation={})
+    pruner = prune(model, config, distillation={"weight": 1.0})
     for _ in range(3):
         pruner.step()
     state = pruner.state_dict()
     fresh = net()
-    resumed = prune(fresh, config, distillation={})
+    resumed = prune(fresh, config, distillation={"weight": 1.0})
     resumed.load_state_dict(state)
     assert resumed.distiller.teacher is None
     x = torch.randn(3, 4)
     assert float(resumed.distill_loss(x, fresh(x)).detach()) == 0.0      # the teacher: the model as restored
     assert torch.equal(resumed.distiller.teacher[0].weight, fresh[0].weight)
+
+
+def test_default_weight_fades_over_the_first_half_of_the_pruning_window_when_prune_comes_first():
+    """``distillation={}``, prune() at step 0, pruning from step 4 to 12: the weight is 0 before step 4 (no
+    teacher yet), 1 at 4, linearly to 0 at 4 + (12 - 4) // 2 = 8, then 0; the term is that weight times the KD."""
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    pruner = prune(model, {"target_sparsity": 0.5, "start_step": 4, "end_step": 12, "pruning_frequency": 2},
+                   optimizer=opt, distillation={"temperature": 1.0})
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    weights, terms, refs = [], [], []
+    for step in range(12):
+        out = model(x)
+        term = pruner.distill_loss(x, out)
+        teacher = pruner.distiller.teacher
+        weights.append(pruner.distiller.config.weight_at(step) if teacher is not None else None)
+        terms.append(float(term.detach()))
+        refs.append(0.0 if teacher is None else float(kd_loss(out.detach(), teacher(x), 1.0)))
+        opt.zero_grad()
+        (nn.functional.cross_entropy(out, y) + term).backward()
+        opt.step()
+        pruner.step()
+    assert weights == [None] * 4 + [1.0, 0.75, 0.5, 0.25, 0.0, 0.0, 0.0, 0.0]
+    assert terms[:4] == [0.0] * 4 and terms[8:] == [0.0] * 4
+    assert all(r > 0 for r in refs[5:8])
+    assert np.allclose(terms[4:8], [w * r for w, r in zip(weights[4:8], refs[4:8])], rtol=1e-5, atol=1e-7)
+
+
+def test_an_explicit_weight_is_kept_constant_from_the_pruning_start():
+    model = net()
+    pruner = prune(model, {"target_sparsity": 0.5, "start_step": 4, "end_step": 12, "pruning_frequency": 2},
+                   distillation={"weight": 1.0})
+    assert pruner.distiller.config == DistillationConfig(weight=1.0)
+    assert [pruner.distiller.config.weight_at(s) for s in (4, 8, 100)] == [1.0, 1.0, 1.0]
+
+
+def test_default_weight_needs_a_pruning_window_to_fade_over():
+    model = net()
+    with pytest.raises(ValueError, match=r"falls to 0 halfway through the pruning window, which needs an end_step at "
+                                         r"least 2 steps after start_step, got start_step=3, end_step=4"):
+        prune(model, {**GRADUAL, "start_step": 3, "end_step": 4}, distillation={})
+    assert not any(hasattr(m, "parametrizations") for m in model.modules())

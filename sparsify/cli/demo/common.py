@@ -24,7 +24,7 @@ from ..atomic import OutputError
 from .save_errors import WatchedFile, os_error_in
 
 __all__ = ["LAYERS", "SIZES", "BATCH_SIZE", "LEARNING_RATE", "LOG_SECONDS", "BackendRun", "DemoProgress",
-           "format_duration", "writing"]
+           "distillation_note", "format_duration", "writing"]
 
 #: Layer names of the demo MLP and its widths (input, hidden..., classes).
 LAYERS: tuple[str, ...] = ("fc1", "fc2", "out")
@@ -33,6 +33,21 @@ BATCH_SIZE = 64
 LEARNING_RATE = 0.01
 #: Longest time between two progress lines in a log (when stderr is not a terminal).
 LOG_SECONDS = 30.0
+
+
+def distillation_note(distillation: Any) -> str:
+    """What a distilled demo says of its teacher (a :class:`sparsify.distillation.DistillationConfig`).
+
+    Example:
+        >>> from sparsify.distillation import DistillationConfig
+        >>> distillation_note(DistillationConfig())
+        'distilled from the dense model (temperature 2, weight fading 1 -> 0 over the first half of pruning)'
+        >>> distillation_note(DistillationConfig(weight=0.5, temperature=4))
+        'distilled from the dense model (temperature 4, weight 0.5)'
+    """
+    weight = ("weight fading 1 -> 0 over the first half of pruning" if distillation.weight_schedule == "fade"
+              else f"weight {distillation.weight:g}")
+    return f"distilled from the dense model (temperature {distillation.temperature:g}, {weight})"
 
 
 @dataclass

@@ -38,7 +38,7 @@ from sparsify.layout import tf_to_canonical
 
 from .. import interrupts
 from ..frameworks import import_tensorflow, installed
-from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
+from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, distillation_note, writing
 from .data import Digits, batch_indices
 
 __all__ = ["KerasDemo", "KERAS", "TF_KERAS", "BACKEND_ORDER", "pick_keras_backend", "choose_keras_backend",
@@ -208,8 +208,7 @@ class KerasDemo:
             files.append(p)
         backend = "tf-keras" if self.flavor == "tf_keras" else f"Keras 3 on {keras.backend.backend()}"
         if distillation is not None:
-            backend += f"; distilled from the dense model (temperature {distillation.temperature:g}, " \
-                       f"weight {distillation.weight:g})"
+            backend += "; " + distillation_note(distillation)
         notes = [f"{backend}; model.keras: a plain Keras model (strip_pruning removed the pruning state)"] \
             if files else [f"{backend}"]
         return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files, notes)

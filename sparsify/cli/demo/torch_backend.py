@@ -15,7 +15,7 @@ from sparsify.distillation import DistillationConfig
 
 from .. import interrupts
 from ..frameworks import import_torch
-from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, writing
+from .common import BATCH_SIZE, LAYERS, LEARNING_RATE, SIZES, BackendRun, DemoProgress, distillation_note, writing
 from .data import Digits, batch_indices
 
 __all__ = ["IMPORT_FRAMEWORK", "OUTPUTS", "train"]
@@ -97,6 +97,5 @@ def _train(torch: Any, sparsify_torch: Any, config: PruningConfig, data: Digits,
         files.append(str(path))
     notes = ["model.pt: a plain torch state_dict (Pruner.remove() baked the masks in)"] if files else []
     if distillation is not None:
-        notes.append(f"distilled from the dense model (temperature {distillation.temperature:g}, "
-                     f"weight {distillation.weight:g}); the teacher is not saved")
+        notes.append(distillation_note(distillation) + "; the teacher is not saved")
     return BackendRun(dense_acc, pruned_acc, weights, pruned, final_step, files, notes)

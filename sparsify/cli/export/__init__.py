@@ -47,8 +47,9 @@ from sparsify import int8_format, sparse_format
 from sparsify.extras import install_command
 
 from .. import interrupts
-from ..atomic import MANIFEST, OutputError, atomic_path, check_destination, register_derived
+from ..atomic import OutputError, atomic_path, check_destination
 from ..frameworks import import_torch, installed
+from ..run_directory import MANIFEST, register_derived
 from ..report.readers import DEFAULT_MAX_BYTES, FORMATS, detect_format, format_bytes, read_tensors
 from ..report.statistics import is_optimizer_state
 from ..compressed_npz import document_npz_bytes, load_compressed_npz
@@ -168,7 +169,7 @@ def export_model(path: str | os.PathLike, out: str | os.PathLike | None = None, 
             value, every other tensor, and no pruned zero turned non-zero, or nothing is written.
 
     An artifact written beside a run's output in the run's directory (``sparsify demo --out``) is recorded
-    in its manifest (:func:`~sparsify.cli.atomic.register_derived`): the next run into the directory
+    in its manifest (:func:`~sparsify.cli.run_directory.register_derived`): the next run into the directory
     removes it with the old run's files.
 
     Raises:

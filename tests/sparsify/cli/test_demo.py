@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sparsify.cli import main
-from sparsify.cli.atomic import MANIFEST, verify_run
+from sparsify.cli.run_directory import MANIFEST, verify_run
 from sparsify.cli.demo import FRAMEWORKS, default_config, format_result, removes_rows, run_demo
 from sparsify.cli.demo.common import DemoProgress
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from sparsify.cli.demo import DISTILLING_FRAMEWORKS, run_demo
+from sparsify.cli.demo import run_demo
+from sparsify.cli.demo.plan import DISTILLING_FRAMEWORKS
 
 SPARSIFY = str(Path(sys.executable).with_name("sparsify"))
 
@@ -27,7 +28,7 @@ def test_torch_demo_distills_and_saves_the_student_only(tmp_path):
     assert [r.kept for r in taught.layers] == [r.kept for r in plain.layers] == [819, 819, 64]
     state = torch.load(tmp_path / "o" / "model.pt")
     assert sorted(state) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight", "out.bias", "out.weight"]
-    assert "distilled from the dense model (temperature 2, weight 1); the teacher is not saved" in taught.notes
+    assert "distilled from the dense model (temperature 2, weight fading 1 -> 0 over the first half of pruning); the teacher is not saved" in taught.notes
     manifest = json.loads((tmp_path / "o" / "sparsify-run.json").read_text())
     assert manifest["distillation"]["temperature"] == 2.0 and manifest["distillation"]["teacher"] == "dense_at_start"
     assert "distilled" not in " ".join(plain.notes)
@@ -69,7 +70,7 @@ def test_keras_demos_distill_from_the_command_line(framework, tmp_path):
     res = subprocess.run([SPARSIFY, "demo", "--framework", framework, "--steps", "30", "--distill", "--no-progress",
                           "--out", str(out)], capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr
-    assert "distilled from the dense model (temperature 2, weight 1)" in res.stdout
+    assert "distilled from the dense model (temperature 2, weight fading 1 -> 0 over the first half of pruning)" in res.stdout
     assert "total                    90.00%  1702 / 17024  yes" in res.stdout
     code = "import keras, sys; m = keras.saving.load_model(sys.argv[1]); print(len(m.weights), m.count_params())"
     if framework == "tf-keras":

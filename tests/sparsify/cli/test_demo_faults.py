@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import sparsify.cli.atomic as atomic
+import sparsify.cli.run_directory as run_directory
 import sparsify.cli.demo as demo
-from sparsify.cli.atomic import MANIFEST, verify_run
+from sparsify.cli.run_directory import MANIFEST, verify_run
 from sparsify.cli.demo import run_demo
 
 SPARSIFY = str(Path(sys.executable).with_name("sparsify"))
@@ -126,7 +126,7 @@ def test_sigint_during_the_commit_is_held_until_the_new_run_is_complete(first_ru
                 os.kill(os.getpid(), signal.SIGINT)
         return replace(src, dst)
 
-    monkeypatch.setattr(atomic.os, "replace", replace_and_signal)
+    monkeypatch.setattr(run_directory.os, "replace", replace_and_signal)
     with pytest.raises(KeyboardInterrupt):      # delivered once the commit is done
         run_demo("torch", second_config(), steps=20, out=out, progress=False)
     assert calls["n"] > 3
@@ -288,7 +288,7 @@ def test_a_missing_framework_is_refused_before_the_staging_directory_exists(tmp_
     def staging(self):
         raise AssertionError("the staging directory was made before the framework was imported")
 
-    monkeypatch.setattr(atomic.RunDirectory, "__enter__", staging)
+    monkeypatch.setattr(run_directory.RunDirectory, "__enter__", staging)
     with pytest.raises(ImportError, match=r'torch is not installed .*pip install "sparsify-train\[torch\]"'):
         run_demo("torch", second_config(), steps=20, out=out, progress=False)
     assert not out.exists() or list(out.iterdir()) == []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import sparsify.cli.atomic as atomic
+import sparsify.cli.run_directory as run_directory
 import sparsify.cli.demo as demo
 from sparsify.cli import interrupts, main
 from sparsify.cli.demo.common import DemoProgress
@@ -117,7 +117,7 @@ def test_sigint_twice_during_the_commit_waits_for_its_end(old_run, monkeypatch, 
                 ctrl_c()
         return replace(src, dst)
 
-    monkeypatch.setattr(atomic.os, "replace", replace_and_signal)
+    monkeypatch.setattr(run_directory.os, "replace", replace_and_signal)
     rc = main(["demo", "--framework", "torch", "--steps", "10", "--pattern", "2:4", "--no-progress", "--out", str(out)])
     err = capsys.readouterr().err
     monkeypatch.undo()

@@ -103,8 +103,8 @@ def test_dense_at_start_teacher_is_the_student_at_the_pruning_start_step():
         _, t_logits, teacher_vars = mlp(x, "teacher", trainable=False)
         pruning = sparsify_tf.prune_graph(PruningConfig(target_sparsity=0.75, start_step=5, end_step=7,
                                                         pruning_frequency=1, op_names=["student/"]))
-        kd = sparsify_tf.distillation_loss(logits, t_logits, {"temperature": 2.0}, pruning.global_step,
-                                           teacher_step=pruning.config.start_step)
+        kd = sparsify_tf.distillation_loss(logits, t_logits, {"temperature": 2.0, "weight": 1.0},
+                                           pruning.global_step, teacher_step=pruning.config.start_step)
         task = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
         opt = tf1.train.AdamOptimizer(1e-2)
         train = teacher_train_op(opt.minimize(task + kd, global_step=pruning.global_step), student_vars,
@@ -137,3 +137,55 @@ def test_dense_at_start_teacher_is_the_student_at_the_pruning_start_step():
     with pytest.raises(ValueError, match="teacher_step must be None or an integer >= 0, got -1"):
         with tf.Graph().as_default():
             sparsify_tf.distillation_loss(tf.zeros([1, 2]), tf.zeros([1, 2]), {}, 0, teacher_step=-1)
+
+
+def _fade_terms(distillation: dict) -> tuple[list[float], list[float]]:
+    """Graph built at step 0, pruning from step 4 to 12, ``distillation_loss(..., pruning=pruning)``: the term
+    and the KD without its weight (student against the teacher's variables) before each of 12 train steps."""
+    from sparsify_tf.graph.distillation import kd_loss, teacher_train_op
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 64])
+        y = tf1.placeholder(tf.int64, [None])
+        _, logits, student_vars = mlp(x, "student")
+        _, t_logits, teacher_vars = mlp(x, "teacher", trainable=False)
+        pruning = sparsify_tf.prune_graph(PruningConfig(target_sparsity=0.75, start_step=4, end_step=12,
+                                                        pruning_frequency=2, op_names=["student/"]))
+        term = sparsify_tf.distillation_loss(logits, t_logits, distillation, pruning.global_step, pruning=pruning)
+        kd = kd_loss(logits, t_logits, 2.0)
+        task = tf.reduce_mean(tf1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        train = teacher_train_op(tf1.train.AdamOptimizer(1e-2).minimize(task + term, global_step=pruning.global_step),
+                                 student_vars, teacher_vars, pruning)
+        terms, kds = [], []
+        with tf1.Session(graph=g, config=session_config()) as sess:
+            sess.run(tf1.global_variables_initializer())
+            sess.run(teacher_vars[1].assign(tf.zeros([16, 10])))     # differs from the student until step 4
+            for i in range(12):
+                bx, by = batch(i)
+                t, k = sess.run([term, kd], {x: bx})
+                terms.append(float(t))
+                kds.append(float(k))
+                sess.run(train, {x: bx, y: by})
+    return terms, kds
+
+
+def test_default_weight_fades_over_the_first_half_of_the_pruning_window():
+    """No weight given: 0 before the pruning start_step 4 (the teacher is not taken yet: its KD is not 0), 1 at
+    it, linearly to 0 at 4 + (12 - 4) // 2 = 8, then 0; an explicit weight=1.0 stays 1."""
+    terms, kds = _fade_terms({"temperature": 2.0})
+    weights = [0.0] * 4 + [1.0, 0.75, 0.5, 0.25] + [0.0] * 4
+    assert all(k > 0 for k in kds[:4]) and all(k > 0 for k in kds[5:])
+    np.testing.assert_allclose(terms, [w * k for w, k in zip(weights, kds)], rtol=1e-5, atol=1e-7)
+    terms, kds = _fade_terms({"temperature": 2.0, "weight": 1.0})
+    np.testing.assert_allclose(terms, [0.0] * 4 + kds[4:], rtol=1e-5, atol=1e-7)
+
+
+def test_default_weight_without_the_pruning_window_is_refused():
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError, match=r"^pruning: the distillation weight fades over the pruning window \(the "
+                                             r"default of the 'dense_at_start' teacher\): pass pruning= \(the "
+                                             r"prune_graph result\), or give the weight \(e.g. weight=1.0\)$"):
+            sparsify_tf.distillation_loss(tf.zeros([1, 2]), tf.zeros([1, 2]), {}, 0, teacher_step=3)
+        with pytest.raises(ValueError, match="pruning must be the result of sparsify_tf.prune_graph"):
+            sparsify_tf.distillation_loss(tf.zeros([1, 2]), tf.zeros([1, 2]), {}, 0, pruning=(4, 12))
