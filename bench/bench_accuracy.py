@@ -30,11 +30,11 @@ taken from ``$TFMOT_PATH``); a peer arm runs in its own framework only (``keras_
 is single-threaded; torch runs use ``set_flush_denormal(True)``.
 
 Usage:
-    python bench/bench_accuracy.py --seeds 10 --frameworks torch,tf_keras --datasets mnist1d,digits \\
+    python -m bench.bench_accuracy --seeds 10 --frameworks torch,tf_keras --datasets mnist1d,digits \\
         --arms dense,default,torch.ao,tfmot --settings 80,90,95,4x1,2:4 --jobs 2 --out-json acc.json
-    python bench/bench_accuracy.py --seeds 10 --frameworks keras_jax --datasets mnist1d --settings 90 \\
+    python -m bench.bench_accuracy --seeds 10 --frameworks keras_jax --datasets mnist1d --settings 90 \\
         --arms dense,default,erk_wanda --out-json acc.json             # Keras 3 + JAX, paired with the above
-    python bench/bench_accuracy.py --report --out-json acc.json     # re-render RESULTS.md and the plot
+    python -m bench.bench_accuracy --report --out-json acc.json     # re-render RESULTS.md and the plot
 """
 from __future__ import annotations
 
@@ -52,11 +52,8 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
-from bench.accuracy.problems import (PEER_ARMS, SPARSIFY_ARMS, problem, setting,  # noqa: E402
-                                     sparsify_config)
+from bench.accuracy.problems import PEER_ARMS, SPARSIFY_ARMS, problem, setting, sparsify_config  # noqa: E402
 
 __all__ = ["plan", "execute", "run_key", "main"]
 FRAMEWORKS = ("torch", "tf_keras", "keras_jax")
@@ -115,7 +112,7 @@ def execute(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _execute_in_backend(job: dict[str, Any]) -> dict[str, Any]:
-    """``python bench_accuracy.py --run-job IN OUT`` with ``KERAS_BACKEND`` set; raises with its output on failure."""
+    """``python -m bench.bench_accuracy --run-job IN OUT`` with ``KERAS_BACKEND`` set; raises with its output on failure."""
     backend = KERAS3_BACKENDS[job["framework"]]
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2",
            "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + XLA_ONE_THREAD).strip()}
@@ -125,8 +122,8 @@ def _execute_in_backend(job: dict[str, Any]) -> dict[str, Any]:
         src, dst = os.path.join(d, "job.json"), os.path.join(d, "record.json")
         with open(src, "w") as f:
             json.dump(job, f)
-        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--run-job", src, dst], cwd=ROOT, env=env,
-                              capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "bench.bench_accuracy", "--run-job", src, dst], cwd=ROOT,
+                              env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{run_key(job)}: KERAS_BACKEND={backend} child exited {done.returncode}\n"
                                f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
@@ -318,7 +315,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return data
     done = {r["key"] for r in data["runs"]}
     jobs = [j for j in plan(args, custom) if run_key(j) not in done]
-    data["commands"].append("python bench/bench_accuracy.py " + " ".join(shlex.quote(a) for a in (
+    data["commands"].append("python -m bench.bench_accuracy " + " ".join(shlex.quote(a) for a in (
         argv if argv is not None else sys.argv[1:])))
     if any(j["arm"] == "tfmot" for j in jobs):
         from bench.bench_keras import ensure_tfmot

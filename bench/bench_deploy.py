@@ -10,7 +10,7 @@ Models pruned one-shot by magnitude with sparsify at 50/70/90/95%:
 
 Runtimes: **PyTorch** (``sparsify_torch.to_sparse_inference``: CSR, and BSR with square blocks pruned with
 the matching block pattern), **ONNX** (``sparsify_torch.onnx_export``: sparse initializers, run in
-onnxruntime), **TFLite** (``sparsify.cli.export.xnnpack``: ``EXPERIMENTAL_SPARSITY``, the XNNPACK delegate);
+onnxruntime), **TFLite** (``sparsify_tf.xnnpack``: ``EXPERIMENTAL_SPARSITY``, the XNNPACK delegate);
 and **structured**: channels removed (``sparsify_torch.channels``, 50/70% of each group), in torch and onnxruntime,
 and in Keras 3 (``sparsify_keras.remove_channels``, 50/75%: ``bench.deploy_keras``, its own section).
 Latency: median of ``--runs`` calls, every variant of one model and batch called round robin in the same
@@ -262,11 +262,11 @@ def tflite_table(sparsities: tuple[float, ...], batches: tuple[int, ...], runs: 
     """TFLite (XNNPACK delegate) latency of the dense and the sparse flatbuffers of the Keras CNN, and sizes."""
     import keras
     import tensorflow as tf
-    from sparsify.cli.export.tflite import convert
-    from sparsify.cli.export.xnnpack import xnnpack_report, xnnpack_sparse_on_this_cpu
+    from sparsify_tf.tflite import convert
+    from sparsify_tf.xnnpack import xnnpack_report, xnnpack_sparse_on_this_cpu
     from sparsify_keras import find_prunable_weights, prune_oneshot
     base = keras_mobilenet()
-    flat = {"dense": convert(tf, lambda: tf.lite.TFLiteConverter.from_keras_model(base), sparse=False)}
+    flat = {"dense": convert(lambda: tf.lite.TFLiteConverter.from_keras_model(base), sparse=False)}
     ready = []
     for s in sparsities:
         m = keras.models.clone_model(base)
@@ -275,7 +275,7 @@ def tflite_table(sparsities: tuple[float, ...], batches: tuple[int, ...], runs: 
         cfg = runtime_config("xnnpack", shapes, target_sparsity=max(s, 0.7)).replace(target_sparsity=s)
         prune_oneshot(m, cfg)
         ready.append(f"{int(s * 100)}%: {'ready' if xnnpack_report(m)['ready'] else 'not ready'}")
-        flat[f"sparse {s}"] = convert(tf, lambda m=m: tf.lite.TFLiteConverter.from_keras_model(m), sparse=True)
+        flat[f"sparse {s}"] = convert(lambda m=m: tf.lite.TFLiteConverter.from_keras_model(m), sparse=True)
     rows = []
     for b in batches:
         its = {}

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch.distributed.tensor", "torch.distributed.fsdp", "sparsify_torch.channels", "sparsify_torch.fsdp")
+HEAVY = ("torch.distributed.tensor", "torch.distributed.fsdp", "sparsify_torch.channels", "sparsify_torch.distributed.fsdp")
 BUDGET_S = 0.2
 
 

@@ -37,7 +37,7 @@ over the seeds (a different seed, i.e. initial weights and batch order, per
 repeat).
 
 Usage:
-    python bench/bench_keras.py [--seeds 5] [--models dense,cnn] [--backends jax,torch] [--no-write]
+    python -m bench.bench_keras [--seeds 5] [--models dense,cnn] [--backends jax,torch] [--no-write]
 """
 from __future__ import annotations
 
@@ -53,8 +53,6 @@ import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
@@ -318,8 +316,8 @@ def run_backends(backends: list[str], seeds: int, models: list[str]) -> dict:
         for backend in backends:
             path = os.path.join(d, f"{backend}.json")
             env = {**os.environ, "KERAS_BACKEND": backend, "SPARSIFY_BENCH_INIT": d, "TF_CPP_MIN_LOG_LEVEL": "2"}
-            subprocess.run([sys.executable, os.path.abspath(__file__), "--backend-worker", backend, "--out", path,
-                            "--seeds", str(seeds), "--models", ",".join(models)], env=env, check=True)
+            subprocess.run([sys.executable, "-m", "bench.bench_keras", "--backend-worker", backend, "--out", path,
+                            "--seeds", str(seeds), "--models", ",".join(models)], env=env, cwd=ROOT, check=True)
             with open(path) as f:
                 got = json.load(f)
             for arch, cases in got["results"].items():
@@ -349,7 +347,7 @@ def method_note(args, models: list[str], backends: list[str], loads: list[float]
              f"stripping, mean +- std over {args.seeds} seeds. TF {tf.__version__}, tf-keras {tf_keras.__version__}, "
              f"Keras {keras.__version__}; {os.cpu_count()} cores, load average during the run "
              f"{min(loads):.1f}-{max(loads):.1f}; run took {elapsed / 60:.1f} min. "
-             f"Command: `python bench/bench_keras.py --seeds {args.seeds} --models {','.join(models)} "
+             f"Command: `python -m bench.bench_keras --seeds {args.seeds} --models {','.join(models)} "
              f"--backends {','.join(backends)}` (torch's `set_flush_denormal` not used).")
 
 

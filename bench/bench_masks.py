@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from sparsify import get_pattern
-from sparsify.lowest_k import exact_prune_count
+from sparsify.selection.lowest_k import exact_prune_count
 from sparsify.threads import current_threads
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -24,18 +24,16 @@ reported are the medians over rounds and the spread (min-max) of the wall
 ratios, with the load average. Use the CPU ratio to compare designs on a busy
 machine; wall time is what the targets speak of.
 
-Usage: ``python bench/bench_tf_graph.py [--rounds 8] [--cnn-rounds 4] [--no-write]``
+Usage: ``python -m bench.bench_tf_graph [--rounds 8] [--cnn-rounds 4] [--no-write]``
 (about 3 minutes on an idle 2-core machine).
 """
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -197,7 +195,7 @@ def main(argv=None) -> str:
     lines += ["", "Target <= 1.05x dense (wall, median): " + "; ".join(
         f"{r['arch'].upper()} {r['mode']} weights {r['weights']['ratio']:.3f}x "
         f"({'met' if r['weights']['ratio'] <= 1.05 else 'not met'})" for r in rows) + "."]
-    lines += ["", f"Machine: {os.cpu_count()} cores, TF {tf.__version__}. Command: `python bench/bench_tf_graph.py "
+    lines += ["", f"Machine: {os.cpu_count()} cores, TF {tf.__version__}. Command: `python -m bench.bench_tf_graph "
               f"--rounds {args.rounds} --cnn-rounds {args.cnn_rounds}`"]
     text = "\n".join(lines)
     from bench._results import publish

@@ -13,7 +13,7 @@ taken from ``TFMOT_PATH`` when that folder exists.
 
 Usage::
 
-    python bench/bench_tfmot_compat.py [--seeds 3] [--no-write]
+    python -m bench.bench_tfmot_compat [--seeds 3] [--no-write]
 """
 from __future__ import annotations
 
@@ -23,10 +23,6 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
 import numpy as np  # noqa: E402
 
 from bench.bench_keras import ensure_tfmot  # noqa: E402  (one installer for every tfmot benchmark)
@@ -148,7 +144,7 @@ def main() -> None:
         f"Adam(3e-3), batch {BATCH}, {EPOCHS} epochs, no shuffling, op determinism on. Same initial weights "
         "for both runs; 'identical' compares the bytes of every stripped kernel / mask.",
         "", *rows, "", f"Mismatching runs: {mismatches}.",
-        "", "Command: `python bench/bench_tfmot_compat.py --seeds %d`" % args.seeds])
+        "", "Command: `python -m bench.bench_tfmot_compat --seeds %d`" % args.seeds])
     from bench._results import publish
 
     publish("bench_tfmot_compat", body, write=not args.no_write)

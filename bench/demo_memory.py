@@ -165,7 +165,6 @@ def main(argv: list[str] | None = None) -> int:
              f"{'' if args.baseline is None else ' --baseline DIR'}`.")
     print(body)
     if not args.no_write:
-        sys.path.insert(0, str(ROOT))
         from bench._results import write_section
         write_section("demo_memory", body)
     return 0

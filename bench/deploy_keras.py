@@ -34,8 +34,8 @@ def _one_thread() -> str:
 
 def _tflite(model: Any, batch: int, x: np.ndarray) -> tuple[bytes, Any]:
     import tensorflow as tf
-    from sparsify.cli.export.tflite import convert
-    content = convert(tf, lambda: tf.lite.TFLiteConverter.from_keras_model(model), sparse=False)
+    from sparsify_tf.tflite import convert
+    content = convert(lambda: tf.lite.TFLiteConverter.from_keras_model(model), sparse=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")     # "tf.lite.Interpreter is deprecated": still TF's, and used here
         it = tf.lite.Interpreter(model_content=content, num_threads=1)

@@ -7,9 +7,11 @@ imported): the CNN of ``bench_keras`` (digits, batch 32) trained densely and wit
 ``sparsify_keras.PruningCallback`` (gradual to 90% over 10,000 steps, an update every 10 steps, so
 every timed epoch updates), the two advanced one epoch at a time. Timed, per update:
 
-* ``read``: ``KerasAdapter.read_weights`` (kernel + stored values, to the host, canonical layout);
+* ``read``: the weights' read (kernel + stored values, to the host, canonical layout);
 * ``select``: ``PruningProtocol.advance`` less its read: the core's exact selection;
-* ``write``: ``KerasAdapter.write_update`` (kernels, stored values, masks, optimizer slots);
+* ``write``: the update's write (kernels, stored values, masks, optimizer slots);
+
+the three as the callback times them (``PruningCallback.update_timings``);
 * ``batch start``: the callback's whole ``on_train_batch_begin`` at an update; beyond the three parts
   it syncs the trainer's state and reads the step. On JAX that includes waiting for the steps
   dispatched ahead, compute dense training needs as well, so it is reported, not counted as cost;
@@ -25,7 +27,7 @@ frequency at which read + select + write is within 5% of the dense steps in betw
 own cost only: the per-step overhead and, on JAX, restarting the dispatch pipeline come on top).
 
 Usage:
-    python bench/keras_update_cost.py [--epochs 6] [--backends jax,torch,tensorflow] [--no-write]
+    python -m bench.keras_update_cost [--epochs 6] [--backends jax,torch,tensorflow] [--no-write]
 """
 from __future__ import annotations
 
@@ -39,8 +41,6 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
@@ -48,87 +48,49 @@ BACKENDS = ("jax", "torch", "tensorflow")
 FREQUENCY = 10
 
 
-class PartTimer:
-    """Wraps public methods of a class so each call's wall time is recorded under a name."""
-
-    def __init__(self) -> None:
-        self.times: dict[str, list[float]] = {}
-        self._undo: list = []
-
-    def wrap(self, owner: type, method: str, name: str) -> None:
-        original = getattr(owner, method)
-
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.times.setdefault(name, []).append(time.perf_counter() - start)
-
-        setattr(owner, method, timed)
-        self._undo.append((owner, method, original))
-
-    def restore(self) -> None:
-        for owner, method, original in reversed(self._undo):
-            setattr(owner, method, original)
-        self._undo.clear()
-
-
 def worker(epochs: int) -> dict:
     """Runs under one backend: the parts' medians (ms) over the updates of the timed epochs, and the dense step."""
     import keras
 
     from bench.bench_keras import build, compile_, data
-    from sparsify import PruningProtocol
     from sparsify_keras import PruningCallback
-    from sparsify_keras.adapter import KerasAdapter
+
+    class BatchStartTimer(PruningCallback):
+        """The callback, also timing each whole batch start that made an update."""
+
+        def __init__(self, config: dict) -> None:
+            super().__init__(config)
+            self.update_starts: list[float] = []
+
+        def on_train_batch_begin(self, batch_index, logs=None):
+            updates, t = len(self.update_timings), time.perf_counter()
+            super().on_train_batch_begin(batch_index, logs)
+            if len(self.update_timings) != updates:
+                self.update_starts.append(time.perf_counter() - t)
 
     (X, y), _ = data()
     batch, steps = 32, len(X) // 32
     dense = compile_(build("cnn", keras, 0), keras)
     pruned = compile_(build("cnn", keras, 0), keras)
-    callback = PruningCallback({"target_sparsity": 0.9, "start_step": 0, "end_step": 10_000,
+    callback = BatchStartTimer({"target_sparsity": 0.9, "start_step": 0, "end_step": 10_000,
                                 "pruning_frequency": FREQUENCY, "sparsity_decay_type": "gradual", "exponent": 3.0})
-    timer = PartTimer()
-    timer.wrap(KerasAdapter, "read_weights", "read")
-    timer.wrap(KerasAdapter, "write_update", "write")
-    timer.wrap(PruningProtocol, "advance", "advance")
-    starts: list[float] = []
-    original_begin = callback.on_train_batch_begin
-
-    def begin(batch_index, logs=None):
-        writes = len(timer.times.get("write", ()))        # an update writes once (read without a device sync)
-        t = time.perf_counter()
-        original_begin(batch_index, logs)
-        if len(timer.times.get("write", ())) != writes:
-            starts.append(time.perf_counter() - t)
-
-    callback.on_train_batch_begin = begin
     dense_steps: list[float] = []
-    first_timed = {}
-    try:
-        for epoch in range(epochs):
-            perm = np.random.RandomState(epoch).permutation(len(X))
-            for model, callbacks in ((dense, []), (pruned, [callback])):
-                if epoch == 1 and callbacks:
-                    first_timed = {k: len(v) for k, v in timer.times.items()}
-                    first_timed["batch start"] = len(starts)
-                t = time.perf_counter()
-                model.fit(X[perm], y[perm], batch_size=batch, epochs=epoch + 1, initial_epoch=epoch, verbose=0,
-                          shuffle=False, callbacks=callbacks)
-                if not callbacks and epoch >= 1:
-                    dense_steps.append((time.perf_counter() - t) / steps * 1e3)
-    finally:
-        timer.restore()
+    first_timed = (0, 0)          # the updates and batch starts of the warm-up epoch
+    for epoch in range(epochs):
+        perm = np.random.RandomState(epoch).permutation(len(X))
+        for model, callbacks in ((dense, []), (pruned, [callback])):
+            if epoch == 1 and callbacks:
+                first_timed = (len(callback.update_timings), len(callback.update_starts))
+            t = time.perf_counter()
+            model.fit(X[perm], y[perm], batch_size=batch, epochs=epoch + 1, initial_epoch=epoch, verbose=0,
+                      shuffle=False, callbacks=callbacks)
+            if not callbacks and epoch >= 1:
+                dense_steps.append((time.perf_counter() - t) / steps * 1e3)
 
-    def timed(name: str, values: list[float]) -> np.ndarray:
-        return np.asarray(values[first_timed.get(name, 0):], float) * 1e3
-
-    read, write, advance = timed("read", timer.times["read"]), timed("write", timer.times["write"]), \
-        timed("advance", timer.times["advance"])
-    n = min(len(read), len(write), len(advance))
-    parts = {"read": read[:n], "select": advance[:n] - read[:n], "write": write[:n]}
-    batch_start = timed("batch start", starts)
+    timings = callback.update_timings[first_timed[0]:]
+    n = len(timings)
+    parts = {name: np.asarray([u[name] for u in timings], float) * 1e3 for name in ("read", "select", "write")}
+    batch_start = np.asarray(callback.update_starts[first_timed[1]:], float) * 1e3
     return {"backend": keras.backend.backend(), "updates": int(n), "dense_step_ms": float(np.median(dense_steps)),
             **{k: float(np.median(v)) for k, v in parts.items()},
             "host_ms": float(np.median(sum(parts.values()))), "batch_start_ms": float(np.median(batch_start)),
@@ -176,7 +138,7 @@ def table(rows: list[dict]) -> str:
 def run_backend(backend: str, epochs: int) -> dict:
     """One worker process under ``backend``; its result."""
     env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": ROOT}
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", "--epochs", str(epochs)],
+    done = subprocess.run([sys.executable, "-m", "bench.keras_update_cost", "--worker", "--epochs", str(epochs)],
                           capture_output=True, text=True, env=env, cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"backend {backend}: the worker failed:\n{done.stderr[-2000:]}")
@@ -211,7 +173,7 @@ def main(argv=None) -> str:
             "`np.argpartition`, a kernel assigned back; no tie order, layout or checks), median of 200 calls "
             "after training, so with warm caches: an optimistic lower bound. "
             f"Keras {keras.__version__}; 2 cores, load average {os.getloadavg()[0]:.1f}; run took "
-            f"{(time.perf_counter() - started) / 60:.1f} min. Command: `python bench/keras_update_cost.py "
+            f"{(time.perf_counter() - started) / 60:.1f} min. Command: `python -m bench.keras_update_cost "
             f"--epochs {args.epochs} --backends {','.join(backends)}`.")
     from bench._results import publish
 

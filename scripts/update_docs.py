@@ -48,7 +48,7 @@ GUIDES = (("The core and its masks", "core.md"), ("Config reference", "config.md
 OTHER_PAGES = ("index.md", "design.md", "benchmarks.md")
 # The packages users import, by framework: the API reference documents their ``__all__``.
 API_SURFACE = (("Core (NumPy only)", ("sparsify", "sparsify.patterns", "sparsify.schedules", "sparsify.distributed",
-                                      "sparsify.channel_selection")),
+                                      "sparsify.channels.selection")),
                ("PyTorch", ("sparsify_torch", "sparsify_torch.channels")),
                ("Keras 3 on every backend, and tf-keras", ("sparsify_keras", "sparsify_tf.keras")),
                ("TensorFlow graphs", ("sparsify_tf",)),

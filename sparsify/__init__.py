@@ -23,7 +23,7 @@ from .patterns import (Pattern, PatternNInM, PatternNxM, get_pattern, pattern_ex
                        registered_patterns)
 from .schedules import (ConstantSchedule, DecaySchedule, GradualSchedule, get_schedule, register_schedule,
                         registered_schedules)
-from .lowest_k import exact_prune_count, lowest_k_mask
+from .selection.lowest_k import exact_prune_count, lowest_k_mask
 from .target_check import TargetNotReachedWarning
 
 from typing import TYPE_CHECKING

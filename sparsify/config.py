@@ -15,18 +15,17 @@ Example:
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .criteria import registered_criteria
 from .patterns import BLOCK_REDUCTIONS, get_pattern
 from .threads import check_threads
 from .schedules import Schedule, ScheduleSettings, build_schedule, registered_schedules, schedule_kind
-from .config_keys import checked_fields
+from .config_base import ConfigBase
 
 __all__ = ["PruningConfig", "SCOPES", "REGROWTH", "PRUNED_GRADIENTS", "SCHEDULE_TYPES", "DEFAULT_TARGET_SPARSITY", "default_target_sparsity",
            "yaml_loader", "load_yaml_mapping"]
@@ -72,7 +71,7 @@ def _is_num(v: Any) -> bool:
 
 
 @dataclass
-class PruningConfig:
+class PruningConfig(ConfigBase):
     """Every pruning setting, validated at construction.
 
     Attributes:
@@ -269,48 +268,7 @@ class PruningConfig:
                 raise ValueError(f"{name} holds an invalid regular expression {rx!r}: {e}") from None
         setattr(self, name, list(v))
 
-    # ----- construction / export -------------------------------------------------------
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PruningConfig":
-        """Build from a dict; unknown keys raise ``ValueError`` with a "did you mean" hint.
-
-        Example:
-            >>> PruningConfig.from_dict({"target_sparsty": 0.5})
-            Traceback (most recent call last):
-            ...
-            ValueError: unknown config key 'target_sparsty' (did you mean 'target_sparsity'?)
-        """
-        return cls(**checked_fields(cls, data, "config"))
-
-    @classmethod
-    def from_yaml(cls, path: str | os.PathLike) -> "PruningConfig":
-        """Load from a YAML file (safe loading; ``pattern: 2:4`` may stay unquoted).
-
-        A top-level ``pruning:`` key is accepted.
-        """
-        from .yaml_io import load_yaml_mapping    # PyYAML loads only when a YAML file is read
-        return cls.from_dict(load_yaml_mapping(path))
-
-    @classmethod
-    def coerce(cls, config: "PruningConfig | Mapping[str, Any] | str | os.PathLike") -> "PruningConfig":
-        """Accept a ``PruningConfig``, a dict or a YAML path.
-
-        Example:
-            >>> PruningConfig.coerce({"pattern": "4x1"}).pattern
-            '4x1'
-        """
-        if isinstance(config, cls):
-            return config
-        if isinstance(config, Mapping):
-            return cls.from_dict(config)
-        if isinstance(config, (str, os.PathLike)):
-            return cls.from_yaml(config)
-        raise TypeError(f"config must be a PruningConfig, a dict or a YAML file path, got {type(config).__name__}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict (lists copied) that ``from_dict`` turns back into an equal config."""
-        return dataclasses.asdict(self)
-
+    # ----- construction / export (from_dict, from_yaml, coerce, to_dict: ConfigBase) ---
     def to_yaml(self, path: str | os.PathLike) -> None:
         """Write the config as YAML."""
         import yaml

@@ -41,8 +41,9 @@ from .patterns import Pattern
 from .patterns.global_scope import can_score_layer_by_layer, global_masks_by_layer
 from .parallel_layers import BufferPool, layer_scores, map_layers
 from .regrowth import regrow, regrowth_fraction
-from .score_checks import NaNScoreError
+from .selection.score_checks import NaNScoreError
 from .threads import default_threads, use_threads
+from .update_memory import check_update_memory
 
 __all__ = ["PruningEngine", "select_names", "select_layers"]
 
@@ -227,6 +228,7 @@ class PruningEngine:
         if isinstance(sparsity, (bool, np.bool_)) or not isinstance(sparsity, (int, float, np.integer, np.floating)):
             raise TypeError(f"sparsity must be a number, got {sparsity!r} ({type(sparsity).__name__})")
         sparsity = self.pattern.check_ratio(sparsity, "sparsity")
+        self._check_memory(weights, scores, streamable=True)
         with use_threads(self.num_threads):
             masks = None if scores is not None else self._masks_streamed(weights, sparsity, pre_masks, activations)
             if masks is not None:
@@ -254,6 +256,7 @@ class PruningEngine:
             The masks and, per layer, the entries regrowth grew (all False without regrowth).
         """
         fraction = regrowth_fraction(self.config, step)
+        self._check_memory(weights, scores, streamable=fraction == 0)
         with use_threads(self.num_threads):
             masks = None
             if fraction == 0 and scores is None:
@@ -271,6 +274,16 @@ class PruningEngine:
                 grads = {n: _numeric(f"grads[{n!r}]", grads[n], weights[n].shape) for n in weights}
             return regrow(masks, scores, grads, fraction, self.config.regrowth, step)
         return masks, {n: np.zeros(m.shape, dtype=bool) for n, m in masks.items()}
+
+    def _check_memory(self, weights: Mapping[str, Any], scores: Mapping[str, Any] | None, streamable: bool) -> None:
+        """``MemoryError`` naming the layer, the bytes needed and the bytes available when the update's masks
+        (and a layer's scores, where they are not computed chunk by chunk) cannot fit, before any allocation
+        (:func:`~sparsify.update_memory.check_update_memory`)."""
+        crit = get_criterion(self.config.criterion)
+        chunked = streamable and scores is None and (
+            (self._streams() and can_stream_local(self.pattern, crit)) or can_stream_global(self.pattern, crit))
+        check_update_memory({n: (np.shape(w), _score_bytes(w)) for n, w in weights.items()},
+                            scores_whole=scores is None and not chunked)
 
     def _scored(self, weights: Mapping[str, np.ndarray], scores: Mapping[str, np.ndarray] | None,
                 activations: Mapping[str, np.ndarray] | None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -410,6 +423,14 @@ def _numeric(what: str, array: Any, shape: tuple[int, ...] | None = None) -> np.
     if shape is not None and a.shape != shape:
         raise ValueError(f"{what} has shape {a.shape}, but the weight has shape {shape}")
     return a
+
+
+def _score_bytes(weight: Any) -> int:
+    """Bytes of one score of ``weight`` (its dtype's; 0 where it has no NumPy dtype: not counted)."""
+    try:
+        return np.dtype(weight.dtype).itemsize
+    except (AttributeError, TypeError):
+        return 0
 
 
 def _same_layers(what: str, given: Mapping[str, Any], weights: Mapping[str, Any]) -> None:

@@ -3,7 +3,7 @@
 The global scope cuts all layers at one threshold. Where a unit is one element
 (``"1x1"``) and the criterion is row-separable and evaluated at the update
 (magnitude, Wanda), :func:`streamed_global_masks` never holds a layer's scores:
-a :class:`~sparsify.streamed_cut.StreamedCut` computes them again for each
+a :class:`~sparsify.selection.streamed_cut.StreamedCut` computes them again for each
 chunk it reads (a strided sample of rows, then one classification pass; an
 exact pass per 16 bits of the threshold only when the sample's bracket
 misses). The extra memory is the masks (1 byte per weight), the bracket's
@@ -32,7 +32,7 @@ from .layout import view_shape
 from .patterns.allocation import allocate_on_cut
 from .patterns.base import Pattern
 from .patterns.layer_view import view_axes
-from .streamed_cut import StreamedCut
+from .selection.streamed_cut import StreamedCut
 
 __all__ = ["can_stream_global", "streamed_global_masks", "can_stream_local", "streamed_layer_mask", "mask_buffers"]
 
@@ -123,7 +123,7 @@ def streamed_global_masks(pattern: Any, criterion: Any, config: Any, inputs: Map
     """Masks (True = kept) of ``pattern``'s global selection at ``ratio`` on ``criterion``'s scores of each
     layer's ``inputs`` (``{"weight": ..., "activation": ...}``), or None where the scores cannot be streamed
     (the caller computes them all). ``pre_masks`` may be a function that checks and returns them, called after
-    the scores' dtype is known. Raises :class:`~sparsify.score_checks.NaNScoreError` for a NaN score.
+    the scores' dtype is known. Raises :class:`~sparsify.selection.score_checks.NaNScoreError` for a NaN score.
     """
     ratio = pattern.check_ratio(ratio)
     max_ratio = pattern.max_sparsity_ratio_per_layer
@@ -187,7 +187,7 @@ def streamed_layer_mask(pattern: Any, criterion: Any, config: Any, name: str, in
     """The local-scope mask of one non-empty layer (``pattern.get_masks({name: scores}, ratio, pre)[name]``, bit
     for bit) from scores computed row chunk by row chunk, or None where they cannot be (the caller scores the
     layer whole). ``out``: a C-contiguous bool array of the layer's size to write the mask into (e.g. one of
-    :func:`mask_buffers`). Raises :class:`~sparsify.score_checks.NaNScoreError` for a NaN score.
+    :func:`mask_buffers`). Raises :class:`~sparsify.selection.score_checks.NaNScoreError` for a NaN score.
 
     Example:
         >>> from sparsify.criteria import get_criterion

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import portable_math
 from .layout import from_2d, to_2d
-from .lowest_k import exact_prune_count, lowest_k_mask
+from .selection.lowest_k import exact_prune_count, lowest_k_mask
 
 __all__ = ["regrowth_fraction", "regrow"]
 

@@ -48,12 +48,15 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Optional, Tuple
 
 import numpy as np
 
-from .lowest_k import exact_prune_count
+from .patterns.ninm import PatternNInM
+from .selection.lowest_k import exact_prune_count
+from .selection.tie_order import lowest_k_flags
 
 __all__ = ["HessianAccumulator", "sparsegpt_prune", "reconstruction_error", "block_prune_counts",
            "sparsegpt_options", "sparsegpt_target", "ONESHOT_METHODS", "oneshot_method_options"]
@@ -207,18 +210,20 @@ def _inverse_cholesky(h: np.ndarray, dampening: float, name: str) -> np.ndarray:
 
 def _lowest_in_block(scores: np.ndarray, k: int) -> np.ndarray:
     """Pruned flags of the ``k`` lowest ``scores`` (2-D block), ties to the lower row-major index."""
-    pruned = np.zeros(scores.size, dtype=bool)
-    if k:
-        pruned[np.argsort(scores.ravel(), kind="stable")[:k]] = True
-    return pruned.reshape(scores.shape)
+    if not k:
+        return np.zeros(scores.shape, dtype=bool)
+    return lowest_k_flags(np.ascontiguousarray(scores).reshape(-1), k).reshape(scores.shape)
 
 
 def _nm_group(scores: np.ndarray, n: int) -> np.ndarray:
     """Pruned flags of the ``n`` lowest scores in each row of ``scores`` (rows, m), ties to the lower column."""
-    pruned = np.zeros(scores.shape, dtype=bool)
-    idx = np.argsort(scores, axis=1, kind="stable")[:, :n]
-    np.put_along_axis(pruned, idx, True, axis=1)
-    return pruned
+    return _group_pattern(n, scores.shape[1]).smallest_in_group(scores)[0]
+
+
+@functools.lru_cache(maxsize=16)
+def _group_pattern(n: int, m: int) -> PatternNInM:
+    """The N:M pattern whose group ranker :func:`_nm_group` uses (kept: its ranker's tables are built once)."""
+    return PatternNInM(n_pruned=n, group_size=m)
 
 
 def _prune_block(w1: np.ndarray, u1: np.ndarray, pruned: Optional[np.ndarray],

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator
 
@@ -38,6 +39,11 @@ ENV_VAR = "SPARSIFY_NUM_THREADS"
 MIN_PARALLEL = 1 << 20
 
 _CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("sparsify_num_threads", default=None)
+
+_POOL: ThreadPoolExecutor | None = None            # the process's one pool (see _pool)
+_POOL_SIZE = 0
+_OUTGROWN: list[ThreadPoolExecutor] = []           # pools a larger one replaced: idle, kept (a caller may hold one)
+_POOL_LOCK = threading.Lock()
 
 
 def check_threads(value: Any, what: str = "num_threads") -> int:
@@ -105,6 +111,8 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], threads: int | 
 
     Each call runs with ``inner_threads`` as its :func:`current_threads`. An exception
     is raised for the first failing item in ``items``' order, whatever the threads' timing.
+    The threads are the calling one and ``threads - 1`` of the process's one pool (made once, grown when a
+    call asks for more): the caller takes items too, so a call made inside another never waits on a busy pool.
     """
     items = list(items)
     threads = current_threads() if threads is None else threads
@@ -116,9 +124,42 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], threads: int | 
 
     if workers <= 1:
         return [run(x) for x in items]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sparsify") as pool:
-        futures = [pool.submit(run, x) for x in items]
-        return [f.result() for f in futures]          # in order: the first failure in items' order raises
+    results: list[Any] = [None] * len(items)
+    failed: list[BaseException | None] = [None] * len(items)
+    lock = threading.Lock()
+    todo = iter(range(len(items)))
+
+    def drain() -> None:                              # take the next item until none is left
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            try:
+                results[i] = run(items[i])
+            except BaseException as e:  # noqa: BLE001 - raised below, in the items' order
+                failed[i] = e
+
+    helpers = [_pool(workers - 1).submit(drain) for _ in range(workers - 1)]
+    drain()
+    for h in helpers:                                 # a helper still queued (the pool busy) is not waited for
+        if not h.cancel():
+            h.result()
+    for e in failed:                                  # in order: the first failure in items' order raises
+        if e is not None:
+            raise e
+    return results
+
+
+def _pool(size: int) -> ThreadPoolExecutor:
+    """The process's one thread pool, with at least ``size`` threads (started as work arrives)."""
+    global _POOL, _POOL_SIZE
+    with _POOL_LOCK:
+        if _POOL is None or _POOL_SIZE < size:
+            if _POOL is not None:
+                _OUTGROWN.append(_POOL)
+            _POOL, _POOL_SIZE = ThreadPoolExecutor(max_workers=size, thread_name_prefix="sparsify"), size
+        return _POOL
 
 
 def chunk_ranges(n: int, pieces: int, align: int = 1) -> list[tuple[int, int]]:

@@ -59,12 +59,29 @@ class KerasDriver:
     in_graph = False
     #: the Keras tunes ``steps_per_execution`` while it trains (the loop then reads the step at every batch)
     autotune = False
+    #: how :meth:`check_fit`'s refusals name the strategy, and what they add after "without a strategy"
+    strategy_name = "a distribution strategy"
+    strategy_hint = ""
 
     def check_config(self, config: PruningConfig, update_in_graph: bool | None) -> None:
         """Refuse (``ValueError``) what this Keras cannot do with ``config``, before anything changes."""
 
     def create_state(self, model: Any, chosen: list, config: PruningConfig, keep_activations: bool) -> Any:
-        """Make the state layer for the ``chosen`` weights and attach it to ``model``."""
+        """Make the state layer (:meth:`state_class`) for the ``chosen`` weights and attach it to ``model``."""
+        state = self.state_class()(chosen, config_fingerprint(config), keep_grads=config.regrowth == "rigl",
+                                   keep_activations=keep_activations,
+                                   step_scores=config if scored_every_step(config.criterion) else None,
+                                   straight_through=config.pruned_gradient == "straight_through",
+                                   pruned_decay=config.pruned_decay)
+        self.attach(model, state)
+        return state
+
+    def state_class(self) -> type:
+        """The state layer's class (a :class:`~sparsify_keras.state.StateSchema` on this Keras's ``Layer``)."""
+        raise NotImplementedError
+
+    def attach(self, model: Any, state: Any) -> None:
+        """Join ``state`` to ``model`` (and whatever records into it)."""
         raise NotImplementedError
 
     def scope(self, model: Any) -> Any:
@@ -95,8 +112,23 @@ class KerasDriver:
         """Remove every hook and the state from ``model``; the state it held (None if none)."""
         raise NotImplementedError
 
+    def under_strategy(self, model: Any) -> bool:
+        """Whether ``model`` trains under a strategy that keeps its gradients per replica."""
+        return False
+
     def check_fit(self, model: Any, callback: Any) -> None:
-        """Refuse (``ValueError``), at the start of ``fit``, what cannot be done in this fit."""
+        """Refuse (``ValueError``), at the start of ``fit``, what cannot be done in this fit: RigL's dense
+        gradients and per-step scores under a strategy (:meth:`under_strategy`: the gradients are per replica)."""
+        config = callback.config
+        rigl, every_step = config.regrowth == "rigl", scored_every_step(config.criterion)
+        if not (rigl or every_step) or not self.under_strategy(model):
+            return
+        if rigl:
+            raise ValueError(f"regrowth='rigl' is not supported under {self.strategy_name} (the dense gradients "
+                             "are kept per replica); use regrowth='set' or train without a strategy")
+        raise ValueError(f"criterion {config.criterion!r} (scored from the gradients of every step) is not "
+                         f"supported under {self.strategy_name} (the gradients are per replica there); use "
+                         f"'magnitude' or 'wanda', or train without a strategy{self.strategy_hint}")
 
     def batch_hooks(self, model: Any, update_in_graph: bool | None) -> bool:
         """Whether the loop needs its per-batch hook in this fit (tf-keras asks once per fit)."""
@@ -111,6 +143,8 @@ class Keras3Driver(KerasDriver):
 
     flavor = "keras3"
     hooks = StepHooks()
+    strategy_name = "a tf.distribute strategy"
+    strategy_hint = " (JAX's keras.distribution is supported)"
 
     def __init__(self) -> None:
         self._adapter: KerasAdapter | None = None
@@ -121,15 +155,12 @@ class Keras3Driver(KerasDriver):
             raise ValueError("update_in_graph=True applies to tf-keras models; Keras 3 models update their masks "
                              "on the host at batch starts on every backend (leave update_in_graph unset)")
 
-    def create_state(self, model: Any, chosen: list, config: PruningConfig, keep_activations: bool) -> Any:
-        state = PruningState(chosen, config_fingerprint(config), keep_grads=config.regrowth == "rigl",
-                             keep_activations=keep_activations,
-                             step_scores=config if scored_every_step(config.criterion) else None,
-                             straight_through=config.pruned_gradient == "straight_through",
-                             pruned_decay=config.pruned_decay)
+    def state_class(self) -> type:
+        return PruningState
+
+    def attach(self, model: Any, state: Any) -> None:
         attach_state(model, state)
         install_recorders(state)
-        return state
 
     def scope(self, model: Any) -> Any:
         return state_scope(model)
@@ -158,16 +189,8 @@ class Keras3Driver(KerasDriver):
         uninstall_recorders(state)
         return state
 
-    def check_fit(self, model: Any, callback: Any) -> None:
-        config = callback.config
-        if config.regrowth == "rigl" and tf_strategy(model) is not None:
-            raise ValueError("regrowth='rigl' is not supported under a tf.distribute strategy (the dense gradients "
-                             "are kept per replica); use regrowth='set' or train without a strategy")
-        if scored_every_step(config.criterion) and tf_strategy(model) is not None:
-            raise ValueError(f"criterion {config.criterion!r} (scored from the gradients of every step) is not "
-                             "supported under a tf.distribute strategy (the gradients are per replica there); "
-                             "use 'magnitude' or 'wanda', or train without a strategy (JAX's keras.distribution "
-                             "is supported)")
+    def under_strategy(self, model: Any) -> bool:
+        return tf_strategy(model) is not None
 
 
 def _as_saved(values: list) -> list:

@@ -11,6 +11,9 @@ Its folders say what serves what:
 * :mod:`sparsify_tf.common`: what every TF path shares (the guarded in-graph update, the mask writer, layout
   ops, mask variables, scope names, schedule tensors, optimizer slots, summaries and the export of clean
   inference graphs);
+* :mod:`sparsify_tf.tflite` and :mod:`sparsify_tf.xnnpack`: TFLite conversion with the sparsity optimisation,
+  and what XNNPACK's sparse inference needs of a Keras model (:func:`xnnpack_report`,
+  :func:`export_tflite_xnnpack`);
 * ``sparsify_tf.keras``: tf-keras (Keras 2), imported on demand, not here;
 * ``sparsify_tf.compat``: the tfmot-compatible module ``sparsify_tf.compat.tfmot``.
 
@@ -53,6 +56,7 @@ from .seed.mask_pruning import (
     get_or_create_ks_schedule_ops, get_or_create_ks_scheduled_graph_ops, get_scheduled_update_op,
 )
 from .seed.utils import VAR_INDEX_FROM_TRAINABLE, eval_tensor_sparsity, get_op_input_var
+from .xnnpack import export_tflite_xnnpack, xnnpack_report, xnnpack_sparse_on_this_cpu
 
 __all__ = [
     "prune_graph", "GraphPruning", "PruningHook", "distillation_loss", "teacher_snapshot_op", "export_frozen_graph", "export_saved_model",
@@ -64,5 +68,5 @@ __all__ = [
     "get_prunable_ops_and_inputs", "is_prunable_op", "schedule_tensors", "find_optimizer_slots",
     "PruningMaskCreator", "UnstructuredPruningMaskCreator", "GroupedPruningMaskCreator", "DimensionPruningMaskCreator",
     "BlockPruningMaskCreator", "load_mask_creator", "VAR_INDEX_FROM_TRAINABLE", "eval_tensor_sparsity",
-    "get_op_input_var",
+    "get_op_input_var", "export_tflite_xnnpack", "xnnpack_report", "xnnpack_sparse_on_this_cpu",
 ]

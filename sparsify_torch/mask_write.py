@@ -2,7 +2,7 @@
 
 Both torch pruners write what the core decided (a :class:`sparsify.protocol.MaskUpdate`)
 through :func:`write_update`: the single-process :class:`~sparsify_torch.Pruner` and the
-FSDP2 :class:`~sparsify_torch.fsdp.ShardedPruner`. For every pruned weight it
+FSDP2 :class:`~sparsify_torch.distributed.fsdp.ShardedPruner`. For every pruned weight it
 
 1. reads the dense weight (the values the entries hold under the mask);
 2. on a release, multiplies it by ``update.keep_values`` (the last masks: released weights start
@@ -47,7 +47,7 @@ import torch
 
 from sparsify.protocol import MaskUpdate
 
-from .dtensor import local_tensor
+from .distributed.dtensor import local_tensor
 from .layers import PrunableWeight
 
 __all__ = ["WeightStorage", "ParametrizedStorage", "ShardStorage", "optimizer_state", "write_update"]

@@ -96,8 +96,8 @@ class Pruner(PrunerBase):
         summed over the group (a ``GroupActivationNorms``, loaded only then)."""
         if dist_group_size(self._group) == 1:
             return ActivationNorms(layers, self.config.criterion)
-        from .fsdp_activations import GroupActivationNorms
-        from .torch_collective import TorchCollective
+        from .distributed.collective import TorchCollective
+        from .distributed.fsdp_activations import GroupActivationNorms
         return GroupActivationNorms(layers, TorchCollective(self._group), self.config.criterion)
 
     def _pruned_params(self) -> list[PrunedParam]:

@@ -1,4 +1,4 @@
-"""What :class:`~sparsify_torch.pruner.Pruner` and :class:`~sparsify_torch.fsdp.ShardedPruner` share.
+"""What :class:`~sparsify_torch.pruner.Pruner` and :class:`~sparsify_torch.distributed.fsdp.ShardedPruner` share.
 
 The torch side of the adapter contract (``docs/design.md``): a pruner reads the
 canonical weights (:meth:`PrunerBase.read_weights`), hands them with gradient
@@ -75,7 +75,7 @@ def dist_group_size(group: Any) -> int:
 
 
 class PrunerBase:
-    """The one torch update loop, shared by :class:`Pruner` and :class:`~sparsify_torch.fsdp.ShardedPruner`.
+    """The one torch update loop, shared by :class:`Pruner` and :class:`~sparsify_torch.distributed.fsdp.ShardedPruner`.
 
     It counts optimizer steps (:meth:`step`), applies an update point at step 0 at once when the
     config needs no data, arms RigL's dense-gradient capture for the backward pass before an

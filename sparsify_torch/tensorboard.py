@@ -1,8 +1,8 @@
-"""TensorBoard scalars of a :class:`~sparsify_torch.Pruner`, through ``torch.utils.tensorboard``.
+"""TensorBoard scalars of a :class:`~sparsify_torch.Pruner` (``sparsify_torch.prune(..., log_dir=)``).
 
-The same tags as the Keras callback's ``log_dir=``: ``sparsity/total`` and
-``sparsity/<weight name>`` at every mask update, from
-``pruner.protocol.figures()``. Needs the ``tensorboard`` package
+The same writer and tags as the Keras callback's ``log_dir=``
+(:mod:`sparsify.adapter_helpers.tensorboard`): ``sparsity/total`` and ``sparsity/<weight name>`` at every
+mask update, from ``pruner.protocol.figures()``. Needs the ``tensorboard`` package
 (``pip install tensorboard``); it is imported only when a writer is made.
 
 Example:
@@ -16,54 +16,16 @@ Example:
 """
 from __future__ import annotations
 
-import os
-import sys
-from typing import Any, Mapping
-
-from sparsify.native_stderr import native_stderr_silenced
+from sparsify.adapter_helpers import tensorboard
+from sparsify.adapter_helpers.tensorboard import read_scalars
 
 __all__ = ["SparsityWriter", "read_scalars"]
 
 
-class SparsityWriter:
-    """Writes sparsity figures as TensorBoard scalars into ``log_dir``.
+class SparsityWriter(tensorboard.SparsityWriter):
+    """The writer of ``sparsify_torch.prune(..., log_dir=)`` (``ShardedPruner``: rank 0 writes).
 
     Raises:
         TypeError: ``log_dir`` is not a path.
         ImportError: the ``tensorboard`` package is missing (names what to install).
     """
-
-    def __init__(self, log_dir: str | os.PathLike) -> None:
-        if not isinstance(log_dir, (str, os.PathLike)):
-            raise TypeError(f"log_dir must be a directory path or None, got {log_dir!r}")
-        try:
-            if "tensorboard" not in sys.modules:
-                with native_stderr_silenced():
-                    from torch.utils.tensorboard import SummaryWriter
-            else:
-                from torch.utils.tensorboard import SummaryWriter
-        except ImportError as e:
-            raise ImportError(f"log_dir needs TensorBoard ({e}): pip install tensorboard") from None
-        self.log_dir = os.fspath(log_dir)
-        self._writer = SummaryWriter(self.log_dir)
-
-    def write(self, figures: Mapping[str, float], step: int) -> None:
-        """``sparsity/total`` and every ``sparsity/<name>`` of ``figures`` (as ``protocol.figures()`` gives them)."""
-        figures = dict(figures)
-        self._writer.add_scalar("sparsity/total", float(figures.pop("sparsity")), step)
-        for tag, value in figures.items():
-            self._writer.add_scalar(tag, float(value), step)
-        self._writer.flush()
-
-    def close(self) -> None:
-        """Flush and close the event file."""
-        self._writer.close()
-
-
-def read_scalars(log_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
-    """``{tag: [(step, value), ...]}`` of the scalar events in ``log_dir`` (for tests and notebooks)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc: Any = EventAccumulator(os.fspath(log_dir))
-    acc.Reload()
-    return {tag: [(e.step, round(float(e.value), 6)) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}

@@ -7,7 +7,9 @@ lowest unit over all ranks and how many ties at that value each rank prunes
 candidates is gathered to bracket the k-th value, the counts below / inside
 the bracket are exchanged, the bracket shrinks until its candidates are few
 enough to gather, and ties are split by exchanging per-rank tie counts. The
-bytes moved depend on the sample sizes, not on the size of the weights.
+bytes moved depend on the sample sizes, not on the size of the weights. The
+bracket, the k-th value, the chunks and the tie split are the selection
+kernel's (:mod:`sparsify.selection.kernel`), as in the single-process cuts.
 
 Example:
     >>> from sparsify.distributed import ThreadGroup
@@ -25,18 +27,17 @@ Example:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..selection.kernel import chunk_bounds, kth_smallest, sample_bracket, split_ties
 from .collective import Collective
 from .sharded_layer import ShardedLayer
 
 __all__ = ["CutProblem", "find_cuts"]
 
-_CHUNK = 1 << 20              # units compared per step in full passes (bounds the temporaries)
 _MIN_SAMPLE = 256             # samples per selection round (grows with the problem, see _budget)
 _MAX_SAMPLE = 8192
 
@@ -44,11 +45,6 @@ def _budget(n: int, sample_size: int | None) -> tuple[int, int]:
     """(samples per round, candidates gathered at once) for a selection over ``n`` units."""
     m = int(min(_MAX_SAMPLE, max(_MIN_SAMPLE, n // 2048))) if sample_size is None else sample_size
     return m, 4 * m
-
-
-def _chunks(n: int):
-    for start in range(0, n, _CHUNK):
-        yield start, min(n, start + _CHUNK)
 
 
 def _values(units: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
@@ -62,7 +58,7 @@ def _part_counts(units: np.ndarray, idx: np.ndarray | None, p1: Any, p2: Any) ->
         a = int(np.count_nonzero(v < p1))
         return a, int(np.count_nonzero(v <= p2)) - a
     a = le = 0
-    for s, e in _chunks(units.size):
+    for s, e in chunk_bounds(0, units.size):
         c = units[s:e]
         a += int(np.count_nonzero(c < p1))
         le += int(np.count_nonzero(c <= p2))
@@ -79,13 +75,13 @@ def _part_select(units: np.ndarray, idx: np.ndarray | None, p1: Any, p2: Any, pa
         return (v >= p1) & (v <= p2)
     if idx is not None:
         return idx[pick(units[idx])]
-    found = [np.flatnonzero(pick(units[s:e])) + s for s, e in _chunks(units.size)]
+    found = [np.flatnonzero(pick(units[s:e])) + s for s, e in chunk_bounds(0, units.size)]
     return np.concatenate(found) if found else np.empty(0, dtype=np.intp)
 
 
 def _below_equal(units: np.ndarray, v: Any) -> tuple[int, int]:
     lt = eq = 0
-    for s, e in _chunks(units.size):
+    for s, e in chunk_bounds(0, units.size):
         c = units[s:e]
         lt += int(np.count_nonzero(c < v))
         eq += int(np.count_nonzero(c == v))
@@ -141,10 +137,10 @@ class CutProblem:
         if self.mode == "all":
             return np.zeros(units.size, dtype=bool)
         keep = np.empty(units.size, dtype=bool)
-        for s, e in _chunks(units.size):
+        for s, e in chunk_bounds(0, units.size):
             np.greater_equal(units[s:e], self.value, out=keep[s:e])
         remaining = int(self.allow[j, rank])             # ties pruned here: the first ones in index order
-        for s, e in _chunks(units.size):
+        for s, e in chunk_bounds(0, units.size):
             if not remaining:
                 break
             i = np.flatnonzero(units[s:e] == self.value)[:remaining]
@@ -194,19 +190,16 @@ def _sample_round(collective: Collective, active: list[CutProblem]) -> list[tupl
                 nbytes = int(sizes[j, r]) * m.units.dtype.itemsize
                 vals.append(parts[r][offsets[r]:offsets[r] + nbytes].view(m.units.dtype))
                 offsets[r] += nbytes
-        ordered = np.sort(np.concatenate(vals))
+        sample = np.concatenate(vals)
         want = p.k - p.below                               # 1-based rank among the candidates
         if gathering:
-            p.value, p.mode = ordered[want - 1], "cut"
+            p.value, p.mode = kth_smallest(sample, want - 1), "cut"
             continue
-        total = int(p.cand.sum())
-        q, size = want / total, ordered.size
+        q, size = want / int(p.cand.sum()), sample.size
         if p.exact_split:
-            p1 = p2 = ordered[min(size - 1, max(0, int(q * size)))]
+            p1 = p2 = kth_smallest(sample, min(size - 1, max(0, int(q * size))))
         else:
-            margin = 6.0 * math.sqrt(max(q * (1 - q), 1.0 / size) / size) + 2.0 / size
-            p1 = ordered[min(size - 1, max(0, int(math.floor((q - margin) * size))))]
-            p2 = ordered[min(size - 1, max(0, int(math.ceil((q + margin) * size))))]
+            p1, p2 = sample_bracket(sample, q, open_ends=False)
         splits.append((p, p1, p2))
     return splits
 
@@ -256,12 +249,12 @@ def _settle_ties(collective: Collective, found: list[CutProblem]) -> None:
         col += 2 * nm
         need = p.k - int(lt.sum())
         p.allow = np.zeros_like(lt)
-        for j, m in enumerate(p.members):
-            for r in sorted(range(world), key=lambda r: m.unit_range(r)[0]):
-                t = min(int(eq[j, r]), need)
-                p.allow[j, r] = t
-                need -= t
-        if need:                                              # pragma: no cover - counts are exact
+        order = [(j, r) for j, m in enumerate(p.members)          # member order, then the ranks' unit order
+                 for r in sorted(range(world), key=lambda r: m.unit_range(r)[0])]
+        split = split_ties([eq[j, r] for j, r in order], need)
+        for (j, r), t in zip(order, split):
+            p.allow[j, r] = t
+        if sum(split) != need:                                # pragma: no cover - counts are exact
             raise RuntimeError("sharded selection: tie counts do not add up")
         p.pruned = lt.sum(axis=1) + p.allow.sum(axis=1)
         p.idx = [None] * nm

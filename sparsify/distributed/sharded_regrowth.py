@@ -32,8 +32,8 @@ from typing import Mapping
 import numpy as np
 
 from ..layout import from_2d, to_2d
-from ..lowest_k import exact_prune_count
-from ..score_checks import check_finite
+from ..selection.lowest_k import exact_prune_count
+from ..selection.score_checks import check_finite
 from .collective import Collective
 from .row_shard import RowShard
 from .sharded_cut import CutProblem, find_cuts

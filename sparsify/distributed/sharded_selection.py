@@ -46,7 +46,7 @@ import numpy as np
 
 from ..layout import view_shape
 from ..patterns.base import Pattern
-from ..score_checks import NaNScoreError, check_finite
+from ..selection.score_checks import NaNScoreError, check_finite
 from .collective import Collective
 from .row_shard import RowShard
 from .sharded_cut import CutProblem, find_cuts

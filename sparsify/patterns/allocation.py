@@ -13,7 +13,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..lowest_k_cut import LowestKCut
+from ..selection.lowest_k_cut import LowestKCut
 
 __all__ = ["allocate_pruned_units", "allocate_on_cut"]
 
@@ -37,7 +37,7 @@ def allocate_pruned_units(units: Mapping[str, np.ndarray], limits: Mapping[str, 
     round cuts the free layers at the remaining budget; if clipping would add
     units some layer is surely held at its minimum, if it would remove units
     some layer is surely held at its maximum. Fix those, repeat. The rounds
-    share one :class:`~sparsify.lowest_k_cut.LowestKCut`, so a round whose cut
+    share one :class:`~sparsify.selection.lowest_k_cut.LowestKCut`, so a round whose cut
     falls inside the previous bracket costs no pass over the scores.
 
     A layer's entry is an int (prune that many of its own lowest units) or a
@@ -52,7 +52,7 @@ def allocate_pruned_units(units: Mapping[str, np.ndarray], limits: Mapping[str, 
 def allocate_on_cut(cut: LowestKCut, sizes: Mapping[str, int], limits: Mapping[str, tuple[int, int]],
                     total: int) -> dict[str, int | np.ndarray]:
     """:func:`allocate_pruned_units` on a cut made already (its arrays: the layers of ``sizes``, in order),
-    e.g. a :class:`~sparsify.streamed_cut.StreamedCut`. A clipped layer's count is an int, as there."""
+    e.g. a :class:`~sparsify.selection.streamed_cut.StreamedCut`. A clipped layer's count is an int, as there."""
     names = list(sizes)
     fixed: dict[str, int] = {}
     for _ in range(len(names) + 1):

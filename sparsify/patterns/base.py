@@ -21,8 +21,8 @@ import numpy as np
 
 from ..layout import from_2d, to_2d, view_shape
 from ..schedules.base import validate_ratio
-from ..lowest_k import exact_prune_count
-from ..score_checks import NaNScoreError, check_finite
+from ..selection.lowest_k import exact_prune_count
+from ..selection.score_checks import NaNScoreError, check_finite
 from .erk_scope import erk_masks
 from .global_scope import global_masks
 from .layer_view import fill_units, finish_mask, layer_view, select_units, unit_nan_error
@@ -153,7 +153,7 @@ class Pattern:
         :meth:`pre_pruned_scores`; the units it touched
         (:meth:`unit_pre_pruned`) score ``-inf`` in the selection, which the
         caller arranges (these unit scores are not changed). NaN raises
-        :class:`~sparsify.score_checks.NaNScoreError` naming ``name``: here when
+        :class:`~sparsify.selection.score_checks.NaNScoreError` naming ``name``: here when
         ``check_nan`` (or when the selection could miss it), else through the
         unit scores, which the selection checks. With ``need_scores=False``
         (every unit or none is pruned) a pattern may return None for the

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..layout import view_shape
 from ..parallel_layers import map_layers
-from ..score_checks import NaNScoreError
+from ..selection.score_checks import NaNScoreError
 from .allocation import allocate_pruned_units
 from .layer_view import LayerView, fill_units, finish_mask, layer_view, select_units, unit_nan_error
 
@@ -36,7 +36,7 @@ def global_masks(pattern: Any, scores: Mapping[str, np.ndarray], ratio: float,
     """Masks of every layer with one cut over all their units (``ratio`` and ``max_ratio`` already checked).
 
     ``check_nan=False`` lets NaN reach the units (the selection raises
-    :class:`~sparsify.score_checks.NaNScoreError` naming a layer);
+    :class:`~sparsify.selection.score_checks.NaNScoreError` naming a layer);
     ``check_nan=True`` checks every layer's elements first (the documented order of errors).
     """
     masks: dict[str, np.ndarray] = {}
@@ -125,7 +125,7 @@ def global_masks_by_layer(pattern: Any, score_of: Callable[[str], np.ndarray], s
     """:func:`global_masks` (``check_nan=False``) of layers whose scores ``score_of(name)`` makes one layer at a
     time: each layer's element scores are dropped once its unit scores are known, so an update holds the unit
     scores of every layer (a quarter of the element scores for 4x1 blocks) instead of every layer's scores.
-    Only for patterns of :func:`can_score_layer_by_layer`. Raises :class:`~sparsify.score_checks.NaNScoreError`
+    Only for patterns of :func:`can_score_layer_by_layer`. Raises :class:`~sparsify.selection.score_checks.NaNScoreError`
     like ``global_masks(check_nan=False)``: the caller then runs the full path for the documented error.
 
     Example:

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..layout import from_2d, to_2d
-from ..lowest_k import lowest_k_keep
-from ..score_checks import NaNScoreError
+from ..selection.lowest_k import lowest_k_keep
+from ..selection.score_checks import NaNScoreError
 
 __all__ = ["LayerView", "layer_view", "fill_units", "select_units", "finish_mask", "unit_nan_error", "view_axes"]
 

@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..lowest_k import exact_prune_count
+from ..selection import kernel
+from ..selection.lowest_k import exact_prune_count
 from ..threads import MIN_PARALLEL, chunk_ranges, current_threads, parallel_map
 from .base import Pattern
 from .registry import register_pattern
@@ -30,7 +31,6 @@ from .registry import register_pattern
 __all__ = ["PatternNInM"]
 
 _NINM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
-_CHUNK = 1 << 16                       # elements ranked per step (the chunk's working arrays stay in L2)
 _WORD_SHIFT = np.left_shift if sys.byteorder == "little" else np.right_shift   # moves a byte to a higher address
 
 
@@ -56,7 +56,7 @@ class _GroupRanker:
     def __init__(self, n_pruned: int, m: int) -> None:
         self.N, self.M = n_pruned, m
         step = m * 8 // math.gcd(m, 8)
-        self.chunk = max(step, _CHUNK // step * step)
+        self.chunk = max(step, kernel.CHUNK // step * step)   # the selection's chunks (working arrays in L2)
         c = self.chunk
         self.shift = 8 % m == 0
         self.forward = [None] + [_word_pattern(m, c, lambda i, d=d: i + d < m) for d in range(1, m)]

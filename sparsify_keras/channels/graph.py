@@ -4,7 +4,7 @@ Every output channel of a Dense or Conv2D layer (a *producer*) gets an integer *
 the model is described by the atom each of its channel positions holds (channels last). Layers that pass
 channels on (BatchNormalization, activations, Dropout, pooling, DepthwiseConv2D, Flatten, global pooling)
 map the atoms of their input to their output; an ``Add`` ties the atoms at the same position of all its
-inputs (:class:`sparsify.channel_groups.LabelUnionFind`). Atoms of a model input, of a model output and of
+inputs (:class:`sparsify.channels.groups.LabelUnionFind`). Atoms of a model input, of a model output and of
 a channel-mixing activation (softmax) are *fixed*: they are never removed. Any other layer is refused with
 a ``ValueError`` that names it and says why.
 
@@ -24,7 +24,7 @@ from typing import Dict, List, Tuple
 import keras
 import numpy as np
 
-from sparsify.channel_groups import LabelUnionFind
+from sparsify.channels.groups import LabelUnionFind
 
 __all__ = ["ChannelGraph", "channel_graph", "SUPPORTED_LAYERS"]
 

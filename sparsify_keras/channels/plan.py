@@ -3,7 +3,7 @@
 A *group* is a set of Dense/Conv2D layers whose output channels are tied (by an ``Add``), or one layer;
 a *label* is one channel of the group (the same position of every tied layer), removed as a whole. The
 criterion of a label is the L1 or L2 norm of the producers' kernel slices that write it (no data needed);
-the selection is the core's (:mod:`sparsify.channel_selection`): each group loses
+the selection is the core's (:mod:`sparsify.channels.selection`): each group loses
 ``min(ceil(ratio * n - 0.5), n - 1)`` channels, least important first, ties to the lower index, as
 torch's ``UniformPruningLabelSelector`` does with the same criteria. Groups that reach a model output, are
 tied to a model input or feed a softmax are left whole, with the reason.
@@ -25,8 +25,8 @@ from typing import Dict, List, Mapping, Tuple, Union
 
 import numpy as np
 
-from sparsify.channel_selection import ChannelScores, least_important_labels, max_prunable_per_group
-from sparsify.channel_selection import n_channels_to_prune
+from sparsify.channels.selection import ChannelScores, least_important_labels, max_prunable_per_group
+from sparsify.channels.selection import n_channels_to_prune
 
 from .graph import ChannelGraph, channel_graph
 

@@ -27,7 +27,7 @@ import contextlib
 import sys
 from typing import Any, Iterator
 
-from sparsify_tf.keras.compat import iter_tree, keras_module
+from sparsify_keras.compat import iter_tree, keras_module
 
 from .tfmot_arithmetic import ConstantSparsity, PolynomialDecay, PruningSchedule
 from .tfmot_wrapper import check_pruning_params, is_prune_wrapper, layer_flavor, wrap, wrapper_class

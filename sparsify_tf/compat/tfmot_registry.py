@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from sparsify_tf.keras.compat import short_name
+from sparsify_keras.compat import short_name
 
 __all__ = ["PrunableLayer", "prunable_weights", "supports", "short_name"]
 

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from sparsify_tf.keras.compat import keras_module, tf_variable
+from sparsify_keras.compat import keras_module
+from sparsify_tf.keras.compat import tf_variable
 
 from .tfmot_arithmetic import (ConstantSparsity, PruningSchedule, block_mask, check_m_by_n, m_by_n_mask,
                                m_by_n_supported, schedule_from_config, should_update_masks)

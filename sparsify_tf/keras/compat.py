@@ -5,15 +5,14 @@ The TF variable inside a Keras variable (:func:`tf_variable`), the callback prot
 (:func:`declare_callback_protocol`), a model's XLA and steps-per-execution autotuning settings
 (:func:`jit_compiled`, :func:`autotunes_steps_per_execution`), building an optimizer's slots
 (:func:`build_optimizer`), the optimizer's variable list (:func:`optimizer_variables`) and the model's
-checkpoint dependency on the pruning state (:func:`track_dependency`, :func:`untrack_dependency`). The
-Keras 3 private attributes are read in :mod:`sparsify_keras.compat`; its names are re-exported here for
-existing imports.
+checkpoint dependency on the pruning state (:func:`track_dependency`, :func:`untrack_dependency`). What
+both Kerases share (a model's flavour, its layers, an optimizer's slots) is read in
+:mod:`sparsify_keras.compat`.
 
 Example:
-    >>> import keras
-    >>> m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    >>> keras_flavor(m)
-    'keras3'
+    >>> v = tf.Variable([1.0, 2.0])          # a tf-keras variable is a tf.Variable already
+    >>> tf_variable(v) is v
+    True
 """
 from __future__ import annotations
 
@@ -21,13 +20,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from sparsify_keras.compat import (FLAVORS, child_layers, iter_tree, keras_flavor, keras_module, optimizer_slots,
-                                   own_variables, short_name, steps_per_execution, unwrap_optimizer)
+from sparsify_keras.compat import optimizer_slots
 
-__all__ = ["FLAVORS", "keras_flavor", "keras_module", "child_layers", "own_variables", "short_name", "tf_variable",
-           "optimizer_slots", "unwrap_optimizer", "steps_per_execution", "iter_tree", "declare_callback_protocol",
-           "jit_compiled", "autotunes_steps_per_execution", "build_optimizer", "track_dependency",
-           "untrack_dependency", "optimizer_variables"]
+__all__ = ["tf_variable", "declare_callback_protocol", "jit_compiled", "autotunes_steps_per_execution",
+           "build_optimizer", "track_dependency", "untrack_dependency", "optimizer_variables"]
 
 
 def tf_variable(variable: Any) -> tf.Variable:

@@ -27,9 +27,6 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from sparsify import PruningConfig
-from sparsify.criteria import scored_every_step
-from sparsify.protocol import config_fingerprint
 from sparsify_keras.adapter import KerasAdapter
 from sparsify_keras.driver import KerasDriver
 from sparsify_keras.train_step import install_train_step, uninstall_train_step
@@ -57,14 +54,11 @@ class TfKerasDriver(KerasDriver):
         self._loop: weakref.ref | None = None       # the callback whose updates the train step makes
         self._state: Any = None
 
-    def create_state(self, model: Any, chosen: list, config: PruningConfig, keep_activations: bool) -> Any:
-        state = state_class()(chosen, config_fingerprint(config), keep_grads=config.regrowth == "rigl",
-                              keep_activations=keep_activations,
-                              step_scores=config if scored_every_step(config.criterion) else None,
-                              straight_through=config.pruned_gradient == "straight_through",
-                              pruned_decay=config.pruned_decay)
+    def state_class(self) -> type:
+        return state_class()
+
+    def attach(self, model: Any, state: Any) -> None:
         attach_state(model, state)
-        return state
 
     def scope(self, model: Any) -> Any:
         return strategy_of(model).scope()
@@ -86,16 +80,11 @@ class TfKerasDriver(KerasDriver):
         uninstall_train_step(model, self.hooks)
         return detach_state(model)
 
+    def under_strategy(self, model: Any) -> bool:
+        return "strategy" in (in_graph_unsupported(model) or "")
+
     def check_fit(self, model: Any, callback: Any) -> None:
-        config = callback.config
-        strategy = "strategy" in (in_graph_unsupported(model) or "")
-        if config.regrowth == "rigl" and strategy:
-            raise ValueError("regrowth='rigl' is not supported under a distribution strategy (the dense gradients "
-                             "are kept per replica); use regrowth='set' or train without a strategy")
-        if scored_every_step(config.criterion) and strategy:
-            raise ValueError(f"criterion {config.criterion!r} (scored from the gradients of every step) is not "
-                             "supported under a distribution strategy (the gradients are per replica there); use "
-                             "'magnitude' or 'wanda', or train without a strategy")
+        super().check_fit(model, callback)
         self.autotune = autotunes_steps_per_execution(model)
         # a refused in-graph update (NaN weights) raises the core's one line, not TF's long error
         model.train_function = reraise_core_errors(

@@ -39,9 +39,10 @@ import tensorflow as tf
 
 from sparsify.criteria import scored_every_step
 from sparsify.protocol import PruningProtocol
+from sparsify_keras.compat import optimizer_slots
 
 from ..common.guarded_update import NEVER, GuardedLayer, GuardVariables, build_guarded_update, core_update_fn
-from .compat import jit_compiled, optimizer_slots, tf_variable
+from .compat import jit_compiled, tf_variable
 from .statistics import statistics_variables, window_of
 
 __all__ = ["in_graph_unsupported", "host_update_fn", "build_graph_update", "NEVER"]

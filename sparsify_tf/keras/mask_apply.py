@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from sparsify_keras.compat import optimizer_slots, unwrap_optimizer
+
 from ..common.mask_write import dense_value, write_update
-from .compat import build_optimizer, optimizer_slots, optimizer_variables, tf_variable, unwrap_optimizer
+from .compat import build_optimizer, optimizer_variables, tf_variable
 
 __all__ = ["MaskApplier", "TfStateIO", "build_optimizer_slots"]
 

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from sparsify_keras.compat import keras_module
 from sparsify_keras.state import STATE_ATTR, StateSchema, model_state
 
-from .compat import keras_module, track_dependency, untrack_dependency
+from .compat import track_dependency, untrack_dependency
 from .statistics import install_recorders, uninstall_recorders
 
 __all__ = ["STATE_ATTR", "state_class", "attach_state", "detach_state", "model_state"]

@@ -10,7 +10,7 @@ Example:
     >>> small[0].out_channels
     4
 """
-from sparsify.channel_selection import default_architecture_optimization_strategy
+from sparsify.channels.selection import default_architecture_optimization_strategy
 
 from .api import calibrate_and_prune_model, calibrate_and_prune_model_equal, calibrate_and_prune_model_optimal
 from .calibration import PruningCalibrator, calibrate_model_for_pruning

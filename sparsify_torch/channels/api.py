@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 import torch
 from torch import nn
 
-from sparsify.channel_selection import check_pruning_ratio, default_architecture_optimization_strategy
+from sparsify.channels.selection import check_pruning_ratio, default_architecture_optimization_strategy
 
 from .calibration import run_calibration
 from .optimal import OptimalPruningLabelSelector

@@ -16,7 +16,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
 
-from sparsify.channel_selection import GroupedScores
+from sparsify.channels.selection import GroupedScores
 
 from .info import ModelPruningInfo
 
@@ -50,7 +50,7 @@ def iterate_over_gate_criteria(pruning_info: GroupedScores) -> Iterator[Tuple[in
         criteria: the channels' importance values (list of float, same order).
 
     Example:
-        >>> from sparsify.channel_selection import ChannelScores
+        >>> from sparsify.channels.selection import ChannelScores
         >>> list(iterate_over_gate_criteria(ChannelScores([np.array([0, 1])], [np.array([1., 2.])])))
         [(0, [0, 1], [1.0, 2.0])]
     """
@@ -66,7 +66,7 @@ def get_criteria_label_dict(pruning_info: GroupedScores) -> Dict[str, Dict[str, 
     :func:`group_names`).
 
     Example:
-        >>> from sparsify.channel_selection import ChannelScores
+        >>> from sparsify.channels.selection import ChannelScores
         >>> d = get_criteria_label_dict(ChannelScores([np.array([4, 7])], [np.array([1., 2.])]))
         >>> d["group0"]["labels"].tolist(), d["group0"]["criteria"].tolist()
         ([4, 7], [1.0, 2.0])

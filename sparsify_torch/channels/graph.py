@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from sparsify.channel_groups import LabelUnionFind, rectangular_dim
-from sparsify.channel_selection import segments_from_layer_channels
+from sparsify.channels.groups import LabelUnionFind, rectangular_dim
+from sparsify.channels.selection import segments_from_layer_channels
 
 from .tracing import ChannelTrace, LayerKind, trace_channels
 

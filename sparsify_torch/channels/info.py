@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from sparsify.channel_selection import split_labels_by_group
+from sparsify.channels.selection import split_labels_by_group
 
 from .graph import ChannelGroup
 
@@ -73,7 +73,7 @@ class ModelPruningInfo:
         self.achieved_ratio: Optional[float] = None
         self.asked_ratio: Optional[float] = None
 
-    # --- the protocol sparsify.channel_selection works with -----------------------------------------
+    # --- the protocol sparsify.channels.selection works with -----------------------------------------
     @property
     def group_labels(self) -> List[np.ndarray]:
         """Labels of every prunable group, in group order."""

@@ -48,7 +48,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 from torch import nn
 
-from sparsify.channel_selection import (architecture_search_space, default_architecture_optimization_strategy,
+from sparsify.channels.selection import (architecture_search_space, default_architecture_optimization_strategy,
                                         least_important_labels, strategy_min_channels)
 
 from .graph import resolve_entry_point

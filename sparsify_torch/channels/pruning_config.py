@@ -5,7 +5,7 @@ prune) or a float (fraction of the group's channels, in [0, 1)).
 
 Example:
     >>> import numpy as np
-    >>> from sparsify.channel_selection import ChannelScores
+    >>> from sparsify.channels.selection import ChannelScores
     >>> info = ChannelScores([np.arange(4), np.arange(4, 7)], [np.array([3., 1., 2., 0.]), np.array([.5, .5, .1])])
     >>> check_pruning_config([0.5, 0.0])
     >>> get_least_important_labels_by_config(info, [0.5, 0.0]), get_least_important_labels_by_config(info, [1, 1])
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from sparsify.channel_config import PruningConfigValue, pruning_config_counts, validate_pruning_config
-from sparsify.channel_selection import GroupedScores
-from sparsify.channel_selection import least_important_labels, uniform_pruning_labels
+from sparsify.channels.config import PruningConfigValue, pruning_config_counts, validate_pruning_config
+from sparsify.channels.selection import GroupedScores
+from sparsify.channels.selection import least_important_labels, uniform_pruning_labels
 
 __all__ = ["check_pruning_config", "get_least_important_labels_by_config", "get_labels_for_uniform_pruning"]
 

@@ -6,11 +6,11 @@ also kept in ``labels_for_pruning``. ``TopKPruningLabelSelector`` implements
 ``select`` from a *pruning config* (per prunable group, a number of channels or
 a fraction of them) returned by ``get_config_for_pruning``; uniform and
 latency-optimal pruning are its subclasses. The math lives in
-:mod:`sparsify.channel_selection` and :mod:`sparsify.channel_config`.
+:mod:`sparsify.channels.selection` and :mod:`sparsify.channels.config`.
 
 Example:
     >>> import numpy as np
-    >>> from sparsify.channel_selection import ChannelScores
+    >>> from sparsify.channels.selection import ChannelScores
     >>> info = ChannelScores([np.arange(4)], [np.array([3., 1., 2., 0.])])
     >>> UniformPruningLabelSelector(0.5).select(info)
     [1, 3]
@@ -23,9 +23,9 @@ import abc
 import functools
 from typing import List, Optional, Sequence
 
-from sparsify.channel_config import (PruningConfigValue, pruning_config_counts, uniform_pruning_config,
+from sparsify.channels.config import (PruningConfigValue, pruning_config_counts, uniform_pruning_config,
                                      validate_pruning_config)
-from sparsify.channel_selection import (GroupedScores, MinChannels, check_pruning_ratio,
+from sparsify.channels.selection import (GroupedScores, MinChannels, check_pruning_ratio,
                                         least_important_labels)
 
 __all__ = ["PruningLabelSelector", "TopKPruningLabelSelector", "UniformPruningLabelSelector"]
@@ -66,7 +66,7 @@ class PruningLabelSelector(abc.ABC):
         ...             index_for_pruning = np.argsort(criteria)[:prune_channels_num]
         ...             labels_to_prune += np.array(labels)[index_for_pruning].tolist()
         ...         return labels_to_prune
-        >>> from sparsify.channel_selection import ChannelScores
+        >>> from sparsify.channels.selection import ChannelScores
         >>> selector = CustomPruningSelector(0.5)
         >>> selector.select(ChannelScores([np.arange(4)], [np.array([3., 1., 2., 0.])]))
         [3, 1]
@@ -124,7 +124,7 @@ class TopKPruningLabelSelector(PruningLabelSelector):
 
     Example:
         >>> import numpy as np
-        >>> from sparsify.channel_selection import ChannelScores
+        >>> from sparsify.channels.selection import ChannelScores
         >>> info = ChannelScores([np.arange(3), np.arange(3, 5)], [np.array([1., 0., 2.]), np.array([0., 1.])])
         >>> class PruneTwoThenOne(TopKPruningLabelSelector):
         ...     def get_config_for_pruning(self, pruning_info):
@@ -202,7 +202,7 @@ class UniformPruningLabelSelector(TopKPruningLabelSelector):
 
     Example:
         >>> import numpy as np
-        >>> from sparsify.channel_selection import ChannelScores
+        >>> from sparsify.channels.selection import ChannelScores
         >>> selector = UniformPruningLabelSelector(0.5)
         >>> info = ChannelScores([np.arange(4), np.arange(4, 7)], [np.array([3., 1., 2., 0.]), np.zeros(3)])
         >>> selector.get_config_for_pruning(info), selector.select(info)     # half of 3 channels: 1

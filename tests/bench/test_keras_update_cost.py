@@ -1,4 +1,4 @@
-"""bench/keras_update_cost.py: the parts of a Keras 3 mask update, per backend, in one table.
+"""bench.keras_update_cost (`python -m bench.keras_update_cost`): the parts of a Keras 3 mask update, per backend, in one table.
 
 The worker runs in a child process under ``KERAS_BACKEND=jax`` (the backend is fixed when Keras is first
 imported); the table and the argument checks run here.
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_two_epochs_on_jax_time_every_update_of_the_timed_epoch():
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "bench/keras_update_cost.py", "--epochs", "2", "--backends", "jax",
+    done = subprocess.run([sys.executable, "-m", "bench.keras_update_cost", "--epochs", "2", "--backends", "jax",
                            "--no-write"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     row = next(line for line in done.stdout.splitlines() if line.startswith("| Keras 3 (jax)"))

@@ -18,11 +18,11 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sparsify import PruningEngine, get_pattern                                        # noqa: E402
-from sparsify.channel_selection import (ChannelScores, cumulative_pruning_cost,        # noqa: E402
+from sparsify.channels.selection import (ChannelScores, cumulative_pruning_cost,        # noqa: E402
                                         pruning_order, uniform_pruning_labels)
 from sparsify.criteria import snip_momentum                                            # noqa: E402
 from sparsify.schedules import ScheduleSettings, build_schedule, registered_schedules  # noqa: E402
-from sparsify.lowest_k import lowest_k_keep                                           # noqa: E402
+from sparsify.selection.lowest_k import lowest_k_keep                                           # noqa: E402
 
 __all__ = ["dispatch_targets_on", "schedule_digests", "mask_digests", "all_digests"]
 

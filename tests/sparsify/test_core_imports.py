@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "sparsify"
 
 #: Modules (and their submodules) the core must never import.
-FORBIDDEN = ("tensorflow", "keras", "tf_keras", "torch", "torchvision", "torch_pruning",
-             "sparsify_tf", "sparsify_torch", "sparsify.cli")
+FORBIDDEN = ("tensorflow", "keras", "tf_keras", "torch", "torchvision", "torch_pruning", "jax", "jaxlib",
+             "sparsify_tf", "sparsify_torch", "sparsify_keras", "sparsify.cli")
 #: Calls that import or run code chosen at run time; the core uses plain import statements only.
 DYNAMIC_IMPORT_CALLS = ("__import__", "import_module", "exec_module", "load_module", "run_module", "run_path",
                         "exec", "eval")
@@ -129,6 +129,59 @@ def test_core_source_has_no_forbidden_or_dynamic_import(path):
     assert found == [], f"{path.relative_to(ROOT)}: " + "; ".join(found)
 
 
+# ----- the rooms of the core ----------------------------------------------------------------------
+#: Each room (a subpackage of the core) and the other core modules it may import: nothing above it.
+ROOMS = {"sparsify.selection": ("sparsify.threads",),
+         "sparsify.channels": ("sparsify.selection",),
+         "sparsify.adapter_helpers": ("sparsify.native_stderr",)}
+#: Modules that moved into a room: none of these names may come back to the top level.
+MOVED = {"sparsify.channel_config": "sparsify.channels.config", "sparsify.channel_groups": "sparsify.channels.groups",
+         "sparsify.channel_selection": "sparsify.channels.selection"}
+
+
+def core_imports(source: str, module: str, is_package: bool = False) -> set[str]:
+    """The ``sparsify`` modules ``source`` (the code of ``module``) imports, relative imports resolved."""
+    package = module if is_package else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "sparsify"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            if prefix.split(".")[0] == "sparsify":
+                found.add(prefix)
+    return found
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_a_room_imports_nothing_above_it(room):
+    files = sorted((PACKAGE / room.split(".", 1)[1].replace(".", "/")).rglob("*.py"))
+    assert files, f"room {room} has no modules"
+    allowed = ROOMS[room]
+    for path in files:
+        module = _module_name(path)
+        for name in core_imports(path.read_text(), module, path.name == "__init__.py"):
+            inside = name == room or name.startswith(room + ".")
+            assert inside or any(name == a or name.startswith(a + ".") for a in allowed), \
+                f"{module} imports {name}: the room {room} may import only itself and {allowed}"
+
+
+def test_moved_modules_live_in_their_room_only():
+    core = set(CORE_MODULES)
+    assert set(MOVED.values()) <= core
+    assert not [m for m in core if any(m == old or m.startswith(old + ".") for old in MOVED)]
+
+
+def test_room_checker_resolves_relative_imports():
+    assert core_imports("from ..threads import x\nfrom . import kernel\nfrom ..patterns.base import P",
+                        "sparsify.selection.cut") == {"sparsify.threads", "sparsify.selection", "sparsify.patterns.base"}
+
+
 # ----- the checkers catch planted violations ------------------------------------------------------
 @pytest.mark.parametrize("source, needle", [
     ("import torch", "imports torch"),
@@ -138,6 +191,8 @@ def test_core_source_has_no_forbidden_or_dynamic_import(path):
     ("from tf_keras.layers import Dense", "imports tf_keras"),
     ("import torchvision.models", "imports torchvision.models"),
     ("import torch_pruning", "imports torch_pruning"),
+    ("import jax.numpy as jnp", "imports jax.numpy"),
+    ("from sparsify_keras import prune_model", "imports sparsify_keras"),
     ("class A:\n    def m(self):\n        from sparsify_tf.keras import PruningCallback",
      "line 3: imports sparsify_tf"),
     ("from sparsify_torch import prune", "imports sparsify_torch"),

@@ -13,8 +13,8 @@ from sparsify import PruningEngine
 from sparsify.criteria import get_criterion
 from sparsify.global_stream import can_stream_global, can_stream_local, streamed_global_masks
 from sparsify.patterns import get_pattern
-from sparsify import streamed_cut
-from sparsify.streamed_cut import StreamedCut
+from sparsify.selection import kernel
+from sparsify.selection.streamed_cut import StreamedCut
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -22,9 +22,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 @contextlib.contextmanager
 def tiny_work(exact: bool):
     """Small chunks and samples, no size threshold; ``exact``: every bracket overflows (the radix path)."""
-    with mock.patch("sparsify.lowest_k._SMALL", 0), mock.patch("sparsify.lowest_k._SMALL_ELIGIBLE", 0), \
-            mock.patch.multiple("sparsify.lowest_k_cut", _CHUNK=8, _SAMPLE=8, _SAMPLE_MAX=32, MIN_PARALLEL=0), \
-            mock.patch.multiple("sparsify.streamed_cut", _STREAM_CHUNK=8, MIN_PARALLEL=0,
+    with mock.patch("sparsify.selection.lowest_k._SMALL", 0), mock.patch("sparsify.selection.lowest_k._SMALL_ELIGIBLE", 0), \
+            mock.patch.multiple("sparsify.selection.kernel", CHUNK=8, SCORED_CHUNK=8, MIN_PARALLEL=0), \
+            mock.patch.multiple("sparsify.selection.cut", _SAMPLE=8, _SAMPLE_MAX=32), \
+            mock.patch.multiple("sparsify.selection.streamed_cut",
                                 _CANDIDATE_FRACTION=0.0 if exact else 1 / 16, _CANDIDATE_SLACK=0 if exact else 64), \
             mock.patch("sparsify.parallel_layers.MIN_PARALLEL", 0):
         yield
@@ -123,5 +124,5 @@ def test_peak_extra_memory_is_well_under_the_weights():
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
         assert sum(int(m.sum()) for m in masks.values()) == 209715      # 10% of 2,097,152 kept, rounded down
-    per_thread = streamed_cut._STREAM_CHUNK * 5
+    per_thread = kernel.SCORED_CHUNK * 5
     assert peaks[0] < nbytes // 4 + 2 * per_thread + (1 << 20) and peaks[1] > nbytes   # measured: 0.62x, 1.37x

@@ -9,10 +9,11 @@ from hypothesis import given, settings, strategies as st
 
 from sparsify import PruningConfig, PruningEngine, get_pattern
 from sparsify.criteria import get_criterion
-from sparsify.lowest_k import lowest_k_keep
-from sparsify.lowest_k_cut import LowestKCut
+from sparsify.selection.lowest_k import lowest_k_keep
+from sparsify.selection.lowest_k_cut import LowestKCut
 from sparsify.parallel_layers import BufferPool, layer_scores, map_layers
-from sparsify.threads import ENV_VAR, chunk_ranges, check_threads, current_threads, default_threads, use_threads
+from sparsify.threads import (ENV_VAR, chunk_ranges, check_threads, current_threads, default_threads, parallel_map,
+                              use_threads)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -20,10 +21,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 @contextlib.contextmanager
 def tiny_work():
     """Every array takes the chunked, threaded paths: small chunks, no size threshold, no small-array shortcut."""
-    with mock.patch("sparsify.lowest_k._SMALL", 0), mock.patch("sparsify.lowest_k._SMALL_ELIGIBLE", 0), \
-            mock.patch.multiple("sparsify.lowest_k_cut", _CHUNK=8, _SAMPLE=8, _SAMPLE_MAX=32, MIN_PARALLEL=0), \
+    with mock.patch("sparsify.selection.lowest_k._SMALL", 0), mock.patch("sparsify.selection.lowest_k._SMALL_ELIGIBLE", 0), \
+            mock.patch.multiple("sparsify.selection.kernel", CHUNK=8, MIN_PARALLEL=0), \
+            mock.patch.multiple("sparsify.selection.cut", _SAMPLE=8, _SAMPLE_MAX=32), \
             mock.patch("sparsify.parallel_layers.MIN_PARALLEL", 0), \
-            mock.patch.multiple("sparsify.patterns.ninm", _CHUNK=8, MIN_PARALLEL=0):
+            mock.patch("sparsify.patterns.ninm.MIN_PARALLEL", 0):
         yield
 
 
@@ -82,6 +84,43 @@ def test_map_layers_raises_for_the_first_layer_in_order():
         with pytest.raises(ValueError, match="^b$"):
             map_layers(fn, {"a": 1, "b": 2, "c": 100}, threads=2)            # "c" is big and runs first
         assert map_layers(str.upper, {"x": 5, "y": 1, "z": 3}, threads=3) == {"x": "X", "y": "Y", "z": "Z"}
+
+
+def test_parallel_map_runs_on_one_pool_for_the_process():
+    """Many calls, no new thread per call: the caller and the process pool's threads, at most 3 per call."""
+    import threading
+    gate = threading.Barrier(3, timeout=10)
+
+    def work(x):
+        if x < 3:
+            gate.wait()                                 # three items at once: three threads in every call
+        return threading.current_thread()
+
+    used = set()
+    for _ in range(30):
+        gate.reset()
+        got = parallel_map(work, range(6), threads=3)
+        assert len(set(got)) <= 3 and threading.current_thread() in got          # the caller works too
+        used |= set(got)
+    assert used <= set(threading.enumerate())          # every thread that worked lives on in the pool
+    assert len(used) < 10                               # a pool per call would have started 60
+    assert all(t is threading.current_thread() or t.name.startswith("sparsify") for t in used)
+
+
+def test_parallel_map_inside_parallel_map_never_waits_on_a_busy_pool():
+    # every pool thread busy with an outer item that itself maps: the callers drain their own items
+    got = parallel_map(lambda x: parallel_map(lambda y: (x, y, current_threads()), range(4), threads=3),
+                       range(6), threads=3, inner_threads=3)
+    assert got == [[(x, y, 1) for y in range(4)] for x in range(6)]     # inner items: 1 thread each
+
+
+def test_parallel_map_raises_the_first_failure_in_order():
+    def fn(x):
+        if x in (2, 5):
+            raise ValueError(x)
+        return x
+    with pytest.raises(ValueError, match="^2$"):
+        parallel_map(fn, range(8), threads=3)
 
 
 def test_layer_scores_in_chunks_equal_the_whole():

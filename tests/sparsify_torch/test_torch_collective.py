@@ -1,10 +1,10 @@
-"""sparsify_torch.torch_collective: what it hands torch.distributed owns its memory."""
+"""sparsify_torch.distributed.collective: what it hands torch.distributed owns its memory."""
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-from sparsify_torch.torch_collective import TorchCollective
+from sparsify_torch.distributed.collective import TorchCollective
 
 
 def test_collective_inputs_never_view_numpy_memory():

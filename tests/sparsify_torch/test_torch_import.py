@@ -1,6 +1,6 @@
 """``import sparsify_torch`` loads neither FSDP2's ``torch.distributed.tensor`` nor the channel tracer (issue 47:
 the import costs at most 0.2 s over ``import torch``; bench/bench_import.py measures it). They load on use, and
-a DTensor is recognised without them (``sparsify_torch.dtensor``)."""
+a DTensor is recognised without them (``sparsify_torch.distributed.dtensor``)."""
 from __future__ import annotations
 
 import json
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from sparsify_torch.dtensor import is_dtensor, local_tensor
+from sparsify_torch.distributed.dtensor import is_dtensor, local_tensor
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ["torch.distributed.tensor", "torch.distributed.fsdp", "sparsify_torch.channels", "sparsify_torch.fsdp",
-         "sparsify_torch.fsdp_entry"]
+HEAVY = ["torch.distributed.tensor", "torch.distributed.fsdp", "sparsify_torch.channels", "sparsify_torch.distributed.fsdp",
+         "sparsify_torch.distributed.fsdp_entry"]
 
 
 def _loaded_after(code: str) -> list[str]:

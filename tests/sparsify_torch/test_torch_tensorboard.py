@@ -1,4 +1,4 @@
-"""`sparsify_torch.prune(..., log_dir=)`: the Keras callback's sparsity scalars, through torch.utils.tensorboard."""
+"""`sparsify_torch.prune(..., log_dir=)`: the Keras callback's sparsity scalars, through the shared TensorBoard writer."""
 from __future__ import annotations
 
 import threading

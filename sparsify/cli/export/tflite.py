@@ -6,42 +6,33 @@ sparse constant tensors in TFLite's sparse format. The sparse flatbuffer is
 then run on random inputs and its outputs compared with the pruned model's
 (Keras ``model(x)``, or the SavedModel's ``serving_default`` signature).
 
-Keras files are loaded with ``safe_mode=True`` (no code from the file runs);
-the interpreter is LiteRT's (``ai_edge_litert``) when it is installed,
-TensorFlow's ``tf.lite.Interpreter`` otherwise.
+Keras files are loaded with ``safe_mode=True`` (no code from the file runs).
+The conversion and the interpreter are the library's (:mod:`sparsify_tf.tflite`),
+imported once TensorFlow is.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import os
-import warnings
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .. import interrupts
 from ..atomic import write_bytes
-from ..frameworks import import_tensorflow, native_stderr_silenced
+from ..frameworks import import_tensorflow
 from ..report.readers import check_regular, format_bytes
 from .result import ExportResult, gzip_size
 
-__all__ = ["export_tflite", "convert", "load_interpreter", "run_tflite", "CHECK_SAMPLES"]
+__all__ = ["export_tflite", "CHECK_SAMPLES"]
 
 #: Random inputs the outputs are compared on.
 CHECK_SAMPLES = 8
 
 
-@contextlib.contextmanager
-def _quiet() -> Any:
-    """No prints (Keras' "Saved artifact at ..."), no native converter logs, no deprecation warnings."""
-    with contextlib.redirect_stdout(io.StringIO()), native_stderr_silenced(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        yield
-
-
 def _load_keras(path: str) -> Any:
     """A Keras model from a ``.keras`` archive, Keras 3 first, then tf-keras; never runs code from the file."""
+    from sparsify_tf.tflite import quiet
+
     errors = []
     for name in ("keras", "tf_keras"):
         try:
@@ -49,63 +40,18 @@ def _load_keras(path: str) -> Any:
         except ImportError:
             continue
         try:
-            with _quiet():
+            with quiet():
                 return mod.saving.load_model(path, compile=False, safe_mode=True)
         except Exception as e:  # noqa: BLE001 - each Keras raises its own types
             errors.append(f"{name}: {' '.join(str(e).split())[:200]}")
     raise ValueError(f"{path!r} cannot be loaded as a Keras model (safe_mode=True): {'; '.join(errors) or 'no Keras'}")
 
 
-def convert(tf: Any, make_converter: Callable[[], Any], sparse: bool) -> bytes:
-    """One TFLite conversion (with or without the sparsity optimisation)."""
-    converter = make_converter()
-    if sparse:
-        converter.optimizations = [tf.lite.Optimize.EXPERIMENTAL_SPARSITY]
-    with _quiet():
-        return bytes(converter.convert())
-
-
-def load_interpreter(content: bytes) -> Any:
-    """A TFLite interpreter for ``content`` (LiteRT's if installed, else TensorFlow's)."""
-    try:
-        from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-not-found]
-    except ImportError:
-        tf = import_tensorflow()
-        with warnings.catch_warnings(), native_stderr_silenced():   # TensorFlow points to LiteRT; it still ships this
-            warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
-            return tf.lite.Interpreter(model_content=content)
-    with native_stderr_silenced():
-        return Interpreter(model_content=content)
-
-
-def _random_inputs(details: list[dict[str, Any]], batch: int, seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for d in details:
-        shape = [int(s) for s in (d.get("shape_signature") if d.get("shape_signature") is not None else d["shape"])]
-        shape = [batch if i == 0 and s in (-1, 1) else (1 if s < 0 else s) for i, s in enumerate(shape)]
-        dtype = np.dtype(d["dtype"])
-        out.append(rng.normal(size=shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype))
-    return out
-
-
-def run_tflite(content: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Run a flatbuffer on ``inputs`` (in the order of its input details); its outputs in order."""
-    it = load_interpreter(content)
-    ins = it.get_input_details()
-    for d, x in zip(ins, inputs):
-        it.resize_tensor_input(d["index"], list(x.shape))
-    with native_stderr_silenced():          # "Created TensorFlow Lite XNNPACK delegate for CPU."
-        it.allocate_tensors()
-        for d, x in zip(ins, inputs):
-            it.set_tensor(d["index"], x)
-        it.invoke()
-    return [np.array(it.get_tensor(d["index"])) for d in it.get_output_details()]
-
-
 def export_tflite(src: str, fmt: str, out: str, max_bytes: int | None = None):
     """Convert ``src`` (``"keras"`` or ``"savedmodel"``) twice, check the sparse one, write it to ``out``."""
     tf = import_tensorflow()
+    from sparsify_tf.tflite import convert, load_interpreter, quiet, random_inputs, run_tflite
+
     check_regular(src)
     if max_bytes is not None:
         size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(src) for f in fs) \
@@ -124,7 +70,7 @@ def export_tflite(src: str, fmt: str, out: str, max_bytes: int | None = None):
             return [np.asarray(t) for t in (y if isinstance(y, (list, tuple)) else [y])]
     else:
         try:
-            with _quiet():
+            with quiet():
                 loaded = tf.saved_model.load(src)
         except Exception as e:  # noqa: BLE001 - tf.errors.* for a broken SavedModel
             raise ValueError(f"{src!r} cannot be loaded as a SavedModel: {' '.join(str(e).split())[:300]}") from None
@@ -142,9 +88,9 @@ def export_tflite(src: str, fmt: str, out: str, max_bytes: int | None = None):
             return [np.asarray(res[k]) for k in sorted(res)]
     try:                                # Ctrl-C is looked at between the steps, never inside the converter
         interrupts.check()
-        dense = convert(tf, make, sparse=False)
+        dense = convert(make, sparse=False)
         interrupts.check()
-        sparse = convert(tf, make, sparse=True)
+        sparse = convert(make, sparse=True)
         interrupts.check()
     except ValueError:
         raise
@@ -155,7 +101,7 @@ def export_tflite(src: str, fmt: str, out: str, max_bytes: int | None = None):
     if fmt == "savedmodel":             # the interpreter orders inputs by its own names; follow the signature's
         order = sorted(range(len(details)), key=lambda i: details[i]["name"])
         details = [details[i] for i in order]
-    xs = _random_inputs(details, CHECK_SAMPLES)
+    xs = random_inputs(details, CHECK_SAMPLES)
     got = run_tflite(sparse, [xs[[d["index"] for d in details].index(d["index"])] for d in it.get_input_details()])
     want = reference(xs)
     if fmt == "savedmodel":

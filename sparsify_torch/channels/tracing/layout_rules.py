@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sparsify.channel_groups import refine_reshape, shrinking_factor
+from sparsify.channels.groups import refine_reshape, shrinking_factor
 
 from ..samples import map_tensors
 from .model_zoo import stored_split_policy

@@ -12,7 +12,7 @@ from typing import Dict, List, Set, Tuple
 
 import numpy as np
 
-from sparsify.channel_groups import LabelUnionFind
+from sparsify.channels.groups import LabelUnionFind
 
 from .kinds import LayerKind
 

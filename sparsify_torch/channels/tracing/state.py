@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
-from sparsify.channel_groups import LabelUnionFind
+from sparsify.channels.groups import LabelUnionFind
 
 from .op_args import flat_tensors
 from .records import DATA, FREE, UnitRecord

@@ -17,7 +17,7 @@ from sparsify import PruningEngine
 from sparsify.cli import main
 from sparsify.cli.demo import default_config, run_demo
 from sparsify.cli.export import default_output, export_model, format_export
-from sparsify.cli.export.tflite import load_interpreter, run_tflite
+from sparsify_tf.tflite import load_interpreter, run_tflite
 
 
 def _one_line_error(capsys, *args: str) -> str:

@@ -22,9 +22,9 @@ from sparsify.patterns import PatternNInM, PatternNxM
 @contextlib.contextmanager
 def shrunk_kernels(chunk: int = 64, sample: int = 16):
     """Tiny chunks and samples, no small-array shortcut: small inputs take the large-input paths."""
-    with mock.patch("sparsify.lowest_k._SMALL", 0), \
-            mock.patch.multiple("sparsify.lowest_k_cut", _CHUNK=chunk, _SAMPLE=sample, _SAMPLE_MAX=sample * 4), \
-            mock.patch("sparsify.patterns.ninm._CHUNK", chunk):
+    with mock.patch("sparsify.selection.lowest_k._SMALL", 0), \
+            mock.patch("sparsify.selection.kernel.CHUNK", chunk), \
+            mock.patch.multiple("sparsify.selection.cut", _SAMPLE=sample, _SAMPLE_MAX=sample * 4):
         yield
 
 

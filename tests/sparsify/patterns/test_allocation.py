@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from sparsify.patterns import allocate_pruned_units, get_pattern
-from sparsify.lowest_k import exact_prune_count
+from sparsify.selection.lowest_k import exact_prune_count
 
 
 def test_allocation_literal_counts_and_cuts():

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparsify.patterns import PatternKernelBlocks, get_pattern, registered_patterns
-from sparsify.lowest_k import exact_prune_count
+from sparsify.selection.lowest_k import exact_prune_count
 
 
 def conv(out, inp, kh, kw, seed=0):

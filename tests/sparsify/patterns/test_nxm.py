@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from pattern_cases import A, SHAPES, as_int
 from sparsify.layout import to_2d
 from sparsify.patterns import PatternNxM, get_pattern
-from sparsify.lowest_k import exact_prune_count
+from sparsify.selection.lowest_k import exact_prune_count
 
 
 def test_block_4x1_literal_and_reduce():

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from pattern_cases import A, as_int
 from sparsify.patterns import get_pattern
-from sparsify.lowest_k import exact_prune_count
+from sparsify.selection.lowest_k import exact_prune_count
 
 
 def test_unstructured_literal():

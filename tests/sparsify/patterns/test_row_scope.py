@@ -4,7 +4,7 @@ from hypothesis import given, settings, strategies as st
 from sparsify import PruningEngine
 from sparsify.patterns import get_pattern
 from sparsify.patterns.row_scope import row_masks
-from sparsify.lowest_k import exact_prune_count
+from sparsify.selection.lowest_k import exact_prune_count
 
 
 def test_each_output_row_of_a_conv_is_its_own_comparison_group_literal():

@@ -8,7 +8,7 @@ import tensorflow as tf
 import sparsify
 from sparsify_tf.keras import PruningCallback, find_prunable_weights
 from sparsify_keras.adapter import KerasAdapter
-from sparsify_tf.keras.compat import optimizer_slots
+from sparsify_keras.compat import optimizer_slots
 
 from _keras_helpers import cnn, compile_, exact_pruned, first, inp, mlp
 
@@ -162,6 +162,18 @@ def test_literal_mask_on_a_tiny_dense_layer(K):
     # the two smallest magnitudes (0.5 and 1.0) are pruned
     assert cb.masks["d/kernel"].tolist() == [[False, True], [False, True]]
     assert model.get_layer("d").kernel.numpy().tolist() == [[0.0, -3.0], [0.0, 2.0]]
+
+
+def test_every_host_update_is_timed_by_its_parts(K, digits):
+    X, y = digits
+    model = compile_(mlp(K), K)
+    cb = PruningCallback({"target_sparsity": 0.6, "start_step": 0, "end_step": 20, "pruning_frequency": 10},
+                         update_in_graph=False)
+    assert cb.update_timings == []
+    model.fit(X[:640], y[:640], batch_size=32, epochs=2, verbose=0, shuffle=False, callbacks=[cb])
+    assert [t["step"] for t in cb.update_timings] == [0, 10, 20]
+    assert all(sorted(t) == ["read", "select", "step", "write"] for t in cb.update_timings)
+    assert all(0 < t[part] < 60 for t in cb.update_timings for part in ("read", "select", "write"))
 
 
 def test_leave_enabled_false_releases_masks_after_end(K, digits):

@@ -19,7 +19,8 @@ SCRIPT = textwrap.dedent("""
     import keras, tf_keras
     from sklearn.datasets import load_digits
     from sparsify_tf.keras import PruningCallback
-    from sparsify_tf.keras.compat import optimizer_slots, tf_variable
+    from sparsify_keras.compat import optimizer_slots
+    from sparsify_tf.keras.compat import tf_variable
     d = load_digits()
     X, y = (d.data[:256] / 16.0).astype("float32"), d.target[:256].astype("int32")
     result = {}

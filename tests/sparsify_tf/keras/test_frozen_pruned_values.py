@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from sparsify_tf.keras import PruningCallback, find_prunable_weights  # noqa: E402
-from sparsify_tf.keras.compat import optimizer_slots  # noqa: E402
+from sparsify_keras.compat import optimizer_slots  # noqa: E402
 
 from _keras_helpers import first  # noqa: E402
 

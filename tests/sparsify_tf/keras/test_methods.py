@@ -13,7 +13,7 @@ import torch
 import sparsify_torch
 from sparsify.criteria import register_criterion, unregister_criterion
 from sparsify_tf.keras import PruningCallback, prune_oneshot, strip_pruning
-from sparsify_tf.keras.compat import optimizer_slots
+from sparsify_keras.compat import optimizer_slots
 
 from _keras_helpers import compile_, exact_pruned, first, interrupted_run, mlp
 

@@ -24,7 +24,8 @@ SCRIPT = textwrap.dedent("""
     import tf_keras as K
     from sklearn.datasets import load_digits
     from sparsify_tf.keras import PruningCallback
-    from sparsify_tf.keras.compat import optimizer_slots, tf_variable
+    from sparsify_keras.compat import optimizer_slots
+    from sparsify_tf.keras.compat import tf_variable
 
     CFG = {"target_sparsity": 0.8, "start_step": 0, "end_step": 24, "pruning_frequency": 5}
     d = load_digits()

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sparsify_tf
-from sparsify.lowest_k import exact_prune_count
+from sparsify.selection.lowest_k import exact_prune_count
 from sparsify_tf.seed.mask_creator import CoreMaskCreator
 from sparsify_tf.seed.mask_creator_pruning import (
     BlockPruningMaskCreator, DimensionPruningMaskCreator, GroupedPruningMaskCreator, PruningMaskCreator,

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from conftest import mse_loss
-from sparsify.channel_selection import ChannelScores, uniform_pruning_labels
+from sparsify.channels.selection import ChannelScores, uniform_pruning_labels
 from sparsify_torch.channels import (OptimalPruningLabelSelector, TopKPruningLabelSelector,
                                      UniformPruningLabelSelector,
                                      calibrate_and_prune_model_equal, calibrate_model_for_pruning, prune_model)

@@ -7,7 +7,7 @@ import pytest
 
 import sparsify_torch.channels as channels
 from conftest import mse_loss
-from sparsify.channel_selection import ChannelScores
+from sparsify.channels.selection import ChannelScores
 from sparsify_torch.channels import (ModelPruningInfo, OptimalPruningLabelSelector, PruningLabelSelector,
                                      TopKPruningLabelSelector, UniformPruningLabelSelector, calibrate_and_prune_model,
                                      calibrate_model_for_pruning, check_pruning_config,

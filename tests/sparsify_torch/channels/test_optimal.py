@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from conftest import mse_loss
-from sparsify.channel_selection import ChannelScores
+from sparsify.channels.selection import ChannelScores
 from sparsify_torch.channels import OptimalPruningLabelSelector, PruningCalibrator, calibrate_model_for_pruning
 from sparsify_torch.channels.metrics import count_macs
 from sparsify_torch.channels.optimal import OutputDiscrepancy
