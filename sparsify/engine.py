@@ -38,7 +38,8 @@ from .global_stream import can_stream_global, can_stream_local, mask_buffers, st
 from .layout import view_shape
 from .pattern_fit import check_pattern_fit
 from .patterns import Pattern
-from .patterns.global_scope import can_score_layer_by_layer, global_masks_by_layer
+from .patterns.base import can_score_layer_by_layer
+from .patterns.global_scope import global_masks_by_layer
 from .parallel_layers import BufferPool, layer_scores, map_layers
 from .regrowth import regrow, regrowth_fraction
 from .selection.score_checks import NaNScoreError

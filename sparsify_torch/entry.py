@@ -25,6 +25,7 @@ from sparsify.protocol import PruningProtocol
 
 from .distributed.dtensor import is_dtensor
 from .layers import SUPPORTED_MODULES, PrunableWeight, hooked_weights, prunable_weights
+from .optimizer_order import unwrap_optimizer
 from .parametrization import MaskParametrization, register_mask
 from .pruner import Pruner
 from .selection import TiedWeights, apply_selection
@@ -204,29 +205,6 @@ def prune(model: nn.Module, config: PruningConfig | Mapping[str, Any] | str, *,
             parametrize.remove_parametrizations(module, tensor_name, leave_parametrized=False)
         _drop(distiller)
         raise
-
-
-def unwrap_optimizer(optimizer: Any) -> Any:
-    """The ``torch.optim.Optimizer`` inside a wrapper that holds it as ``.optimizer`` (accelerate's
-    ``AcceleratedOptimizer``, Lightning's ``LightningOptimizer``, DeepSpeed's), looking through a few
-    levels; anything else is returned as it is (and refused by ``prune`` if not an optimizer, by its
-    own type name).
-
-    Example:
-        >>> opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
-        >>> class Wrapper:
-        ...     def __init__(self, optimizer):
-        ...         self.optimizer = optimizer
-        >>> unwrap_optimizer(Wrapper(Wrapper(opt))) is opt
-        True
-    """
-    inner = optimizer
-    for _ in range(4):            # AcceleratedOptimizer subclasses Optimizer, but only its .optimizer holds the state
-        wrapped = getattr(inner, "optimizer", None)
-        if wrapped is None or wrapped is inner:
-            break
-        inner = wrapped
-    return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
 
 
 def _checked_call(model: Any, config: Any, optimizer: Any) -> tuple[PruningConfig, list[PrunableWeight]]:

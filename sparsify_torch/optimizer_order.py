@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
-__all__ = ["PARAMETER_SHAPED_STATE", "misplaced_state", "out_of_plain_order", "plain_name", "check_order",
+__all__ = ["unwrap_optimizer", "PARAMETER_SHAPED_STATE", "misplaced_state", "out_of_plain_order", "plain_name", "check_order",
            "check_state"]
 
 #: State entries that torch's optimizers keep with their parameter's shape (Adam(W), NAdam, RAdam, Adamax,
@@ -130,3 +130,26 @@ def check_state(optimizer: torch.optim.Optimizer, plain: Sequence[tuple[str, tor
                      "the state dict was saved by an optimizer that listed the parameters in another order (built on "
                      "model.parameters() after prune() in one run and before it in the other). Build the optimizer "
                      "before prune() in every run, or after it on pruner.plain_parameters()")
+
+
+def unwrap_optimizer(optimizer: Any) -> Any:
+    """The ``torch.optim.Optimizer`` inside a wrapper that holds it as ``.optimizer`` (accelerate's
+    ``AcceleratedOptimizer``, Lightning's ``LightningOptimizer``, DeepSpeed's), looking through a few
+    levels; anything else is returned as it is (and refused by ``prune`` if not an optimizer, by its
+    own type name).
+
+    Example:
+        >>> opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+        >>> class Wrapper:
+        ...     def __init__(self, optimizer):
+        ...         self.optimizer = optimizer
+        >>> unwrap_optimizer(Wrapper(Wrapper(opt))) is opt
+        True
+    """
+    inner = optimizer
+    for _ in range(4):            # AcceleratedOptimizer subclasses Optimizer, but only its .optimizer holds the state
+        wrapped = getattr(inner, "optimizer", None)
+        if wrapped is None or wrapped is inner:
+            break
+        inner = wrapped
+    return inner if isinstance(inner, torch.optim.Optimizer) else optimizer

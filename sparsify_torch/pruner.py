@@ -41,7 +41,7 @@ from .pruner_base import PrunerBase, dist_group_size
 from .frozen_pruned import FrozenPruned, PrunedParam
 from .statistics import ActivationNorms
 from .summary import PruningSummary, selected_summary
-from .optimizer_order import check_order, check_state, plain_name
+from .optimizer_order import check_order, check_state, plain_name, unwrap_optimizer
 
 __all__ = ["Pruner"]
 
@@ -333,8 +333,6 @@ class Pruner(PrunerBase):
             ...
             ValueError: optimizer: param group 0 lists the parameters in the order model.parameters() has after prune() (['bias', 'weight']), not the plain model's (['weight', 'bias']): ...
         """
-        from .entry import unwrap_optimizer       # (entry imports this module)
-
         inner = unwrap_optimizer(optimizer)
         if not isinstance(inner, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")

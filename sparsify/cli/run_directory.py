@@ -33,6 +33,7 @@ from typing import Any, Iterable
 
 from . import interrupts
 from .atomic import OutputError, atomic_file, remove_path, signals_deferred
+from .export_names import derived_names          # the export's default names beside a source
 
 __all__ = ["MANIFEST", "RunDirectory", "verify_run", "register_derived", "file_digest"]
 
@@ -115,7 +116,6 @@ def verify_run(out: str | os.PathLike) -> dict[str, Any]:
                 or meta.get("source_sha256") != _source_digest(man["files"], str(meta.get("source"))):
             raise ValueError(f"{os.fspath(out)!r}: {rel} was made from {meta.get('source')} of another run, or "
                              "changed since: it is stale; export it again")
-    from .export import derived_names                   # the export's default names beside a source
     tops = sorted({rel.split("/", 1)[0] for rel in man["files"]})
     for top in tops:
         for name in derived_names(top):

@@ -28,7 +28,7 @@ from .global_scope import global_masks
 from .layer_view import fill_units, finish_mask, layer_view, select_units, unit_nan_error
 from .row_scope import row_masks
 
-__all__ = ["Pattern", "BLOCK_REDUCTIONS", "config_value"]
+__all__ = ["Pattern", "BLOCK_REDUCTIONS", "config_value", "can_score_layer_by_layer"]
 
 BLOCK_REDUCTIONS = ("sum", "mean", "max")
 _RATIO_CEILING = 0.999999           # a layer never prunes to (numerically) 100%
@@ -416,3 +416,24 @@ class Pattern:
             [False, True]
         """
         return {n: np.asarray(w) != 0 for n, w in modules.items()}
+
+
+def can_score_layer_by_layer(pattern: Any, criterion: Any) -> bool:
+    """True when :func:`global_masks_by_layer` may replace ``pattern``'s global selection on ``criterion``'s
+    scores: global scope, the base class's selection, a pattern whose masks need the scores only through its
+    unit scores (the built-in blocks and N:M), a criterion evaluated at the update.
+
+    Example:
+        >>> from sparsify.criteria import get_criterion
+        >>> from sparsify.patterns import get_pattern
+        >>> can_score_layer_by_layer(get_pattern({"pattern": "4x1", "pruning_scope": "global"}), get_criterion("wanda"))
+        True
+        >>> can_score_layer_by_layer(get_pattern({"pattern": "4x1", "pruning_scope": "local"}), get_criterion("wanda"))
+        False
+    """
+    cls = type(pattern)
+    owner = next((k for k in cls.__mro__ if "expand_keep" in k.__dict__), None)
+    return (isinstance(pattern, Pattern) and pattern.is_global and pattern.scope == "global"
+            and cls.get_masks is Pattern.get_masks and cls.get_masks_global is Pattern.get_masks_global
+            and owner is not None and owner.__dict__.get("expand_keep_reads_shape_only", False) is True
+            and not criterion.per_step)

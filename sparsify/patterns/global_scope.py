@@ -27,7 +27,7 @@ from ..selection.score_checks import NaNScoreError
 from .allocation import allocate_pruned_units
 from .layer_view import LayerView, fill_units, finish_mask, layer_view, select_units, unit_nan_error
 
-__all__ = ["global_masks", "can_score_layer_by_layer", "global_masks_by_layer"]
+__all__ = ["global_masks", "global_masks_by_layer"]
 
 
 def global_masks(pattern: Any, scores: Mapping[str, np.ndarray], ratio: float,
@@ -94,29 +94,6 @@ def _cut(pattern: Any, layers: dict[str, LayerView], shapes: Mapping[str, tuple[
         return finish_mask(pattern, shape_only, layer, c if isinstance(c, np.ndarray) else select_units(layer, c))
 
     return map_layers(finish, {n: ly.score2d.size for n, ly in layers.items()})
-
-
-def can_score_layer_by_layer(pattern: Any, criterion: Any) -> bool:
-    """True when :func:`global_masks_by_layer` may replace ``pattern``'s global selection on ``criterion``'s
-    scores: global scope, the base class's selection, a pattern whose masks need the scores only through its
-    unit scores (the built-in blocks and N:M), a criterion evaluated at the update.
-
-    Example:
-        >>> from sparsify.criteria import get_criterion
-        >>> from sparsify.patterns import get_pattern
-        >>> can_score_layer_by_layer(get_pattern({"pattern": "4x1", "pruning_scope": "global"}), get_criterion("wanda"))
-        True
-        >>> can_score_layer_by_layer(get_pattern({"pattern": "4x1", "pruning_scope": "local"}), get_criterion("wanda"))
-        False
-    """
-    from .base import Pattern
-
-    cls = type(pattern)
-    owner = next((k for k in cls.__mro__ if "expand_keep" in k.__dict__), None)
-    return (isinstance(pattern, Pattern) and pattern.is_global and pattern.scope == "global"
-            and cls.get_masks is Pattern.get_masks and cls.get_masks_global is Pattern.get_masks_global
-            and owner is not None and owner.__dict__.get("expand_keep_reads_shape_only", False) is True
-            and not criterion.per_step)
 
 
 def global_masks_by_layer(pattern: Any, score_of: Callable[[str], np.ndarray], shapes: Mapping[str, tuple[int, ...]],

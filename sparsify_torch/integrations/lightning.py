@@ -33,7 +33,8 @@ from torch import nn
 
 from sparsify import PruningConfig
 
-from ..entry import prune, unwrap_optimizer
+from ..entry import prune
+from ..optimizer_order import unwrap_optimizer
 from .training_state import advance_to_step, checked_callback_settings, pruning_state, restore_pruning_state
 
 __all__ = ["SparsifyCallback"]

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from sparsify_torch import prune
-from sparsify_torch.entry import unwrap_optimizer
+from sparsify_torch.optimizer_order import unwrap_optimizer
 from torch_helpers import batch, cnn, digits, mlp, train_step
 
 GRADUAL = {"target_sparsity": 0.75, "start_step": 0, "end_step": 12, "pruning_frequency": 4,

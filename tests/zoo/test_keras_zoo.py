@@ -1,5 +1,6 @@
 """The Keras zoo tier: keras_hub's GPT-2, BERT and Llama and keras.applications' ResNet50, MobileNetV3Small and
-EfficientNetV2B0, built from small configs (random weights), pruned on the JAX and PyTorch Keras backends.
+EfficientNetV2B0, built from small configs (random weights), pruned on the JAX and PyTorch Keras backends (ResNet50 on
+PyTorch only: :data:`LEFT_OUT`).
 
 Each backend runs :mod:`keras_zoo_scenarios` in its own process (Keras fixes the backend at first import); the
 two backends of a group run side by side. Checked per model: every pruned kernel holds exactly the core's count
@@ -28,6 +29,15 @@ ROOT = HERE.parents[1]
 BACKENDS = ("jax", "torch")
 PLANS = {"hub": "gpt2:gradual+resume+oneshot,bert:gradual,llama:gradual+oneshot",
          "apps": "ResNet50:gradual,MobileNetV3Small:gradual,EfficientNetV2B0:gradual"}
+#: Models left out of a group on one backend: ResNet50 on JAX costs ~170 s of XLA compilation on 2 cores and adds
+#: no layer type the other two applications lack there (it runs on the PyTorch backend).
+LEFT_OUT = {("apps", "jax"): ("ResNet50",)}
+
+
+def plan(group: str, backend: str) -> str:
+    """The group's plan on ``backend`` (:data:`PLANS` less :data:`LEFT_OUT`)."""
+    left_out = LEFT_OUT.get((group, backend), ())
+    return ",".join(p for p in PLANS[group].split(",") if p.split(":")[0] not in left_out)
 #: XLA's CPU compiler at its cheapest (the same flags in every run of a test, so results compare bit for bit)
 JAX_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 
@@ -43,7 +53,7 @@ def _launched(group: str) -> dict:
                "OMP_NUM_THREADS": "1"}
         if backend == "jax":
             env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {JAX_FLAGS}".strip()
-        proc = subprocess.Popen([sys.executable, str(HERE / "keras_zoo_scenarios.py"), backend, out, PLANS[group]],
+        proc = subprocess.Popen([sys.executable, str(HERE / "keras_zoo_scenarios.py"), backend, out, plan(group, backend)],
                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         runs[backend] = (proc, out, d)
     return runs
@@ -68,10 +78,6 @@ def hub(request):
     return _results("hub", request.param)
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def apps(request):
-    _launched("apps")
-    return _results("apps", request.param)
 
 
 def exact_count(sparsity: float, n: int) -> int:
@@ -128,9 +134,11 @@ def test_causal_lm_oneshot_wanda_and_sparsegpt_prune_exactly(hub, name):
                 assert groups == [2, 2], (method, path)
 
 
-@pytest.mark.parametrize("name", ["ResNet50", "MobileNetV3Small", "EfficientNetV2B0"])
-def test_applications_gradual_exact_strip_save_load_and_midrun_checkpoint(apps, name):
-    run = apps[name]["gradual"]
+@pytest.mark.parametrize("backend,name", [(b, n) for b in BACKENDS for n in ("ResNet50", "MobileNetV3Small",
+                                           "EfficientNetV2B0") if n not in LEFT_OUT.get(("apps", b), ())])
+def test_applications_gradual_exact_strip_save_load_and_midrun_checkpoint(backend, name):
+    _launched("apps")
+    run = _results("apps", backend)[name]["gradual"]
     _check_gradual(run, nm=False)
     # every conv, depthwise and dense kernel is found and pruned: nothing of rank 2+ is skipped but by type
     assert len(run["pruned"]) == {"ResNet50": 54, "MobileNetV3Small": 54, "EfficientNetV2B0": 92}[name]

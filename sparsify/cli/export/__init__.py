@@ -54,48 +54,16 @@ from ..report.readers import DEFAULT_MAX_BYTES, FORMATS, detect_format, format_b
 from ..report.statistics import is_optimizer_state
 from ..compressed_npz import document_npz_bytes, load_compressed_npz
 from .result import ExportResult, gzip_size
+from ..export_names import TARGETS, default_output, derived_names
 from .tflite import export_tflite
 
 __all__ = ["TARGETS", "NEEDS", "ExportResult", "export_model", "default_output", "default_target", "derived_names",
            "format_export", "gzip_size"]
 
-#: What ``--to`` accepts.
-TARGETS = ("tflite", "torch", "npz")
 #: What each target needs beyond NumPy (the extra that brings it).
 NEEDS = {"tflite": ("tensorflow", "tf"), "torch": ("torch", "torch"), "npz": None}
 _MODEL_FORMATS = ("keras", "savedmodel")
-_SUFFIX = {"tflite": ".tflite", "torch": ".sparse.pt", "npz": ".sparse.npz"}
-#: The suffix of an int8 export (``--int8``, always an ``.npz``).
-_INT8_SUFFIX = ".int8.npz"
 _INT8_MIN_ELEMENTS = 64                             # smaller weights stay exact (as compress_int8's default)
-
-
-def default_output(path: str | os.PathLike, target: str, int8: bool = False) -> str:
-    """Where the artifact goes when no ``out`` is given: beside the source.
-
-    Example:
-        >>> default_output("runs/model.pt", "torch"), default_output("runs/saved_model/", "tflite")
-        ('runs/model.sparse.pt', 'runs/saved_model.tflite')
-        >>> default_output("pruned.keras", "npz"), default_output("pruned.keras", "npz", int8=True)
-        ('pruned.sparse.npz', 'pruned.int8.npz')
-    """
-    p = os.fspath(path).rstrip("/\\") or os.fspath(path)
-    stem, ext = os.path.splitext(p)
-    if os.path.isdir(p) or ext in (".index",) or not ext:
-        stem = p
-    return stem + (_INT8_SUFFIX if int8 else _SUFFIX[target])
-
-
-def derived_names(name: str) -> list[str]:
-    """The names an export of the top-level output ``name`` of a run directory gets by default, one per target
-    (and the int8 ``.npz`` last).
-
-    Example:
-        >>> derived_names("model.keras")
-        ['model.tflite', 'model.sparse.pt', 'model.sparse.npz', 'model.int8.npz']
-    """
-    stem, ext = os.path.splitext(name)
-    return [(stem if ext else name) + s for s in [*(_SUFFIX[t] for t in TARGETS), _INT8_SUFFIX]]
 
 
 def _looks_2_4(t: Any) -> bool:

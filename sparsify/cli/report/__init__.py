@@ -25,8 +25,9 @@ Example:
 """
 from .formatting import format_conformity, format_report
 from .readers import FORMATS, detect_format, read_tensors
-from .statistics import (SparsityReport, TensorStats, build_report, guess_tf_kind, is_optimizer_state,
-                         pattern_conformity, tensor_stats)
+from .statistics import SparsityReport, build_report, is_optimizer_state
+from .stats_record import TensorStats
+from .tensor_measures import guess_tf_kind, pattern_conformity, tensor_stats
 
 __all__ = [
     "FORMATS", "detect_format", "read_tensors",

@@ -2,7 +2,8 @@
 
 Example:
     >>> import numpy as np
-    >>> from sparsify.cli.report.statistics import SparsityReport, tensor_stats
+    >>> from sparsify.cli.report.statistics import SparsityReport
+    >>> from sparsify.cli.report.tensor_measures import tensor_stats
     >>> rep = SparsityReport("w.npz", "npz", "2:4", [tensor_stats("fc", np.array([[0.0, 1.0, 0.0, 2.0]]), "2:4")])
     >>> print(format_report(rep))
     w.npz (npz), 1 tensors
@@ -28,7 +29,7 @@ SKIPPED_CELL = "skipped: does not fit"
 
 
 def format_conformity(conf: dict[str, Any] | None) -> str:
-    """One table cell for a :func:`~sparsify.cli.report.statistics.pattern_conformity` result.
+    """One table cell for a :func:`~sparsify.cli.report.tensor_measures.pattern_conformity` result.
 
     Example:
         >>> format_conformity({"fits": True, "conforms": False, "units": 4, "violations": 1, "reason": None})

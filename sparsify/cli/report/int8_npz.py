@@ -30,6 +30,7 @@ from sparsify.int8_format import INT8_ENCODINGS, decompress_int8, load_int8_npz
 
 from .limits import DEFAULT_MAX_BYTES
 from .stats_record import TensorStats
+from .tensor_measures import tensor_stats
 
 __all__ = ["INT8_V1_MEMBERS", "INT8_V2_MEMBERS", "is_int8_members", "read_int8_document", "int8_npz_tensors",
            "int8_npz_stats"]
@@ -114,7 +115,6 @@ def int8_npz_stats(path: str | os.PathLike, pattern: Any = None, max_bytes: int 
     Raises:
         ValueError: a malformed int8 file, or one declaring more than ``max_bytes`` elements.
     """
-    from .statistics import tensor_stats            # statistics imports this module: import when used
 
     read = int8_npz_tensors(path, max_bytes)
     if read is None:

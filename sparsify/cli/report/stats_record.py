@@ -1,6 +1,6 @@
 """One tensor's line of a sparsity report: :class:`TensorStats`.
 
-Measured from an array in memory (:func:`sparsify.cli.report.statistics.tensor_stats`)
+Measured from an array in memory (:func:`sparsify.cli.report.tensor_measures.tensor_stats`)
 or streamed from an ``.npz`` member (:func:`sparsify.cli.report.npz_stream.streamed_tensor_stats`).
 
 Example:

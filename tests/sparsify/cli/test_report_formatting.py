@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from sparsify.cli.report.formatting import format_conformity, format_report
-from sparsify.cli.report.statistics import SparsityReport, pattern_conformity, tensor_stats
+from sparsify.cli.report.statistics import SparsityReport
+from sparsify.cli.report.tensor_measures import pattern_conformity, tensor_stats
 
 
 def test_format_conformity_cells():

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from sparsify import canonical_to_tf
-from sparsify.cli.report.statistics import (SparsityReport, build_report, guess_tf_kind, is_optimizer_state,
-                                            pattern_conformity, tensor_stats)
+from sparsify.cli.report.statistics import SparsityReport, build_report, is_optimizer_state
+from sparsify.cli.report.tensor_measures import guess_tf_kind, pattern_conformity, tensor_stats
 
 
 # ----- pattern conformity on literal arrays ------------------------------------------------------

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from sparsify import PruningEngine
 from sparsify.criteria import get_criterion
 from sparsify.patterns import get_pattern
-from sparsify.patterns.global_scope import can_score_layer_by_layer, global_masks_by_layer
+from sparsify.patterns.base import can_score_layer_by_layer
+from sparsify.patterns.global_scope import global_masks_by_layer
 
 SHAPES = st.sampled_from([(4, 8), (8, 4), (16, 8), (8, 16), (4, 4, 3, 3), (8, 2, 1, 2), (6, 8), (3, 5)])
 

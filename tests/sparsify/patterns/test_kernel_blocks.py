@@ -134,7 +134,7 @@ def test_errors_name_the_layer_and_the_rule():
 
 
 def test_report_conformity_sees_the_units():
-    from sparsify.cli.report.statistics import pattern_conformity
+    from sparsify.cli.report.tensor_measures import pattern_conformity
 
     w = conv(4, 4, 3, 3)
     w[:, 1] = 0.0                                           # input channel 1 removed
