@@ -4,7 +4,7 @@ Sharded mask selection (:mod:`sparsify.distributed.sharded_selection`) talks
 to the other ranks only through a :class:`Collective`: ``allgather`` of small
 1-D arrays (lengths may differ between ranks) and ``allreduce_sum``. An
 adapter supplies one over its framework's process group (torch:
-``sparsify_torch.fsdp.TorchCollective``); this module has
+``sparsify_torch.distributed.collective.TorchCollective``); this module has
 
 * :class:`SingleProcess`: a world of one rank (no communication);
 * :class:`ThreadGroup`: ``world_size`` ranks as threads of one process, for
